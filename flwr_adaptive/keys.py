@@ -1,0 +1,24 @@
+"""The one place where config and metric keys are named.
+
+The strategy sends config keys to clients; clients send metric keys back. Both sides import these
+names, the README documents them, and nothing else spells them out.
+"""
+
+# Server -> client (ConfigRecord / FitIns.config)
+QUOTA = "quota"  # int: samples to process this round
+ALLOW_CYCLING = "allow-cycling"  # bool: may a quota above the local data size cycle the data
+ROUND = "server-round"  # int: the round number
+RANK_QUOTAS = "rank-quotas"  # list[int]: per-rank quotas of a silo (HFL-DDP)
+
+# Client -> server (MetricRecord / FitRes.metrics). Every client sends every key.
+NUM_EXAMPLES = "num-examples"  # Flower's aggregation weight key
+SAMPLES = "samples"  # int: samples actually processed
+TIME_S = "time-s"  # float: seconds of own compute (device time on the virtual clock)
+CPU_TIME_S = "cpu-time-s"  # float: process CPU seconds of the training work
+WALL_TIME_S = "wall-time-s"  # float: wall seconds of the training work
+ENERGY_J = "energy-j"  # float: active joules; -1.0 when unmeasured
+DATA_SIZE = "data-size"  # int: local data size (becomes max_quota when data is private)
+PARTITION_ID = "partition-id"  # int: stable id of the client across runs
+QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and was capped
+
+UNMEASURED_ENERGY = -1.0
