@@ -20,5 +20,12 @@ ENERGY_J = "energy-j"  # float: active joules; -1.0 when unmeasured
 DATA_SIZE = "data-size"  # int: local data size (becomes max_quota when data is private)
 PARTITION_ID = "partition-id"  # int: stable id of the client across runs
 QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and was capped
+IDLE_W = "idle-w"  # float: the device's idle watts while it waits for others; -1.0 when unknown
+VIRTUAL_CLOCK = "virtual-clock"  # int 0/1: TIME_S is emulated device time (virtual clock), not wall
 
 UNMEASURED_ENERGY = -1.0
+UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W when the client cannot tell
+
+# Every telemetry key a wrapped client adds to its reply (NUM_EXAMPLES only when it is missing).
+TELEMETRY_KEYS = (SAMPLES, TIME_S, CPU_TIME_S, WALL_TIME_S, ENERGY_J, DATA_SIZE, PARTITION_ID,
+                  QUOTA_CAPPED, IDLE_W, VIRTUAL_CLOCK)
