@@ -54,7 +54,7 @@ __all__ = [
     "RoundAccount",
     "TESTBED",
     "HOST_7ZIP_SINGLE_MIPS",
-    "testbed",
+    "get_testbed",
     "slowdown_at",
     "jitter_factor",
     "device_time",
@@ -71,7 +71,7 @@ Measured on the development machine (AMD EPYC, Zen 4, 2 vCPUs under KVM) with
 ``7zz b -mmt1`` (7-Zip 26.02, Debian 12). sbc-bench reports the same rating for the devices
 (with the p7zip/7-Zip build of each board's distribution; versions differ, which we accept as
 noise of a few percent). On another host the same *relative* speeds hold, only the absolute
-slowdowns shift: pass a different ``host_mips`` to :func:`testbed`.
+slowdowns shift: pass a different ``host_mips`` to :func:`get_testbed`.
 """
 
 _SBC_BENCH = "https://github.com/ThomasKaiser/sbc-bench/blob/master/Sorted-Results.md"
@@ -329,7 +329,7 @@ _RAW: list[dict] = [
 ]
 
 
-def testbed(
+def get_testbed(
     jitter_sigma: float = 0.05,
     host_mips: float = HOST_7ZIP_SINGLE_MIPS,
     drift: Mapping[str, tuple[int, float]] | None = None,
@@ -370,8 +370,8 @@ def testbed(
     return tuple(profiles)
 
 
-TESTBED: tuple[DeviceProfile, ...] = testbed()
-"""The default testbed: 11 devices, jitter σ = 0.05, no drift (see :func:`testbed`)."""
+TESTBED: tuple[DeviceProfile, ...] = get_testbed()
+"""The default testbed: 11 devices, jitter σ = 0.05, no drift (see :func:`get_testbed`)."""
 
 
 # --------------------------------------------------------------------------- the virtual clock
