@@ -195,7 +195,8 @@ class RaplMeter(Meter):
         multiplied by this process's CPU seconds ÷ the machine's busy CPU seconds (clipped to
         [0, 1]); ``Measurement.share`` holds that fraction. ``"none"``: the whole package.
     machine_busy : callable
-        Busy CPU seconds of the whole machine (default from ``psutil.cpu_times``); injectable.
+        Busy CPU seconds of the whole machine (default from ``psutil.cpu_times``, which ticks in
+        10 ms steps: the share is coarse for windows under a second); injectable.
 
     Raises
     ------
