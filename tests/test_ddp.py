@@ -1,0 +1,330 @@
+"""Tests of the DDP regime: worker accounting, gradient equivalence, launcher, driver, torchrun.
+
+Multi-rank tests spawn real gloo ranks (seconds each on 2 cores), so they share one 3-rank group
+and keep to a few tiny float64 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from clients.ddp_driver import RoundDriver, equal_quotas, round_summary
+from clients.ddp_launch import LocalDDPGroup, run_ddp_round
+from clients.ddp_toy import tiny_task
+from clients.ddp_worker import DDPRank, GradientAllReduce, RankTelemetry, RoundPlan, WorkerSpec, relative_slowdowns
+from flwr_adaptive.schedule import IndexStream
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------- helpers
+def reference_training(spec: WorkerSpec, global_batches: list[int], start: int = 0, seed: int = 0,
+                       state: dict | None = None) -> dict[str, torch.Tensor]:
+    """One process, one optimizer step per global batch, mean loss over the batch."""
+    torch.manual_seed(spec.seed)
+    model = spec.model_fn()
+    if state is not None:
+        model.load_state_dict(state)
+    optimizer = spec.optimizer_fn(model.parameters())
+    x, y = spec.data()
+    stream = IndexStream(len(x), seed=seed, start=start)
+    for size in global_batches:
+        idx = torch.from_numpy(stream.take(size))
+        optimizer.zero_grad()
+        (spec.loss_fn(model(x[idx]), y[idx]) / size).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def initial_state(spec: WorkerSpec) -> dict[str, torch.Tensor]:
+    torch.manual_seed(spec.seed + 1)  # not rank 0's init: the test also checks set_state
+    return {k: v.detach().clone() for k, v in spec.model_fn().state_dict().items()}
+
+
+def assert_same_weights(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=0.0, atol=1e-12, msg=f"parameter {k}")
+
+
+def telemetry(rank: int, time_s: float, samples: int, wait_s: float = 0.0, wall_s: float = 1.0,
+              step_compute: list[list[float]] | None = None) -> RankTelemetry:
+    return RankTelemetry(rank=rank, world=2, steps=2, samples=samples, time_s=time_s, energy_j=None,
+                         wait_s=wait_s, wall_s=wall_s, clock="process", slowdown=1.0,
+                         step_compute_s=step_compute or [[0.0, 0.0], [0.0, 0.0]])
+
+
+# ---------------------------------------------------------------------------- a real 3-rank group
+@pytest.fixture(scope="module")
+def group():
+    with LocalDDPGroup(tiny_task(), world=3, backend="gloo", timeout_s=30) as g:
+        yield g
+
+
+@pytest.mark.slow
+def test_one_uneven_step_with_an_empty_rank_equals_one_step_on_the_union_batch(group):
+    # Prepare: ranks read 5, 0 and 3 samples of one global batch of 8
+    spec = tiny_task()
+    start = initial_state(spec)
+    group.set_state(start)
+    # Execute
+    tel = group.run_round(RoundPlan(quotas=[5, 0, 3], steps=1, start=0, seed=0))
+    trained = group.get_state()
+    # Assert
+    assert_same_weights(trained, reference_training(spec, [8], state=start))
+    assert [t.batch_sizes for t in tel] == [[5], [0], [3]]
+    assert [t.steps for t in tel] == [1, 1, 1]
+    assert len({t.params_digest for t in tel}) == 1
+    assert tel[1].time_s == 0.0 and tel[1].samples == 0
+
+
+@pytest.mark.slow
+def test_a_round_with_quotas_below_the_step_count_equals_single_process_training(group):
+    # Prepare: rank 1's quota 2 < 4 steps gives it empty batches; SGD momentum carries over steps
+    spec = tiny_task()
+    start = initial_state(spec)
+    group.set_state(start)
+    plan = RoundPlan(quotas=[9, 2, 5], steps=4, start=10, seed=3)
+    # Execute
+    tel = group.run_round(plan)
+    trained = group.get_state()
+    # Assert
+    assert [t.steps for t in tel] == [4, 4, 4]
+    assert [t.samples for t in tel] == [9, 2, 5]
+    assert 0 in tel[1].batch_sizes
+    assert len({t.params_digest for t in tel}) == 1
+    per_step = np.array([t.batch_sizes for t in tel]).sum(axis=0).tolist()
+    assert_same_weights(trained, reference_training(spec, per_step, start=10, seed=3, state=start))
+
+
+@pytest.mark.slow
+def test_ema_balancing_keeps_the_global_batch_and_the_single_process_update(group):
+    # Prepare
+    spec = tiny_task()
+    start = initial_state(spec)
+    group.set_state(start)
+    group.reset_ema()
+    # Execute
+    tel = group.run_round(RoundPlan(quotas=[4, 4, 4], steps=3, balancing="ema", seed=1))
+    trained = group.get_state()
+    # Assert
+    sizes = np.array([t.batch_sizes for t in tel])
+    assert sizes.sum(axis=0).tolist() == [4, 4, 4]
+    assert [t.steps for t in tel] == [3, 3, 3]
+    assert len({t.params_digest for t in tel}) == 1
+    assert_same_weights(trained, reference_training(spec, [4, 4, 4], seed=1, state=start))
+    # every rank received every rank's step times with the all-reduce, so all agree on the makespan
+    assert len({round(t.makespan_s, 12) for t in tel}) == 1
+
+
+@pytest.mark.slow
+def test_a_plan_for_the_wrong_number_of_ranks_is_refused_before_it_reaches_the_ranks(group):
+    # Execute / Assert
+    with pytest.raises(ValueError, match="quotas has 2 entries for 3 ranks"):
+        group.run_round(RoundPlan(quotas=[5, 5], steps=2))
+    assert group.run_round(RoundPlan(quotas=[2, 2, 2], steps=2))[0].steps == 2  # the group still works
+
+
+@pytest.mark.slow
+def test_a_failing_rank_stops_the_group_with_its_traceback():
+    # Prepare: weights that do not fit the model make every rank's load_state_dict raise
+    bad_state = {"0.weight": torch.zeros(1)}
+    # Execute / Assert
+    with pytest.raises(RuntimeError, match=r"DDP rank \d failed during set_state(.|\n)*size mismatch"):
+        run_ddp_round(tiny_task(), quotas=[2, 2], steps=2, state=bad_state, backend="gloo", timeout_s=20)
+
+
+# ---------------------------------------------------------------------------- one in-process rank, fake clocks
+class FakeClock:
+    """Advances only when told to: by the model's forward/backward and by sleep."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class TimedLinear(torch.nn.Module):
+    """Costs 2 ms per sample forward and 3 ms per sample backward on the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.lin = torch.nn.Linear(2, 2, dtype=torch.float64)
+
+    def forward(self, x):
+        self.clock.now += 0.002 * len(x)
+        out = self.lin(x)
+        n = len(x)
+        out.register_hook(lambda g: self.clock.sleep(0.003 * n))
+        return out
+
+
+@pytest.fixture
+def single_rank_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_time_s_is_compute_plus_emulated_slowness_and_excludes_waits(single_rank_group):
+    # Prepare
+    clock = FakeClock()
+    x = torch.randn(30, 2, dtype=torch.float64)
+    spec = WorkerSpec(model_fn=lambda: TimedLinear(clock), data=(x, torch.zeros(30, dtype=torch.long)),
+                      loss_fn=torch.nn.CrossEntropyLoss(reduction="sum"),
+                      optimizer_fn=lambda p: torch.optim.SGD(p, lr=0.1))
+    rank = DDPRank(spec, device=torch.device("cpu"), compute_clock=clock, wall_clock=clock, sleep=clock.sleep)
+    plan = RoundPlan(quotas=[10], steps=4, slowdowns=[2.5], active_watts=[6.0])  # batches 3, 3, 2, 2
+    # Execute
+    tel = rank.train_round(plan)
+    # Assert
+    assert tel.batch_sizes == [3, 3, 2, 2]
+    assert tel.forward_s == pytest.approx([0.006, 0.006, 0.004, 0.004], abs=1e-12)
+    assert tel.backward_s == pytest.approx([0.009, 0.009, 0.006, 0.006], abs=1e-12)
+    assert tel.sleep_s == pytest.approx([1.5 * 0.015, 1.5 * 0.015, 1.5 * 0.010, 1.5 * 0.010], abs=1e-12)
+    assert tel.time_s == pytest.approx(2.5 * 0.050, abs=1e-12)
+    assert tel.wall_s == pytest.approx(tel.time_s, abs=1e-12)  # the fake all-reduce took no time
+    assert tel.wait_s == 0.0
+    assert tel.energy_j == pytest.approx(6.0 * tel.time_s)
+    assert tel.makespan_s == pytest.approx(tel.time_s)
+    report = tel.report()
+    assert (report.time_s, report.samples) == (pytest.approx(0.125), 10)
+
+
+def test_loss_with_mean_reduction_is_refused(single_rank_group):
+    # Prepare
+    spec = tiny_task()
+    spec.loss_fn = torch.nn.CrossEntropyLoss()  # reduction="mean"
+    # Execute / Assert
+    with pytest.raises(ValueError, match="reduction='mean'.*pass reduction='sum'"):
+        DDPRank(spec, device=torch.device("cpu"))
+
+
+def test_gradient_all_reduce_gives_zero_gradient_for_unused_parameters(single_rank_group):
+    # Prepare: one parameter without a gradient (an empty batch, or a branch not taken)
+    a = torch.nn.Parameter(torch.ones(3))
+    b = torch.nn.Parameter(torch.ones(2))
+    a.grad = torch.tensor([1.0, 2.0, 3.0])
+    sync = GradientAllReduce([a, b], world=1, extra=2)
+    # Execute
+    tail = sync([0.5, 7.0])
+    # Assert
+    assert a.grad.tolist() == [1.0, 2.0, 3.0]
+    assert b.grad.tolist() == [0.0, 0.0]
+    assert tail.tolist() == [0.5, 7.0]
+
+
+def test_gradient_all_reduce_refuses_mixed_dtypes():
+    # Execute / Assert
+    with pytest.raises(ValueError, match="cast the model to one dtype"):
+        GradientAllReduce([torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2, dtype=torch.float64))],
+                          world=2)
+
+
+# ---------------------------------------------------------------------------- plans, driver, summaries
+@pytest.mark.parametrize(
+    "plan, match",
+    [(RoundPlan(quotas=[1, 1], steps=3), "budget Σ quotas = 2 is below steps = 3"),
+     (RoundPlan(quotas=[5, 5], steps=2, slowdowns=[1.0, 0.5]), "slowdowns must be finite numbers >= 1"),
+     (RoundPlan(quotas=[5, -1], steps=2), "quotas must be ints >= 0"),
+     (RoundPlan(quotas=[5, 5], steps=2, balancing="lbbsp"), "balancing must be one of")],
+)
+def test_bad_plans_are_refused_naming_the_value(plan, match):
+    # Execute / Assert
+    with pytest.raises(ValueError, match=match):
+        plan.validate(2)
+
+
+def test_driver_splits_inversely_to_measured_time_per_sample_and_advances_the_stream():
+    # Prepare: rank 1 needs twice the time per sample of rank 0
+    driver = RoundDriver(world=2, budget=100, steps=5, policy="time", deadband=0.0)
+    first = driver.plan()
+    # Execute
+    driver.observe([telemetry(0, 1.0, first.quotas[0]), telemetry(1, 2.0, first.quotas[1])])
+    second = driver.plan()
+    # Assert
+    assert first.quotas == [50, 50] and first.start == 0
+    assert second.quotas == [67, 33]  # ∝ 1/τ = 50 : 25
+    assert second.start == 100
+
+
+def test_driver_gives_every_rank_at_least_one_sample_per_step_by_default():
+    # Prepare: rank 1 is absurdly slow
+    driver = RoundDriver(world=2, budget=100, steps=20, policy="time", deadband=0.0)
+    first = driver.plan()
+    # Execute
+    driver.observe([telemetry(0, 1.0, first.quotas[0]), telemetry(1, 1000.0, first.quotas[1])])
+    # Assert
+    assert driver.plan().quotas == [80, 20]
+
+
+def test_equal_and_ema_policies_hand_out_equal_quotas_without_a_controller():
+    # Prepare
+    equal = RoundDriver(world=3, budget=10, steps=2, policy="equal")
+    ema = RoundDriver(world=3, budget=10, steps=2, policy="ema")
+    # Execute
+    plans = equal.plan(), ema.plan()
+    # Assert
+    assert plans[0].quotas == plans[1].quotas == equal_quotas(10, 3) == [4, 3, 3]
+    assert (plans[0].balancing, plans[1].balancing) == ("schedule", "ema")
+    assert equal.controller is None and ema.controller is None
+
+
+def test_round_summary_uses_per_step_makespan_and_excludes_waits_from_compute():
+    # Prepare: each rank is slowest in one step; rank 0 also waited 1 s of its 4 s wall
+    steps = [[3.0, 1.0], [1.0, 3.0]]
+    tel = [telemetry(0, 4.0, 10, wait_s=1.0, wall_s=4.0, step_compute=steps),
+           telemetry(1, 4.0, 10, wait_s=3.0, wall_s=4.0, step_compute=steps)]
+    # Execute
+    summary = round_summary(tel)
+    # Assert
+    assert summary["compute_cv"] == 0.0
+    assert summary["makespan_s"] == 6.0
+    assert summary["wait_share"] == 0.5
+
+
+def test_relative_slowdowns_are_taken_from_the_fastest_profile():
+    # Prepare
+    class Profile:
+        def __init__(self, slowdown, active_w):
+            self.slowdown, self.active_w = slowdown, active_w
+    # Execute
+    slowdowns, watts = relative_slowdowns([Profile(0.5, 10.0), Profile(1.5, 4.0)])
+    # Assert
+    assert slowdowns == [1.0, 3.0] and watts == [10.0, 4.0]
+
+
+# ---------------------------------------------------------------------------- torchrun
+@pytest.mark.slow
+def test_torchrun_entry_point_runs_adaptive_rounds_with_equal_step_counts(tmp_path):
+    # Prepare
+    out = tmp_path / "rounds.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "clients.ddp_run", "--task", "clients.ddp_toy:tiny_task", "--rounds", "2", "--budget", "24",
+           "--steps", "4", "--slowdowns", "1,2", "--backend", "gloo", "--timeout-s", "30", "--json", str(out)]
+    # Execute
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # Assert
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = json.loads(out.read_text())
+    assert [r["round"] for r in log["rounds"]] == [1, 2]
+    for r in log["rounds"]:
+        tel = r["telemetry"]
+        assert [t["steps"] for t in tel] == [4, 4]
+        assert sum(t["samples"] for t in tel) == 24
+        assert len({t["params_digest"] for t in tel}) == 1
+    assert log["rounds"][1]["plan"]["start"] == 24
+    assert "round 2:" in proc.stdout and "wall" in proc.stdout
