@@ -1,0 +1,396 @@
+"""The API-free half of the adaptive strategy: quotas out, telemetry in, history and state kept.
+
+Contract
+--------
+:class:`AdaptiveCore` holds what both Flower strategy APIs share (``strategies.message`` and
+``strategies.legacy`` mix it into Flower's ``Strategy`` classes):
+
+- ``quotas_for(round, nodes)`` returns ``{node_id: samples}`` summing to ``budget`` exactly. The
+  first time it sees a set of nodes whose partitions it does not know yet (round 1 of every
+  ServerApp run) it returns the equal split keyed by node id; from then on the controller's split
+  keyed by **partition id**, which clients report and which, unlike node ids, survives a restart.
+- ``observe_replies(round, reports)`` learns each node's partition id, sets ``max_quota`` to the
+  local data size when cycling is off, and feeds one :class:`~flwr_adaptive.controller.Report` per
+  client to the controller. An observation the controller rejects is logged and dropped.
+- ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
+  weights" in DESIGN.md): samples processed this round, or the local data size.
+- ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
+  (all of them here; selection baselines override it).
+- Faults: a node whose reply was skipped (error, timeout, invalid telemetry) is on probation for
+  its next round: it gets ``probe_quota()`` (the minimum quota) and its share is re-split among
+  the others; its next good reply ends the probation (that probe is not observed: a few samples
+  measure overhead, not cost per sample).
+- After each round: one log line (makespan, energy, CV of busy time, min/median/max quota), one
+  history row, one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
+  the ServerApp ``context.state`` so that a restarted ServerApp resumes it.
+
+Cost
+----
+Per round: one ``allocate`` and one ``observe`` per client (see the controller: under 1 ms at
+1,000 clients), a few numpy reductions, and one small JSON write when ``state_dir`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from flwr_adaptive.controller import POLICIES, AllocationController
+from flwr_adaptive.devices import account_round
+from strategies.reports import ClientReport
+
+__all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY"]
+
+WEIGHTINGS = ("samples", "data-size")
+STATE_FILE = "adaptive-state.json"
+CONTEXT_STATE_KEY = "flwr-adaptive"
+_STATE_VERSION = 1
+
+
+def _log(level: int, msg: str, *args: Any) -> None:
+    # Flower's logger: the line lands next to Flower's own round lines (and in pytest's caplog).
+    from flwr.common.logger import log
+
+    log(level, msg, *args)
+
+
+class AdaptiveCore:
+    """Quota allocation, telemetry bookkeeping and state shared by both strategy APIs.
+
+    Parameters
+    ----------
+    budget : int
+        Samples per round, split among the participating clients (sums to it exactly).
+    policy : str (default: "time")
+        One of ``flwr_adaptive.controller.POLICIES``: ``"equal"`` (no adaptation), ``"time"``,
+        ``"low-energy"``, ``"energy"``. Energy policies need clients that measure energy.
+    smoothing : float (default: 0.5)
+        EMA weight of the newest per-sample cost.
+    deadband : float (default: 0.05)
+        Keep the previous split when it would move less than this fraction of the budget.
+    weighting : str (default: "samples")
+        Aggregation weight of each update: ``"samples"`` processed this round (FedAvg; right when
+        any client may take any sample) or ``"data-size"``, the client's local data size (keeps
+        the federated objective unchanged when quotas move between owners of non-IID data).
+    allow_cycling : bool (default: False)
+        Let a client whose quota exceeds its local data cycle through it again. When False the
+        strategy caps each client's quota at the data size it reports.
+    min_quota : int (default: 1)
+        Smallest quota any client gets.
+    forget_after, cost_clip : see ``AllocationController``.
+    state_dir : str or Path, optional
+        Folder where the controller state is saved after every round (``adaptive-state.json``)
+        and from which a restarted ServerApp resumes it.
+    context : flwr.app.Context, optional
+        The ServerApp context: the state is also kept in ``context.state`` and resumed from it.
+    """
+
+    def __init__(
+        self,
+        budget: int,
+        policy: str = "time",
+        *,
+        smoothing: float = 0.5,
+        deadband: float = 0.05,
+        weighting: str = "samples",
+        allow_cycling: bool = False,
+        min_quota: int = 1,
+        forget_after: int = 3,
+        cost_clip: float = 100.0,
+        state_dir: str | os.PathLike | None = None,
+        context: Any = None,
+    ) -> None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+            raise ValueError(f"budget must be a positive int (samples per round), got {budget!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+        self.budget = int(budget)
+        self.policy = policy
+        self.weighting = weighting
+        self.allow_cycling = bool(allow_cycling)
+        self.min_quota = min_quota
+        self._controller_kwargs = dict(smoothing=smoothing, deadband=deadband, min_quota=min_quota,
+                                       forget_after=forget_after, cost_clip=cost_clip)
+        self.controller = self.make_controller()
+        self.state_path = None if not state_dir else Path(state_dir) / STATE_FILE
+        self.context = context
+        self._partition_of: dict[Hashable, int] = {}  # node id -> partition id (this run)
+        self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
+        self._caps: dict[Hashable, int] = {}  # controller id -> local data size (cycling off)
+        self._probation: set[Hashable] = set()  # node ids that failed in their last round
+        self._round_rows: list[dict[str, Any]] = []
+        self._client_rows: list[dict[str, Any]] = []
+        self._rounds_done = 0  # rounds observed, across resumptions
+        self._warned: set[str] = set()
+        self._resume()
+
+    # ------------------------------------------------------------------ overridable hooks
+    def make_controller(self) -> AllocationController:
+        """The controller for ``self.policy`` (baselines override this or the hooks below)."""
+        return AllocationController.from_policy(self.policy, self.budget, **self._controller_kwargs)
+
+    def participants(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
+        """Who trains this round among the nodes the inner strategy sampled: all of them."""
+        return list(node_ids)
+
+    def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
+        """``{node_id: quota}`` summing to ``budget``.
+
+        The equal split while no partition is known (round 1), the controller's split after. A
+        node that failed last round is on probation: it gets ``probe_quota()`` samples and its
+        share is re-split among the others; one good reply lifts the probation.
+        """
+        node_ids = list(node_ids)
+        if not node_ids:
+            return {}
+        probe = self.probe_quota()
+        probation = [n for n in node_ids if n in self._probation]
+        if len(probation) == len(node_ids):
+            probation = []  # nobody healthy to take the share: everyone tries again
+        if not any(n in self._partition_of for n in node_ids):
+            equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
+                                         min_quota=self.min_quota,
+                                         max_quota={n: probe for n in probation})
+            try:
+                return equal.allocate(node_ids)
+            except ValueError as err:
+                return self._infeasible_split(node_ids, node_ids, set(probation), err)
+        keys = self._keys(node_ids)
+        for n, k in zip(node_ids, keys):
+            self.controller.set_max_quota(k, probe if n in probation else self._caps.get(k))
+        try:
+            split = self.controller.allocate(keys)
+        except ValueError as err:
+            return self._infeasible_split(node_ids, keys, set(probation), err)
+        return {n: split[k] for n, k in zip(node_ids, keys)}
+
+    def probe_quota(self) -> int:
+        """Samples given to a node on probation (it failed last round): the smallest quota."""
+        return max(self._min_of(), 1)
+
+    def observe_replies(self, server_round: int, reports: Sequence[ClientReport]) -> list[ClientReport]:
+        """Feed the controller; returns the reports it accepted.
+
+        Probes (replies of nodes on probation) are not observed; an observation the controller
+        refuses is logged and dropped (the update itself is still aggregated).
+        """
+        accepted = []
+        for r in reports:
+            if r.partition_id is not None:
+                self._partition_of[r.node_id] = r.partition_id
+            if r.node_id in self._probation:
+                continue  # a probe of min_quota samples says "alive", not what a sample costs
+            key = self._keys([r.node_id])[0]
+            if not self.allow_cycling and r.data_size is not None:
+                self._caps[key] = max(r.data_size, self._min_of())
+                self.controller.set_max_quota(key, self._caps[key])
+            try:
+                self.controller.observe(key, r.to_report())
+            except ValueError as err:
+                _log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
+                     server_round, r.node_id, err)
+                continue
+            accepted.append(r)
+        return accepted
+
+    def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
+        """Aggregation weight of each kept reply, by ``weighting``."""
+        if self.weighting == "samples":
+            return {r.node_id: r.samples for r in reports}
+        out = {}
+        for r in reports:
+            if r.data_size is None:
+                self._warn_once("data-size", "[adaptive] weighting='data-size' but node %s does not "
+                                "report its data size; weighting it by samples", r.node_id)
+                out[r.node_id] = r.samples
+            else:
+                out[r.node_id] = r.data_size
+        return out
+
+    # ------------------------------------------------------------------ round bookkeeping
+    def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
+        """Remember what was assigned (the API classes call this from configure_*)."""
+        self._assigned = dict(quotas)
+
+    def assigned_quota(self, node_id: Hashable) -> int | None:
+        """What ``node_id`` was asked to process this round (``None``: nothing assigned)."""
+        return self._assigned.get(node_id)
+
+    def end_round(self, server_round: int, reports: Sequence[ClientReport],
+                  skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
+        """Account the round, log one line, append history rows and save the state.
+
+        ``reports`` are the replies aggregated this round; ``skipped`` maps the nodes left out to
+        a reason; ``unobserved`` names aggregated nodes whose observation the controller refused.
+        """
+        unobserved = set(unobserved)
+        self._rounds_done += 1
+        row = self.account(server_round, reports, skipped)
+        self._round_rows.append(row)
+        for r in reports:
+            self._client_rows.append({
+                "round": server_round, "node_id": r.node_id, "partition_id": r.partition_id,
+                "quota": r.quota, "samples": r.samples, "time_s": r.time_s,
+                "cpu_time_s": r.cpu_time_s, "wall_time_s": r.wall_time_s,
+                "energy_j": np.nan if r.energy_j is None else r.energy_j,
+                "data_size": r.data_size, "capped": r.capped,
+                "status": ("probe" if r.node_id in self._probation
+                           else "observation-dropped" if r.node_id in unobserved else "ok"),
+            })
+        for node, reason in skipped.items():
+            self._client_rows.append({
+                "round": server_round, "node_id": node, "partition_id": self._partition_of.get(node),
+                "quota": self._assigned.get(node), "samples": 0, "time_s": np.nan,
+                "cpu_time_s": np.nan, "wall_time_s": np.nan, "energy_j": np.nan,
+                "data_size": None, "capped": False, "status": reason,
+            })
+        self._probation = (self._probation - {r.node_id for r in reports}) | set(skipped)
+        self.log_round(row)
+        self.save_state()
+        return row
+
+    def account(self, server_round: int, reports: Sequence[ClientReport],
+                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+        """The round's figures: makespan, busy-time CV, active + idle energy, quota spread.
+
+        Makespan is the slowest kept client's own time; every other kept client idles for the
+        difference at its reported idle power. Skipped clients are counted, not timed.
+        """
+        quotas = np.array(list(self._assigned.values()), dtype=float)
+        row: dict[str, Any] = {"round": server_round, "policy": self.policy,
+                               "clients": len(reports), "skipped": len(skipped)}
+        makespan, active, idle, cv, clock = math.nan, math.nan, math.nan, math.nan, "none"
+        if reports:
+            busy = {r.node_id: r.time_s for r in reports}
+            # Unknown figures are priced at 0 and the total marked unknown (NaN) below.
+            acct = account_round(busy, active_j={r.node_id: r.energy_j or 0.0 for r in reports},
+                                 idle_w={r.node_id: r.idle_w or 0.0 for r in reports})
+            makespan, cv = acct.makespan, acct.cv_busy
+            active = acct.total_active_j if all(r.energy_j is not None for r in reports) else math.nan
+            idle = acct.total_idle_j if all(r.idle_w is not None for r in reports) else math.nan
+            clocks = {r.virtual_clock for r in reports}
+            clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")
+        row.update({
+            "makespan_s": makespan, "cv_busy": cv, "active_j": active, "idle_j": idle,
+            "energy_j": active + idle, "clock": clock,
+            "samples": int(sum(r.samples for r in reports)),
+            "quota_min": float(quotas.min()) if len(quotas) else math.nan,
+            "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
+            "quota_max": float(quotas.max()) if len(quotas) else math.nan,
+            "quota_sum": int(quotas.sum()) if len(quotas) else 0,
+        })
+        return row
+
+    def log_round(self, row: Mapping[str, Any]) -> None:
+        """The one log line per round."""
+        energy = (f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"])
+                  else f"active energy {row['active_j']:.1f} J" if math.isfinite(row["active_j"])
+                  else "energy unmeasured")
+        _log(INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | CV busy %.3f | "
+             "quota min/median/max %g/%g/%g | %d clients, %d skipped",
+             row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
+             row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"])
+
+    @property
+    def history(self):
+        """Per-round history as a ``pandas.DataFrame`` (one row per round)."""
+        import pandas as pd
+
+        return pd.DataFrame(self._round_rows)
+
+    @property
+    def client_history(self):
+        """Per-client, per-round telemetry as a ``pandas.DataFrame`` (skipped clients included)."""
+        import pandas as pd
+
+        return pd.DataFrame(self._client_rows)
+
+    def save_history(self, path: str | os.PathLike) -> None:
+        """Write the per-round history to ``path`` and the per-client rows next to it (CSV)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.history.to_csv(path, index=False)
+        self.client_history.to_csv(path.with_name(path.stem + "-clients" + path.suffix), index=False)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a restarted ServerApp needs, as JSON types (keyed by partition id)."""
+        return {"version": _STATE_VERSION, "policy": self.policy, "budget": self.budget,
+                "rounds": self._rounds_done, "controller": self.controller.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()`` output (node ids are not part of it: they change)."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported adaptive strategy state version {state.get('version')!r}; "
+                             f"this release reads version {_STATE_VERSION}: delete the state file")
+        self.controller.load_state_dict(state["controller"])
+        self._rounds_done = int(state["rounds"])
+
+    def save_state(self) -> None:
+        """Write the state to ``state_dir`` (atomically) and/or the ServerApp context."""
+        if self.state_path is None and self.context is None:
+            return
+        text = json.dumps(self.state_dict())
+        if self.state_path is not None:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".adaptive-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.state_path)
+        if self.context is not None:
+            from flwr.app import ConfigRecord
+
+            self.context.state[CONTEXT_STATE_KEY] = ConfigRecord({"json": text})
+
+    def _resume(self) -> None:
+        text = None
+        if self.context is not None and CONTEXT_STATE_KEY in self.context.state:
+            text = self.context.state[CONTEXT_STATE_KEY]["json"]
+        elif self.state_path is not None and self.state_path.exists():
+            text = self.state_path.read_text()
+        if text:
+            self.load_state_dict(json.loads(text))
+            _log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done,
+                 self.state_path or "ServerApp context")
+
+    # ------------------------------------------------------------------ helpers
+    def _min_of(self) -> int:
+        return self.min_quota if isinstance(self.min_quota, int) else 0
+
+    def _keys(self, node_ids: Iterable[Hashable]) -> list[Hashable]:
+        """Controller ids for these nodes: partition id when known, unique within the list."""
+        keys, seen = [], set()
+        for n in node_ids:
+            key = self._partition_of.get(n, f"node-{n}")
+            if key in seen:  # two live nodes claim one partition: keep them apart
+                self._warn_once(f"dup-{key}", "[adaptive] nodes share partition id %s; set a distinct "
+                                "partition-id in each SuperNode's --node-config", key)
+                key = f"node-{n}"
+            seen.add(key)
+            keys.append(key)
+        return keys
+
+    def _infeasible_split(self, node_ids, keys, probation: set, err: ValueError) -> dict[Hashable, int]:
+        """Bounds cannot hold the budget (it exceeds the total local data, cycling off)."""
+        self._warn_once("infeasible", "[adaptive] %s; every client trains on all its local data "
+                        "(allow_cycling=True or a smaller budget restores adaptation)", err)
+        probe = self.probe_quota()
+        caps = {n: probe if n in probation else self._caps.get(k) for n, k in zip(node_ids, keys)}
+        unknown = [n for n, c in caps.items() if c is None]
+        left = max(self.budget - sum(c for c in caps.values() if c is not None), 0)
+        share = left // len(unknown) if unknown else 0
+        return {n: (c if c is not None else share) for n, c in caps.items()}
+
+    def _warn_once(self, tag: str, msg: str, *args: Any) -> None:
+        if tag not in self._warned:
+            self._warned.add(tag)
+            _log(WARNING, msg, *args)
