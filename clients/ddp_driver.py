@@ -136,8 +136,9 @@ def round_summary(telemetry: Sequence[RankTelemetry]) -> dict[str, Any]:
         ``compute_cv`` (coefficient of variation of the ranks' ``time_s``; on the ranks' compute
         clock), ``wait_share`` (Σ all-reduce seconds / Σ wall seconds of the ranks; wall clock),
         ``makespan_s`` (``Σ_s max_i t_{i,s}`` on the compute clock), ``wall_s`` (the slowest
-        rank's wall seconds), ``quotas`` (samples per rank), ``clock``, and per-rank lists
-        ``time_s`` and ``wait_s``.
+        rank's wall seconds), ``overrun_share`` (Σ ``overrun_s`` / Σ ``time_s``: how far the wall
+        clock fell behind the emulated compute; near 0 when the emulation is faithful),
+        ``quotas`` (samples per rank), ``clock``, and per-rank lists ``time_s`` and ``wait_s``.
     """
     tel = sorted(telemetry, key=lambda t: t.rank)
     times = np.array([t.time_s for t in tel])
@@ -150,6 +151,7 @@ def round_summary(telemetry: Sequence[RankTelemetry]) -> dict[str, Any]:
         "wait_share": float(waits.sum() / walls.sum()) if walls.sum() > 0 else 0.0,
         "makespan_s": step_makespan(np.asarray(tel[0].step_compute_s)) if tel else 0.0,
         "wall_s": float(walls.max()) if len(walls) else 0.0,
+        "overrun_share": float(sum(t.overrun_s for t in tel) / times.sum()) if times.sum() > 0 else 0.0,
         "clock": tel[0].clock if tel else "",
         "time_s": times.tolist(),
         "wait_s": waits.tolist(),

@@ -2,7 +2,7 @@
 
 Usage (one host, four ranks; on several hosts add torchrun's ``--nnodes``/``--rdzv-*`` options)::
 
-    torchrun --nproc-per-node 4 -m clients.ddp_run --task clients.ddp_toy:mlp_task \\
+    torchrun --nproc-per-node 4 -m clients.ddp_run --task clients.ddp_toy:cnn_task \\
         --policy time --rounds 5 --budget 4000 --steps 20 [--slowdowns 1,1.5,2,3] [--json out.json]
 
 Contract
@@ -60,7 +60,7 @@ def _floats(text: str) -> list[float]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (see the module docstring)."""
     p = argparse.ArgumentParser(prog="torchrun ... -m clients.ddp_run", description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="clients.ddp_toy:mlp_task", help="module:factory returning a WorkerSpec")
+    p.add_argument("--task", default="clients.ddp_toy:cnn_task", help="module:factory returning a WorkerSpec")
     p.add_argument("--policy", default="time", choices=DDP_POLICIES)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--budget", type=int, default=4000, help="samples per round over all ranks")

@@ -13,7 +13,8 @@ gradient, so the replicas stay identical (``RankTelemetry.params_digest`` checks
 
 Per step the rank records forward, backward, the emulated slowness sleep, the all-reduce (its
 wait for the slowest rank plus the transfer) and the optimizer step. ``time_s`` — what the
-controller sees — is forward + backward + sleep: its own compute, waits excluded.
+controller sees — is ``Σ_s slowdown × (forward + backward)``: its own compute on the emulated
+device, waits excluded.
 
 Why not ``torch.nn.parallel.DistributedDataParallel``: its reducer overlaps the all-reduce with
 backward, so the wait for stragglers is hidden inside ``backward()`` and cannot be taken out of
@@ -21,12 +22,17 @@ backward, so the wait for stragglers is hidden inside ``backward()`` and cannot 
 flat post-backward all-reduce used here computes the same average (DDP's math) and measures
 the wait exactly; it gives up DDP's overlap of communication with backward.
 
-Emulated heterogeneity: a rank with ``slowdown`` k sleeps ``(k − 1) ×`` its measured compute of
-each step *before* the all-reduce, so the other ranks really wait for it. Compute is measured on
-the ``"process"`` clock (this process's CPU time; torch on one thread, so contention with other
-ranks on shared cores does not inflate it) or on the ``"wall"`` clock (the default with CUDA,
-where CPU time does not see the GPU; the device is synchronized before reading it). Waits and
-round time are always wall clock.
+Emulated heterogeneity: a rank with ``slowdown`` k makes each step's compute last ``k ×`` its
+measured compute ``c`` by sleeping *before* the all-reduce, so the other ranks really wait for
+it. Compute is measured on the ``"process"`` clock (this process's CPU time; torch on one
+thread, so contention with other ranks on shared cores does not inflate it) or on the ``"wall"``
+clock (the default with CUDA, where CPU time does not see the GPU; the device is synchronized
+before reading it). The sleep is ``max(0, k·c − w)`` with ``w`` the wall time the compute took:
+on the wall clock (or with a core to itself) that is exactly ``(k − 1)·c``; when ranks share
+cores and ``w > c`` the sleep absorbs the contention instead of stacking ``(k − 1)·c`` on top of
+it, so on the wall clock the step still lasts ``k·c``. Where even that is impossible
+(``w > k·c``) the excess is recorded as ``overrun_s``. Waits and round time are always wall
+clock.
 
 Cost
 ----
@@ -82,15 +88,17 @@ def rank_device(local_rank: int) -> torch.device:
 
 
 def relative_slowdowns(profiles: Sequence[Any]) -> tuple[list[float], list[float | None]]:
-    """Per-rank ``(slowdowns, active watts)`` from device profiles (anything with ``slowdown``).
+    """Per-rank ``(slowdowns, active watts)`` to emulate device profiles (anything with ``slowdown``).
 
-    Sleeping can only slow a rank down, so slowdowns are taken relative to the fastest profile
-    (which runs at host speed). ``active_w`` is read where the profile has it.
+    Profiles' slowdowns are relative to this host. Sleeping can only slow a rank down, so if some
+    profile is faster than the host (slowdown < 1) all are divided by the smallest one (the
+    fastest device then runs at host speed); otherwise they are used as they are. ``active_w``
+    is read where the profile has it.
     """
     raw = [float(getattr(p, "slowdown")) for p in profiles]
     if not raw or min(raw) <= 0 or not all(math.isfinite(s) for s in raw):
         raise ValueError(f"profiles need finite slowdowns > 0, got {raw}")
-    fastest = min(raw)
+    fastest = min(min(raw), 1.0)
     watts = [getattr(p, "active_w", None) for p in profiles]
     return [s / fastest for s in raw], [None if w is None else float(w) for w in watts]
 
@@ -196,10 +204,13 @@ class RoundPlan:
 class RankTelemetry:
     """One rank's measurement of one round (picklable; ``asdict`` gives JSON types).
 
-    ``time_s`` is the rank's own compute (forward + backward + emulated slowness) on ``clock``,
-    waits excluded — the controller's input. ``wait_s`` (all-reduce: waiting for the slowest
-    rank plus the transfer) and ``wall_s`` are wall-clock seconds. Per-step lists have one entry
-    per step; ``step_compute_s[j][s]`` is rank ``j``'s compute at step ``s`` as every rank
+    ``time_s`` is the rank's own compute on the emulated device, ``Σ_s slowdown × (forward +
+    backward)`` on ``clock``, waits excluded — the controller's input. ``wait_s`` (all-reduce:
+    waiting for the slowest rank plus the transfer), ``wall_s``, ``sleep_s`` and
+    ``compute_wall_s`` are wall-clock seconds; ``overrun_s`` is how much longer than
+    ``slowdown × compute`` the compute took on the wall clock (contention the sleep could not
+    absorb; near 0 when the emulation is faithful). Per-step lists have one entry per step;
+    ``step_compute_s[j][s]`` is rank ``j``'s emulated compute at step ``s`` as every rank
     received it with the all-reduce.
     """
 
@@ -213,9 +224,11 @@ class RankTelemetry:
     wall_s: float
     clock: str
     slowdown: float
+    overrun_s: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
     forward_s: list[float] = field(default_factory=list)
     backward_s: list[float] = field(default_factory=list)
+    compute_wall_s: list[float] = field(default_factory=list)
     sleep_s: list[float] = field(default_factory=list)
     allreduce_s: list[float] = field(default_factory=list)
     optimizer_s: list[float] = field(default_factory=list)
@@ -435,6 +448,7 @@ class DDPRank:
             mine = IndexStream.rank_slice(stream.take(int(sizes.sum())), sizes, rank)
             self.optimizer.zero_grad(set_to_none=True)
 
+            w_start = self.wall_clock()
             c0 = self.compute_clock()
             if len(mine):
                 loss = self._step_loss(self._fetch(mine))
@@ -446,11 +460,14 @@ class DDPRank:
                 loss_sum += float(loss.detach())
             else:
                 c1 = c2 = c0  # empty batch: zero gradient, but it still joins the all-reduce
-            compute = (c1 - c0) + (c2 - c1)
-            nap = (slowdown - 1.0) * compute
+            step_time = slowdown * (c2 - c0)
+            compute_wall = self.wall_clock() - w_start
+            nap = step_time - compute_wall
             if nap > 0:
                 self.sleep(nap)
-            step_time = compute + nap
+            else:
+                tel.overrun_s -= nap
+                nap = 0.0
 
             tail = np.zeros(2 * world)
             tail[rank] = step_time
@@ -472,14 +489,15 @@ class DDPRank:
             tel.batch_sizes.append(len(mine))
             tel.forward_s.append(c1 - c0)
             tel.backward_s.append(c2 - c1)
+            tel.compute_wall_s.append(compute_wall)
             tel.sleep_s.append(nap)
             tel.allreduce_s.append(w1 - w0)
             tel.optimizer_s.append(o1 - o0)
         tel.wall_s = self.wall_clock() - wall_start
-        tel.time_s = float(sum(tel.forward_s) + sum(tel.backward_s) + sum(tel.sleep_s))
-        tel.wait_s = float(sum(tel.allreduce_s))
         # The own entry is exact; the others went through the all-reduce's dtype.
-        step_compute[rank] = np.array(tel.forward_s) + np.array(tel.backward_s) + np.array(tel.sleep_s)
+        step_compute[rank] = slowdown * (np.array(tel.forward_s) + np.array(tel.backward_s))
+        tel.time_s = float(step_compute[rank].sum())
+        tel.wait_s = float(sum(tel.allreduce_s))
         tel.step_compute_s = step_compute.tolist()
         tel.loss_sum = loss_sum
         if plan.active_watts is not None and plan.active_watts[rank] is not None:

@@ -143,32 +143,45 @@ def test_a_failing_rank_stops_the_group_with_its_traceback():
 
 
 # ---------------------------------------------------------------------------- one in-process rank, fake clocks
-class FakeClock:
-    """Advances only when told to: by the model's forward/backward and by sleep."""
+class FakeClocks:
+    """A CPU clock and a wall clock that advance only when the fake model or ``sleep`` says so.
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    ``stretch`` is how much longer than its CPU time the compute takes on the wall clock (other
+    processes sharing the core).
+    """
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self, stretch: float = 1.0) -> None:
+        self.cpu_now = 0.0
+        self.wall_now = 0.0
+        self.stretch = stretch
+
+    def cpu(self) -> float:
+        return self.cpu_now
+
+    def wall(self) -> float:
+        return self.wall_now
+
+    def work(self, cpu_seconds: float) -> None:
+        self.cpu_now += cpu_seconds
+        self.wall_now += cpu_seconds * self.stretch
 
     def sleep(self, seconds: float) -> None:
-        self.now += seconds
+        self.wall_now += seconds
 
 
 class TimedLinear(torch.nn.Module):
-    """Costs 2 ms per sample forward and 3 ms per sample backward on the fake clock."""
+    """Costs 2 ms per sample forward and 3 ms per sample backward of CPU time on the fake clocks."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clocks: FakeClocks) -> None:
         super().__init__()
-        self.clock = clock
+        self.clocks = clocks
         self.lin = torch.nn.Linear(2, 2, dtype=torch.float64)
 
     def forward(self, x):
-        self.clock.now += 0.002 * len(x)
-        out = self.lin(x)
         n = len(x)
-        out.register_hook(lambda g: self.clock.sleep(0.003 * n))
+        self.clocks.work(0.002 * n)
+        out = self.lin(x)
+        out.register_hook(lambda g: self.clocks.work(0.003 * n))
         return out
 
 
@@ -179,15 +192,20 @@ def single_rank_group():
     dist.destroy_process_group()
 
 
-def test_time_s_is_compute_plus_emulated_slowness_and_excludes_waits(single_rank_group):
-    # Prepare
-    clock = FakeClock()
+def timed_rank(clocks: FakeClocks) -> DDPRank:
     x = torch.randn(30, 2, dtype=torch.float64)
-    spec = WorkerSpec(model_fn=lambda: TimedLinear(clock), data=(x, torch.zeros(30, dtype=torch.long)),
+    spec = WorkerSpec(model_fn=lambda: TimedLinear(clocks), data=(x, torch.zeros(30, dtype=torch.long)),
                       loss_fn=torch.nn.CrossEntropyLoss(reduction="sum"),
                       optimizer_fn=lambda p: torch.optim.SGD(p, lr=0.1))
-    rank = DDPRank(spec, device=torch.device("cpu"), compute_clock=clock, wall_clock=clock, sleep=clock.sleep)
-    plan = RoundPlan(quotas=[10], steps=4, slowdowns=[2.5], active_watts=[6.0])  # batches 3, 3, 2, 2
+    return DDPRank(spec, device=torch.device("cpu"), clock="process", compute_clock=clocks.cpu,
+                   wall_clock=clocks.wall, sleep=clocks.sleep)
+
+
+def test_time_s_is_slowdown_times_compute_and_excludes_waits(single_rank_group):
+    # Prepare: a core to itself (wall = CPU time), slowdown 2.5, batches 3, 3, 2, 2
+    clocks = FakeClocks(stretch=1.0)
+    rank = timed_rank(clocks)
+    plan = RoundPlan(quotas=[10], steps=4, slowdowns=[2.5], active_watts=[6.0])
     # Execute
     tel = rank.train_round(plan)
     # Assert
@@ -197,11 +215,37 @@ def test_time_s_is_compute_plus_emulated_slowness_and_excludes_waits(single_rank
     assert tel.sleep_s == pytest.approx([1.5 * 0.015, 1.5 * 0.015, 1.5 * 0.010, 1.5 * 0.010], abs=1e-12)
     assert tel.time_s == pytest.approx(2.5 * 0.050, abs=1e-12)
     assert tel.wall_s == pytest.approx(tel.time_s, abs=1e-12)  # the fake all-reduce took no time
-    assert tel.wait_s == 0.0
+    assert tel.wait_s == 0.0 and tel.overrun_s == pytest.approx(0.0, abs=1e-12)
     assert tel.energy_j == pytest.approx(6.0 * tel.time_s)
     assert tel.makespan_s == pytest.approx(tel.time_s)
     report = tel.report()
     assert (report.time_s, report.samples) == (pytest.approx(0.125), 10)
+
+
+def test_the_slowness_sleep_absorbs_contention_so_a_step_lasts_slowdown_times_compute(single_rank_group):
+    # Prepare: the compute takes twice its CPU time on the wall clock (a shared core)
+    clocks = FakeClocks(stretch=2.0)
+    rank = timed_rank(clocks)
+    # Execute
+    tel = rank.train_round(RoundPlan(quotas=[10], steps=2, slowdowns=[2.5]))  # batches 5, 5
+    # Assert: CPU compute 25 ms per step, 50 ms of it on the wall clock, 62.5 ms emulated
+    assert tel.compute_wall_s == pytest.approx([0.050, 0.050], abs=1e-12)
+    assert tel.sleep_s == pytest.approx([0.0125, 0.0125], abs=1e-12)
+    assert tel.time_s == pytest.approx(0.125, abs=1e-12)
+    assert tel.wall_s == pytest.approx(0.125, abs=1e-12)
+    assert tel.overrun_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_contention_beyond_the_slowdown_is_reported_as_overrun(single_rank_group):
+    # Prepare: stretch 2 but slowdown 1.5: the step cannot be made as short as emulated
+    clocks = FakeClocks(stretch=2.0)
+    rank = timed_rank(clocks)
+    # Execute
+    tel = rank.train_round(RoundPlan(quotas=[10], steps=2, slowdowns=[1.5]))
+    # Assert
+    assert tel.sleep_s == [0.0, 0.0]
+    assert tel.time_s == pytest.approx(1.5 * 0.050, abs=1e-12)
+    assert tel.overrun_s == pytest.approx(2 * (0.050 - 0.0375), abs=1e-12)
 
 
 def test_loss_with_mean_reduction_is_refused(single_rank_group):
@@ -296,15 +340,23 @@ def test_round_summary_uses_per_step_makespan_and_excludes_waits_from_compute():
     assert summary["wait_share"] == 0.5
 
 
-def test_relative_slowdowns_are_taken_from_the_fastest_profile():
-    # Prepare
-    class Profile:
-        def __init__(self, slowdown, active_w):
-            self.slowdown, self.active_w = slowdown, active_w
+class Profile:
+    def __init__(self, slowdown, active_w):
+        self.slowdown, self.active_w = slowdown, active_w
+
+
+def test_profiles_faster_than_the_host_are_rescaled_so_that_the_fastest_runs_at_host_speed():
     # Execute
     slowdowns, watts = relative_slowdowns([Profile(0.5, 10.0), Profile(1.5, 4.0)])
     # Assert
     assert slowdowns == [1.0, 3.0] and watts == [10.0, 4.0]
+
+
+def test_profiles_slower_than_the_host_keep_their_slowdowns():
+    # Execute
+    slowdowns, _ = relative_slowdowns([Profile(2.0, 1.0), Profile(1.25, 1.0)])
+    # Assert
+    assert slowdowns == [2.0, 1.25]
 
 
 # ---------------------------------------------------------------------------- torchrun
