@@ -42,6 +42,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from flwr_adaptive import keys
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive.devices import account_round
 from strategies.reports import ClientReport
@@ -172,6 +173,13 @@ class AdaptiveCore:
         except ValueError as err:
             return self._infeasible_split(node_ids, keys, set(probation), err)
         return {n: split[k] for n, k in zip(node_ids, keys)}
+
+    def note_partition(self, node_id: Hashable, metrics: Mapping[str, Any]) -> None:
+        """Learn ``node_id``'s partition from a reply even when the rest of it is unusable."""
+        value = metrics.get(keys.PARTITION_ID)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                and value >= 0 and value == int(value):
+            self._partition_of[node_id] = int(value)
 
     def probe_quota(self) -> int:
         """Samples given to a node on probation (it failed last round): the smallest quota."""

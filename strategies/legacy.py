@@ -130,6 +130,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 _log(WARNING, "[adaptive] round %s: result from client %s that was not sent a quota "
                      "this round: skipped", server_round, node)
                 continue
+            self.note_partition(node, res.metrics)
             try:
                 report = parse_report(node, res.metrics, self.assigned_quota(node))
             except ValueError as err:

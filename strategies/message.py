@@ -154,9 +154,10 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                      "MetricRecords (expected 1 and 1); skipped", server_round, node,
                      len(content.array_records), len(content.metric_records))
                 continue
+            metrics = next(iter(content.metric_records.values()))
+            self.note_partition(node, metrics)
             try:
-                report = parse_report(node, next(iter(content.metric_records.values())),
-                                      self.assigned_quota(node))
+                report = parse_report(node, metrics, self.assigned_quota(node))
             except ValueError as err:
                 skipped[node] = "invalid"
                 _log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)

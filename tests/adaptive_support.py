@@ -1,0 +1,88 @@
+"""Shared helpers of the adaptive-strategy tests: fake clocks, counted data, emulated devices.
+
+Imported by the test modules and, inside Ray actors, by the client apps they build (Ray gives its
+workers the driver's ``sys.path``, which holds ``tests/``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from flwr_adaptive.devices import DeviceProfile
+from flwr_adaptive.energy import EmulatedMeter, Measurement
+
+COST_S = 2.0 ** -10  # fake CPU seconds per sample read: a power of two keeps sums exact
+SLOWDOWNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+PROFILES = tuple(DeviceProfile(f"dev{i}", "x86_64", slowdown=s, active_w=10.0 + i, idle_w=2.0)
+                 for i, s in enumerate(SLOWDOWNS))
+
+
+class FakeClock:
+    """Seconds as the test decides them."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CPU_CLOCK = FakeClock()  # one per process: advanced only by counted reads
+
+
+class CountingData:
+    """A map-style dataset whose every read is counted and costs ``COST_S`` on ``clock``."""
+
+    def __init__(self, size: int, clock: FakeClock = CPU_CLOCK, value: float = 0.0) -> None:
+        self.size, self.clock, self.value = size, clock, value
+        self.reads: list[int] = []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> float:
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        self.reads.append(int(i))
+        self.clock.now += COST_S
+        return self.value
+
+
+def emulated_meter(context, server_round):
+    """The node's emulated device (by partition id) on the per-process fake CPU clock."""
+    return EmulatedMeter(PROFILES[context.node_config["partition-id"] % len(PROFILES)], cpu_clock=CPU_CLOCK)
+
+
+class NaNMeter:
+    """A broken meter: its windows last NaN seconds."""
+
+    def begin_window(self, name):
+        pass
+
+    def end_window(self, name):
+        return Measurement(math.nan, None, "broken", "wall")
+
+
+def adaptive_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "[adaptive]" in r.getMessage()]
+
+
+def quiet_flower() -> None:
+    """Keep Flower's per-round INFO lines out of the test output (warnings stay)."""
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+
+
+def expected_equal_makespan(budget: int, slowdowns=SLOWDOWNS) -> float:
+    """Makespan of the equal split (largest-remainder shares) on the virtual clock."""
+    n = len(slowdowns)
+    shares = [budget // n + (1 if i < budget % n else 0) for i in range(n)]
+    # The slowest device with the largest share bounds it from below; equal shares differ by ≤ 1.
+    return max(q * COST_S * s for q, s in zip(sorted(shares), sorted(slowdowns)))
+
+
+def weighted_mean(values, weights) -> float:
+    values, weights = np.asarray(values, float), np.asarray(weights, float)
+    return float((values * weights).sum() / weights.sum())
