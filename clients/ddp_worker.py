@@ -45,6 +45,7 @@ need) and two copies of the gradient into and out of a flat buffer. Memory: one 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -57,6 +58,8 @@ import torch.distributed as dist
 from flwr_adaptive.controller import Report
 from flwr_adaptive.ema_batching import EmaBatchSizer
 from flwr_adaptive.schedule import IndexStream, batch_schedule, loss_scales, step_makespan
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BALANCING",
@@ -126,6 +129,12 @@ class WorkerSpec:
         ``(parameters) -> Optimizer``; default SGD with lr 0.05.
     seed : int
         ``torch.manual_seed`` before ``model_fn`` (rank 0's model is broadcast anyway).
+    meter_fn : callable, optional
+        ``(rank, device) -> meter`` with ``begin_window(name)`` / ``end_window(name)`` returning a
+        measurement with ``joules`` (e.g. ``lambda r, d: flwr_adaptive.energy.auto_meter(str(d))``).
+        Each step's forward + backward is one window, so ``energy_j`` is the active energy of the
+        rank's compute, waits excluded. A meter that fails to build or read gives
+        ``energy_j = None``, never an error. ``RoundPlan.active_watts`` takes precedence.
     """
 
     model_fn: Callable[[], torch.nn.Module]
@@ -133,6 +142,7 @@ class WorkerSpec:
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     optimizer_fn: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None
     seed: int = 0
+    meter_fn: Callable[[int, torch.device], Any] | None = None
 
 
 @dataclass
@@ -383,6 +393,31 @@ class DDPRank:
         self.optimizer = (spec.optimizer_fn or _default_optimizer)(self.model.parameters())
         self.sync = GradientAllReduce(self.model.parameters(), self.world, extra=2 * self.world)
         self.ema: EmaBatchSizer | None = None
+        self.meter = None
+        if spec.meter_fn is not None:
+            try:
+                self.meter = spec.meter_fn(self.rank, self.device)
+            except Exception as exc:  # noqa: BLE001 - a missing meter must not stop training
+                log.warning("rank %d: energy meter unavailable (%s); energy_j will be None", self.rank, exc)
+
+    def _measure_begin(self) -> None:
+        if self.meter is not None:
+            try:
+                self.meter.begin_window("ddp-compute")
+            except Exception as exc:  # noqa: BLE001
+                log.warning("rank %d: energy meter failed (%s); energy_j will be None", self.rank, exc)
+                self.meter = None
+
+    def _measure_end(self) -> float | None:
+        if self.meter is None:
+            return None
+        try:
+            joules = getattr(self.meter.end_window("ddp-compute"), "joules", None)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("rank %d: energy meter failed (%s); energy_j will be None", self.rank, exc)
+            self.meter = None
+            return None
+        return None if joules is None else float(joules)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -437,6 +472,7 @@ class DDPRank:
                             wait_s=0.0, wall_s=0.0, clock=self.clock, slowdown=slowdown)
         step_compute = np.zeros((world, plan.steps))
         loss_sum = 0.0
+        joules: float | None = 0.0 if self.meter is not None else None
         self.model.train()
         wall_start = self.wall_clock()
         for s in range(plan.steps):
@@ -448,6 +484,7 @@ class DDPRank:
             mine = IndexStream.rank_slice(stream.take(int(sizes.sum())), sizes, rank)
             self.optimizer.zero_grad(set_to_none=True)
 
+            self._measure_begin()
             w_start = self.wall_clock()
             c0 = self.compute_clock()
             if len(mine):
@@ -460,6 +497,8 @@ class DDPRank:
                 loss_sum += float(loss.detach())
             else:
                 c1 = c2 = c0  # empty batch: zero gradient, but it still joins the all-reduce
+            step_joules = self._measure_end()
+            joules = None if joules is None or step_joules is None else joules + step_joules
             step_time = slowdown * (c2 - c0)
             compute_wall = self.wall_clock() - w_start
             nap = step_time - compute_wall
@@ -502,5 +541,7 @@ class DDPRank:
         tel.loss_sum = loss_sum
         if plan.active_watts is not None and plan.active_watts[rank] is not None:
             tel.energy_j = float(plan.active_watts[rank]) * tel.time_s
+        else:
+            tel.energy_j = joules
         tel.params_digest = self.params_digest()
         return tel

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -192,11 +193,11 @@ def single_rank_group():
     dist.destroy_process_group()
 
 
-def timed_rank(clocks: FakeClocks) -> DDPRank:
+def timed_rank(clocks: FakeClocks, meter_fn=None) -> DDPRank:
     x = torch.randn(30, 2, dtype=torch.float64)
     spec = WorkerSpec(model_fn=lambda: TimedLinear(clocks), data=(x, torch.zeros(30, dtype=torch.long)),
                       loss_fn=torch.nn.CrossEntropyLoss(reduction="sum"),
-                      optimizer_fn=lambda p: torch.optim.SGD(p, lr=0.1))
+                      optimizer_fn=lambda p: torch.optim.SGD(p, lr=0.1), meter_fn=meter_fn)
     return DDPRank(spec, device=torch.device("cpu"), clock="process", compute_clock=clocks.cpu,
                    wall_clock=clocks.wall, sleep=clocks.sleep)
 
@@ -246,6 +247,40 @@ def test_contention_beyond_the_slowdown_is_reported_as_overrun(single_rank_group
     assert tel.sleep_s == [0.0, 0.0]
     assert tel.time_s == pytest.approx(1.5 * 0.050, abs=1e-12)
     assert tel.overrun_s == pytest.approx(2 * (0.050 - 0.0375), abs=1e-12)
+
+
+class FakeMeter:
+    """10 W of the fake CPU clock per window, like a model meter."""
+
+    def __init__(self, clocks: FakeClocks) -> None:
+        self.clocks, self.open = clocks, {}
+
+    def begin_window(self, name):
+        self.open[name] = self.clocks.cpu()
+
+    def end_window(self, name):
+        return types.SimpleNamespace(joules=10.0 * (self.clocks.cpu() - self.open.pop(name)))
+
+
+def test_a_meter_measures_the_compute_windows_only(single_rank_group):
+    # Prepare
+    clocks = FakeClocks(stretch=1.0)
+    rank = timed_rank(clocks, meter_fn=lambda r, d: FakeMeter(clocks))
+    # Execute
+    tel = rank.train_round(RoundPlan(quotas=[10], steps=2, slowdowns=[3.0]))
+    # Assert: 50 ms of CPU compute at 10 W; neither the slowness sleep nor the all-reduce counts
+    assert tel.energy_j == pytest.approx(0.5, abs=1e-12)
+
+
+def test_a_meter_that_cannot_be_built_leaves_energy_unmeasured_and_training_going(single_rank_group):
+    # Prepare
+    def broken(rank, device):
+        raise RuntimeError("no powercap here")
+    rank = timed_rank(FakeClocks(), meter_fn=broken)
+    # Execute
+    tel = rank.train_round(RoundPlan(quotas=[10], steps=2))
+    # Assert
+    assert tel.energy_j is None and tel.samples == 10 and tel.report().energy_j is None
 
 
 def test_loss_with_mean_reduction_is_refused(single_rank_group):
