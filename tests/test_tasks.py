@@ -29,11 +29,15 @@ PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 
 @pytest.fixture(scope="module", autouse=True)
 def offline_cache(tmp_path_factory):
-    """One cache folder per test worker, and the hub switched off, for every test here."""
+    """One cache folder per test worker, the hub switched off, and torch on one thread (as the
+    telemetry wrapper's caller sets it: two OpenMP threads on two shared cores spin 20× slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FLWR_ADAPTIVE_CACHE", str(tmp_path_factory.mktemp("cache")))
         mp.setenv("HF_DATASETS_OFFLINE", "1")
         yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -523,3 +527,36 @@ def test_sanity_sentiment_is_clearly_above_chance(sentiment):
 def test_sanity_weather_beats_persistence(weather):
     metrics, _ = _sanity(weather, epochs=1)
     assert metrics["mse"] < 0.9 * metrics["persistence_mse"]
+
+
+# ------------------------------------------------------------------ through the telemetry wrapper
+@pytest.mark.parametrize("quota, cycling", [(150, False), (1500, True)])
+def test_each_task_trains_exactly_its_quota_through_the_telemetry_wrapper(any_task, quota, cycling):
+    from types import SimpleNamespace
+
+    from flwr.client import NumPyClient
+
+    from clients.data import quota_data
+    from clients.telemetry import TelemetryClient
+    from flwr_adaptive import keys
+
+    train, _ = any_task.load(2, 8, "iid", seed=0)  # a few hundred local samples or more
+    model = any_task.make_model(seed=0)
+    rows = []
+    model.register_forward_pre_hook(
+        lambda _m, args: rows.append(int(args[1 if len(args) == 2 else 0].shape[0])))
+
+    class TaskClient(NumPyClient):
+        def fit(self, parameters, config):
+            indices = quota_data(np.arange(len(train)))  # this round's quota, seeded order
+            stats = any_task.train(model, train, indices)
+            return [], stats["samples"], {"loss": stats["loss"]}
+
+    client = TelemetryClient(TaskClient(), SimpleNamespace(node_config={"partition-id": 2}, node_id=9))
+
+    _, num_examples, metrics = client.fit([], {keys.QUOTA: quota, keys.ROUND: 3,
+                                               keys.ALLOW_CYCLING: cycling})
+
+    assert sum(rows) == quota  # samples that reached the model
+    assert num_examples == metrics[keys.SAMPLES] == quota
+    assert metrics[keys.DATA_SIZE] == len(train) and metrics[keys.QUOTA_CAPPED] == 0

@@ -16,7 +16,8 @@ Contract
 
 Cost
 ----
-O(n) numpy plus one small Arrow table per call (60,000 labels: ≈ 50 ms). Each client computes
+O(n) plus one small Arrow table per call (60,000 labels, 10 partitions: IID ≈ 20 ms,
+Dirichlet ≈ 0.3 s, most of it Flower's Python lists). Each client computes
 the whole split and keeps its own part.
 """
 
@@ -101,7 +102,8 @@ def partition_all(
     validate_partition_args(0, num_partitions, partitioner, alpha, n)
     rng = np.random.default_rng(seed)
     order = rng.permutation(n) if partitioner == "iid" else np.arange(n)
-    table = datasets.Dataset.from_dict({"idx": order, "label": labels[order]})
+    # Arrow format: column reads are zero-copy (the default format iterates rows: 20× slower).
+    table = datasets.Dataset.from_dict({"idx": order, "label": labels[order]}).with_format("arrow")
     if partitioner == "iid":
         part = IidPartitioner(num_partitions=num_partitions)
     else:
