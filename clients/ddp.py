@@ -7,6 +7,8 @@
 - :mod:`clients.ddp_launch` — k local ranks as spawned processes (:class:`LocalDDPGroup`,
   :func:`run_ddp_round`).
 - :mod:`clients.ddp_run` — ``torchrun --nproc-per-node K -m clients.ddp_run ...``.
+- :mod:`clients.ddp_tasks` — the project's tasks (:mod:`clients.tasks`) as worker specs
+  (:func:`task_spec`).
 - :mod:`clients.ddp_toy` — small synthetic tasks for tests and the benchmark.
 
 The schedule, its loss scales and the sampler live in :mod:`flwr_adaptive.schedule`; the EMA
@@ -15,6 +17,7 @@ batch-sizing baseline's arithmetic in :mod:`flwr_adaptive.ema_batching`.
 
 from clients.ddp_driver import DDP_POLICIES, RoundDriver, ddp_controller, equal_quotas, round_summary
 from clients.ddp_launch import DDPRoundResult, LocalDDPGroup, run_ddp_round
+from clients.ddp_tasks import task_spec
 from clients.ddp_worker import (
     BALANCING,
     DDPRank,
@@ -45,4 +48,5 @@ __all__ = [
     "relative_slowdowns",
     "round_summary",
     "run_ddp_round",
+    "task_spec",
 ]

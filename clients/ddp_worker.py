@@ -122,13 +122,20 @@ class WorkerSpec:
         The dataset every rank may read (the trusted-domain setting; for a silo, its partition):
         ``(inputs..., targets)`` tensors of equal length, a map-style ``Dataset`` whose items are
         such tuples, or a zero-argument callable returning either (loads inside the rank).
-    loss_fn : callable
+    loss_fn : callable or None
         ``(outputs, targets) -> scalar``: the **sum** of per-sample losses, e.g.
         ``torch.nn.CrossEntropyLoss(reduction="sum")``; the worker applies ``world / B_s``.
+        The batch is ``(inputs..., targets)`` and the outputs are ``model(*inputs)``.
     optimizer_fn : callable, optional
         ``(parameters) -> Optimizer``; default SGD with lr 0.05.
     seed : int
         ``torch.manual_seed`` before ``model_fn`` (rank 0's model is broadcast anyway).
+    batch_loss_fn : callable, optional
+        ``(model, batch) -> scalar`` sum of per-sample losses, instead of ``loss_fn`` (for models
+        whose batch is not ``(inputs..., targets)``, e.g. a task's ``loss(model, batch, "sum")``).
+    collate_fn : callable, optional
+        ``(dataset, indices) -> batch`` for a Dataset ``data`` (default: ``default_collate`` of
+        the items); ``indices`` is a non-empty int64 array.
     meter_fn : callable, optional
         ``(rank, device) -> meter`` with ``begin_window(name)`` / ``end_window(name)`` returning a
         measurement with ``joules`` (e.g. ``lambda r, d: flwr_adaptive.energy.auto_meter(str(d))``).
@@ -139,9 +146,11 @@ class WorkerSpec:
 
     model_fn: Callable[[], torch.nn.Module]
     data: Any
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
     optimizer_fn: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None
     seed: int = 0
+    batch_loss_fn: Callable[[torch.nn.Module, tuple], torch.Tensor] | None = None
+    collate_fn: Callable[[Any, np.ndarray], tuple] | None = None
     meter_fn: Callable[[int, torch.device], Any] | None = None
 
 
@@ -380,6 +389,9 @@ class DDPRank:
         self.wall_clock = wall_clock or time.perf_counter
         self.compute_clock = compute_clock or (time.process_time if clock == "process" else self.wall_clock)
         self.sleep = sleep or time.sleep
+        if (spec.loss_fn is None) == (spec.batch_loss_fn is None):
+            raise ValueError("WorkerSpec needs exactly one of loss_fn (outputs, targets) and batch_loss_fn "
+                             "(model, batch), both summing per-sample losses")
         if getattr(spec.loss_fn, "reduction", "sum") != "sum":
             raise ValueError(f"loss_fn has reduction={spec.loss_fn.reduction!r}; the DDP worker needs the sum of "
                              "per-sample losses (it scales by world / B_s itself): pass reduction='sum'")
@@ -449,11 +461,15 @@ class DDPRank:
         if self.tensors is not None:
             idx = torch.from_numpy(indices).to(self.device)
             return tuple(t.index_select(0, idx) for t in self.tensors)
-        items = [self.dataset[int(i)] for i in indices]
-        batch = torch.utils.data.default_collate(items)
-        return tuple(t.to(self.device) for t in batch)
+        if self.spec.collate_fn is not None:
+            batch = self.spec.collate_fn(self.dataset, indices)
+        else:
+            batch = torch.utils.data.default_collate([self.dataset[int(i)] for i in indices])
+        return tuple(t.to(self.device) if isinstance(t, torch.Tensor) else t for t in batch)
 
     def _step_loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        if self.spec.batch_loss_fn is not None:
+            return self.spec.batch_loss_fn(self.model, batch)
         *inputs, target = batch
         return self.spec.loss_fn(self.model(*inputs), target)
 

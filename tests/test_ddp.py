@@ -283,6 +283,26 @@ def test_a_meter_that_cannot_be_built_leaves_energy_unmeasured_and_training_goin
     assert tel.energy_j is None and tel.samples == 10 and tel.report().energy_j is None
 
 
+def test_a_project_task_runs_as_a_ddp_spec_with_the_tasks_own_training_step(single_rank_group):
+    # Prepare: one rank, one step of 16 MNIST samples: the mean-loss step of Task.train
+    from clients.ddp_tasks import task_spec
+    from clients.tasks import get_task
+
+    rank = DDPRank(task_spec("mnist", seed=3), device=torch.device("cpu"))
+    start = rank.state_dict()
+    task = get_task("mnist", source="offline")
+    train, _ = task.data()
+    model = task.make_model(seed=3)
+    model.load_state_dict(start)
+    # Execute
+    tel = rank.train_round(RoundPlan(quotas=[16], steps=1, seed=5))
+    task.train(model, train, IndexStream(len(train), seed=5).take(16), batch_size=16)
+    # Assert
+    assert tel.samples == 16
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(rank.state_dict()[k], v, rtol=1e-5, atol=1e-6, msg=f"parameter {k}")
+
+
 def test_loss_with_mean_reduction_is_refused(single_rank_group):
     # Prepare
     spec = tiny_task()
