@@ -34,6 +34,8 @@ def _baseline_and_pass(name: str, metrics: dict, holdout) -> tuple[str, float, b
     share = np.bincount(holdout.labels).max() / len(holdout)
     if name == "sentiment":
         return "majority class", share, metrics["accuracy"] >= max(0.65, share + 0.05), ">= 0.65"
+    if name == "fashion-mnist":  # harder than digits: ≈ 0.84 after one epoch
+        return "majority class", share, metrics["accuracy"] >= 0.80, ">= 0.80"
     return "majority class", share, metrics["accuracy"] >= 0.90, ">= 0.90"
 
 

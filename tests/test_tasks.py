@@ -560,3 +560,22 @@ def test_each_task_trains_exactly_its_quota_through_the_telemetry_wrapper(any_ta
     assert sum(rows) == quota  # samples that reached the model
     assert num_examples == metrics[keys.SAMPLES] == quota
     assert metrics[keys.DATA_SIZE] == len(train) and metrics[keys.QUOTA_CAPPED] == 0
+
+
+def test_hub_imdb_texts_are_tokenised_with_the_test_split_as_holdout(monkeypatch):
+    import datasets
+
+    def fake_split(dataset, split):
+        n = 40 if split == "train" else 20
+        return datasets.Dataset.from_dict({"text": [f"review {i} was great<br />!" for i in range(n)],
+                                           "label": [i % 2 for i in range(n)]})
+
+    monkeypatch.setattr(sources, "load_hub_split", fake_split)
+    monkeypatch.setenv("FLWR_ADAPTIVE_CACHE", str(_cache.cache_dir() / "imdb-test"))
+
+    train, holdout = T.get_task("sentiment", source="hub").data()
+
+    assert (len(train), len(holdout)) == (40, 20) and train.source == "hub stanfordnlp/imdb"
+    assert holdout.labels.tolist() == [i % 2 for i in range(20)]
+    expected = hash_ngrams("review 3 was great<br />!", 1 << 15)
+    assert np.array_equal(train[3][0].numpy(), expected)

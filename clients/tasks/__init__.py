@@ -31,10 +31,15 @@ Interface (what the telemetry wrapper, the DDP worker and the experiments call)
 - ``train``/``holdout`` are :class:`~clients.tasks.base.TaskDataset` (torch Datasets) with
   ``labels`` (what partitioners split by), ``ids`` (unique sample ids: overlap checks) and
   ``source``. ``len(train)`` is the client's local data size (``keys.DATA_SIZE``).
-- The caller picks the indices: for a quota ``q`` over ``n = len(train)`` local samples, e.g.
-  ``np.random.default_rng(seed + round).permutation(n)`` cycled to length ``q``. ``train``
-  validates them (``ValueError`` when out of range) and runs one optimizer step per consecutive
-  ``batch_size`` chunk; a new optimizer per call (``task.make_optimizer``).
+- The caller picks the indices. Inside a function wrapped by :mod:`clients.telemetry`, the
+  quota's seeded selection is ``quota_data(np.arange(len(train)))`` (:mod:`clients.data`)::
+
+      indices = quota_data(np.arange(len(train)))
+      stats = task.train(model, train, indices)
+      return ..., stats["samples"], {...}
+
+  ``train`` validates the indices (``ValueError`` when out of range) and runs one optimizer step
+  per consecutive ``batch_size`` chunk; a new optimizer per call (``task.make_optimizer``).
 - The caller sets ``torch.set_num_threads(1)`` and measures time around ``train``.
 - DDP building blocks: ``task.collate(dataset, indices)`` → batch tensors and
   ``task.loss(model, batch, reduction="sum")`` → the summed per-sample loss.

@@ -177,7 +177,10 @@ class ImageTask(Task):
             )
         if len(labels) != len(images):
             raise ValueError(f"{len(images)} images but {len(labels)} labels; pass one label each")
+        if len(labels) and labels.min() < 0:
+            raise ValueError(f"label {labels.min()} is negative; use class ids 0, 1, ...")
         task = cls(source="offline")
+        task.num_classes = max(10, int(labels.max()) + 1 if len(labels) else 10)
         arrays = {"x": images.astype(np.uint8), "y": labels.astype(np.int64),
                   "description": np.array(description)}
         task._data = task._datasets(arrays)
