@@ -74,6 +74,13 @@ def _resolve_meter(spec: MeterSpec, context: Any, server_round: int) -> Any:
                      f"(context, server_round) -> meter; got {type(spec).__name__}")
 
 
+def _check_meter_spec(spec: MeterSpec) -> None:
+    if spec is None or hasattr(spec, "begin_window") or callable(spec):
+        return
+    raise ValueError(f"meter must be None (auto-detect), a meter with begin_window/end_window, or a "
+                     f"callable (context, server_round) -> meter; got {spec!r}")
+
+
 def _int_of(config: Mapping[str, Any], key: str, default: int | None) -> int | None:
     value = config.get(key, default)
     if value is None:
@@ -220,6 +227,8 @@ def telemetry_train(fn: Callable | None = None, *, meter: MeterSpec = None, seed
             ...
     """
 
+    _check_meter_spec(meter)
+
     def decorate(train_fn: Callable) -> Callable:
         @functools.wraps(train_fn)
         def wrapper(msg: Any, context: Any) -> Any:
@@ -278,6 +287,7 @@ class TelemetryClient(_numpy_client_base()):  # type: ignore[misc]
 
     def __init__(self, client: Any, context: Any = None, *, meter: MeterSpec = None, seed: int = 0,
                  cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter) -> None:
+        _check_meter_spec(meter)
         self.client = client
         self.context = context
         self._meter, self._seed, self._cpu, self._wall = meter, seed, cpu_clock, wall_clock
