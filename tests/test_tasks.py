@@ -463,6 +463,8 @@ def test_hub_data_is_converted_cached_once_and_reused_offline(monkeypatch):
 
 
 def test_hub_reachable_probes_the_endpoint_quickly(monkeypatch):
+    for var in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(var, raising=False)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
@@ -471,6 +473,15 @@ def test_hub_reachable_probes_the_endpoint_quickly(monkeypatch):
         assert sources.hub_reachable(timeout=1.0)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")  # now closed
     assert not sources.hub_reachable(timeout=1.0)
+
+
+def test_hub_reachable_probes_the_proxy_when_one_is_set(monkeypatch):
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen(1)
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+        monkeypatch.setenv("http_proxy", f"127.0.0.1:{proxy.getsockname()[1]}")
+        assert sources.hub_reachable(timeout=1.0)
 
 
 def test_cache_builds_once_and_rebuilds_a_corrupt_file():

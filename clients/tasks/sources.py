@@ -8,8 +8,9 @@ this order, each step fast:
 
 1. hub data already prepared in the per-machine cache → use it (no network needed);
 2. ``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE`` set to a true value → offline data at once;
-3. a TCP connect to the hub endpoint (``HF_ENDPOINT``, default huggingface.co:443) that does
-   not succeed within ``HUB_CHECK_TIMEOUT_S`` → offline data;
+3. a TCP connect to the hub endpoint (``HF_ENDPOINT``, default huggingface.co:443; the
+   ``HTTPS_PROXY`` when one is set) that does not succeed within ``HUB_CHECK_TIMEOUT_S`` →
+   offline data;
 4. otherwise try the hub; any failure → offline data, with the error in the log line.
 
 Step 3 exists because an unreachable hub makes ``datasets`` retry for ≈ 23 s before failing; a
@@ -58,6 +59,9 @@ def hub_reachable(timeout: float = HUB_CHECK_TIMEOUT_S) -> bool:
     thread so the caller waits at most ``timeout``.
     """
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    proxy = os.environ.get(f"{url.scheme}_proxy") or os.environ.get(f"{url.scheme.upper()}_PROXY")
+    if proxy:  # behind a proxy the hub is reached through it, so the proxy is what must answer
+        url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
     host = url.hostname or "huggingface.co"
     port = url.port or (80 if url.scheme == "http" else 443)
     ok: list[bool] = []
