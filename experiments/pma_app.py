@@ -1,0 +1,162 @@
+"""The emulated 11-device PMA federation as a Flower App: ``flwr run .`` at the repository root.
+
+Contract
+--------
+``server_app`` and ``client_app`` (named in ``[tool.flwr.app.components]`` of pyproject.toml)
+run periodic model averaging on one of the project's tasks (``task``, default MNIST, offline)
+over ``num-clients`` emulated devices of the testbed (:data:`flwr_adaptive.devices.TESTBED`,
+device ``partition-id % 11``), with the policy chosen by run config::
+
+    flwr run . <connection> -c "policy='equal'"      # equal | time | low-energy | energy
+
+- Client: the Flower-generated shape plus our three additions: ``@telemetry_train`` with an
+  :class:`~flwr_adaptive.energy.EmulatedMeter` for its device (virtual clock; CPU time of the
+  training thread, torch on one thread), ``quota_data`` over its IID partition, and
+  ``Task.train`` on exactly those samples.
+- Server: :class:`strategies.AdaptiveStrategy` around FedAvg, centralized evaluation on the
+  task's holdout after every round, and, when ``out-dir`` is set, ``history-<policy>.csv`` (per
+  round), ``history-<policy>-clients.csv`` (per client) and ``summary-<policy>.json`` written
+  there. ``summary`` holds ``"status": "finished"`` only when every round ran: ``flwr run``
+  exits 0 even when a run failed, so callers check that file.
+
+Run config keys (defaults in pyproject.toml): ``policy``, ``num-server-rounds``, ``budget``,
+``task``, ``num-clients``, ``smoothing``, ``deadband``, ``weighting``, ``allow-cycling``,
+``jitter``, ``seed``, ``lr`` (0 = the task's default), ``timeout``, ``out-dir``, ``state-dir``.
+
+Cost
+----
+Per round: ``budget`` samples of training spread over the clients, one holdout evaluation on the
+server, one small CSV/JSON write. Each client process loads the task's data once (cached).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from clients.data import quota_data
+from clients.telemetry import telemetry_train
+from flwr_adaptive.devices import testbed
+from flwr_adaptive.energy import EmulatedMeter
+from strategies import AdaptiveStrategy
+
+__all__ = ["server_app", "client_app", "DEFAULTS"]
+
+DEFAULTS: dict[str, Any] = {
+    "policy": "time", "num-server-rounds": 10, "budget": 2200, "task": "mnist", "num-clients": 11,
+    "smoothing": 0.5, "deadband": 0.05, "weighting": "samples", "allow-cycling": True, "jitter": 0.05,
+    "seed": 0, "lr": 0.0, "timeout": 600.0, "out-dir": "", "state-dir": "",
+}
+
+# CPU time of the training thread: with torch on one thread all of the work runs there, and the
+# Ray worker's own background threads (heartbeats, object transfer) stay out of the measurement.
+_CPU_CLOCK = time.thread_time
+
+
+def _cfg(context: Context) -> dict[str, Any]:
+    return {**DEFAULTS, **dict(context.run_config)}
+
+
+@functools.lru_cache(maxsize=4)
+def _task(name: str):
+    import torch
+
+    from clients.tasks import get_task
+
+    torch.set_num_threads(1)
+    return get_task(name, source="offline")
+
+
+@functools.lru_cache(maxsize=64)
+def _partition(name: str, partition_id: int, num_partitions: int, seed: int):
+    return _task(name).load(partition_id, num_partitions, seed=seed)[0]
+
+
+@functools.lru_cache(maxsize=4)
+def _profiles(jitter: float):
+    return testbed(jitter_sigma=jitter)
+
+
+def _meter(context: Context, server_round: int) -> EmulatedMeter:
+    """The node's emulated device; jitter seeded by (seed, partition, round): reproducible runs."""
+    cfg = _cfg(context)
+    profiles = _profiles(float(cfg["jitter"]))
+    pid = int(context.node_config["partition-id"])
+    rng = np.random.default_rng([int(cfg["seed"]), pid, int(server_round)])
+    return EmulatedMeter(profiles[pid % len(profiles)], cpu_clock=_CPU_CLOCK, rng=rng)
+
+
+client_app = ClientApp()
+
+
+@client_app.train()
+@telemetry_train(meter=_meter, cpu_clock=_CPU_CLOCK)
+def train(msg: Message, context: Context) -> Message:
+    """Train the received model on this round's quota of the local partition."""
+    cfg = _cfg(context)
+    task = _task(cfg["task"])
+    pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+    train_set = _partition(cfg["task"], pid, n, int(cfg["seed"]))
+    model = task.make_model()
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    indices = quota_data(np.arange(len(train_set)))
+    lr = float(msg.content["config"].get("lr", 0.0)) or None
+    stats = task.train(model, train_set, indices, lr=lr)
+    metrics = MetricRecord({"train-loss": float(stats["loss"]), "num-examples": int(stats["samples"])})
+    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run ``num-server-rounds`` of PMA with the adaptive strategy and the chosen policy."""
+    cfg = _cfg(context)
+    task = _task(cfg["task"])
+    _, holdout = task.data()
+    n = int(cfg["num-clients"])
+    out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
+    policy = str(cfg["policy"])
+    summary: dict[str, Any] = {"policy": policy, "status": "started", "task": cfg["task"], "rounds": [],
+                               "config": {k: cfg[k] for k in DEFAULTS}}
+
+    def write_summary() -> None:
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"summary-{policy}.json").write_text(json.dumps(summary, indent=1))
+
+    write_summary()
+    strategy = AdaptiveStrategy(
+        FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
+        budget=int(cfg["budget"]), policy=policy, smoothing=float(cfg["smoothing"]),
+        deadband=float(cfg["deadband"]), weighting=str(cfg["weighting"]),
+        allow_cycling=bool(cfg["allow-cycling"]), state_dir=cfg["state-dir"] or None)
+    model = task.make_model(seed=int(cfg["seed"]))
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        metrics = task.evaluate(model, holdout)
+        summary["rounds"].append({"round": server_round, **{k: float(v) for k, v in metrics.items()}})
+        return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    started = time.perf_counter()
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+                   num_rounds=int(cfg["num-server-rounds"]), timeout=float(cfg["timeout"]),
+                   train_config=ConfigRecord({"lr": float(cfg["lr"])}), evaluate_fn=evaluate)
+    summary["server_wall_s"] = time.perf_counter() - started
+    if out_dir is not None:
+        strategy.save_history(out_dir / f"history-{policy}.csv")
+    done = len(strategy.history) == int(cfg["num-server-rounds"])
+    summary["status"] = "finished" if done else "incomplete"
+    write_summary()
