@@ -67,7 +67,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per round (same on every rank)")
     p.add_argument("--slowdowns", type=_floats, default=None, help="emulated per-rank slowness, e.g. 1,2,3 (>= 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--deadband", type=float, default=0.05, help="controller deadband")
+    p.add_argument("--deadband", type=float, default=0.02, help="controller deadband")
+    p.add_argument("--smoothing", type=float, default=0.5, help="controller EMA weight of the newest round")
     p.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     p.add_argument("--json", default=None, help="rank 0 writes every round's telemetry here")
@@ -97,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         driver = None
         if rank == 0:
             driver = RoundDriver(world, args.budget, args.steps, policy=args.policy, slowdowns=args.slowdowns,
-                                 seed=args.seed, deadband=args.deadband)
+                                 seed=args.seed, deadband=args.deadband,
+                                 smoothing=args.smoothing)
             print(f"[ddp_run] {world} ranks, backend {backend}, policy {args.policy}; compute on the "
                   f"{worker.clock} clock (× emulated slowdown), waits and round time on the wall clock", flush=True)
         log = []

@@ -68,6 +68,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per round, the same on every rank")
     p.add_argument("--task", default="clients.ddp_toy:cnn_task", help="module:factory returning a WorkerSpec")
     p.add_argument("--deadband", type=float, default=0.02, help="controller deadband")
+    p.add_argument("--smoothing", type=float, default=1.0,
+                   help="controller EMA weight of the newest round (1: the compute clock here is CPU time, "
+                        "steady from round to round; use 0.5 on noisy wall-clock devices)")
     p.add_argument("--ema-smoothing", type=float, default=0.5, help="EMA weight of the EMA baseline")
     p.add_argument("--from-round", type=int, default=3, help="first round in the summary")
     p.add_argument("--seed", type=int, default=0)
@@ -115,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             group.reset_ema()
             driver = RoundDriver(world, args.budget, args.steps, policy=policy, slowdowns=slowdowns,
                                  active_watts=watts, seed=args.seed, ema_smoothing=args.ema_smoothing,
-                                 deadband=args.deadband)
+                                 deadband=args.deadband, smoothing=args.smoothing)
             for r in range(1, args.rounds + 1):
                 plan = driver.plan()
                 telemetry = group.run_round(plan)
