@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "compute CV": s["compute_cv"], "sync-wait share": s["wait_share"],
                              "makespan s": s["makespan_s"], "round s (wall)": s["wall_s"],
                              "overrun": s["overrun_share"],
-                             "energy J": None if None in energy else float(sum(energy)),
+                             "active energy J": None if None in energy else float(sum(energy)),
                              "clock": s["clock"], "time_s": s["time_s"]})
                 print(f"[ddp-benchmark] {POLICY_LABELS[policy]:<18} round {r}: samples {s['quotas']}  compute CV "
                       f"{s['compute_cv']:.3f}  sync-wait {s['wait_share']:.1%}  makespan {s['makespan_s']:.3f} s "
@@ -139,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = late.groupby("policy", sort=False).agg(
         {"compute CV": "mean", "sync-wait share": "mean", "makespan s": "mean", "round s (wall)": "mean",
          "overrun": "mean"})
-    if late["energy J"].notna().all():
-        summary["energy J"] = late.groupby("policy", sort=False)["energy J"].mean()
+    if late["active energy J"].notna().all():
+        summary["active energy J"] = late.groupby("policy", sort=False)["active energy J"].mean()
     if "Equal" in summary.index:
         summary["makespan vs Equal"] = summary["makespan s"] / summary.loc["Equal", "makespan s"]
     clock = rows[0]["clock"] if rows else "?"
