@@ -1,0 +1,304 @@
+"""The Flower comparison: ``flwr run .`` once per policy, offline, and one table.
+
+Contract
+--------
+``python -m experiments.compare`` runs the Flower App of this repository (the emulated 11-device
+PMA federation, ``experiments/pma_app.py``) through the real ``flwr run`` path, once per policy
+(default Equal, Time-only, Low-energy), and prints one table: makespan and energy summed over the
+rounds (virtual clock: device time from the profiles), final holdout loss / accuracy, and the
+wall time of each run. It then prints what the whole command cost: its wall time and the peak
+resident memory of every process of the run (this command, ``flwr``, the SuperLink and all its
+descendants: SuperExec, the simulation process, Ray's processes and actors), both measured.
+
+How it stays offline and clean:
+
+- ``FLWR_HOME`` is a fresh temporary folder with a generated ``config.toml`` whose ``local``
+  connection points at a SuperLink this command starts itself on a free port (simulation mode,
+  runtime dependency installation disabled, ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``),
+  so nothing is downloaded, pyproject.toml is never rewritten, and no other SuperLink is reused.
+- ``flwr run`` exits 0 even when a run failed: success is the ServerApp's own
+  ``summary-<policy>.json`` saying ``"finished"``; anything else stops the command with the
+  log's tail.
+- At the end (also on error or Ctrl-C) every process of the run still alive is terminated by
+  PID, and the command reports how many were left (0 expected).
+
+Cost
+----
+About 20 s of start-up per run plus the rounds (~1 s each with MNIST and 2,200 samples per round
+on this 2-core machine); one SuperLink for all runs; memory sampled every 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+POLICIES = ("equal", "time", "low-energy")
+LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only"}
+_ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    """A console script of this interpreter's environment (flwr, flower-superlink)."""
+    path = Path(sys.executable).parent / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found next to {sys.executable} or on PATH: run scripts/setup.sh")
+    return found
+
+
+class MemoryPeak:
+    """Samples the summed RSS of a set of process trees until stopped; keeps the peak.
+
+    RSS counts shared pages (torch's libraries) in every process that maps them, so the sum is
+    an upper bound of what the run holds in RAM.
+    """
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        self.roots: set[int] = {os.getpid()}
+        self.seen: dict[int, psutil.Process] = {}
+        self.peak_bytes = 0
+        self.peak_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
+
+    def add_root(self, pid: int) -> None:
+        self.roots.add(pid)
+
+    def processes(self) -> list[psutil.Process]:
+        procs: dict[int, psutil.Process] = {}
+        for pid in list(self.roots):
+            try:
+                root = psutil.Process(pid)
+                for p in [root, *root.children(recursive=True)]:
+                    procs[p.pid] = p
+            except psutil.NoSuchProcess:
+                continue
+        self.seen.update(procs)
+        return list(procs.values())
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.is_set():
+            total, count = 0, 0
+            for p in self.processes():
+                try:
+                    total += p.memory_info().rss
+                    count += 1
+                except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                    pass
+            if total > self.peak_bytes:
+                self.peak_bytes, self.peak_procs = total, count
+            self._stop.wait(interval_s)
+
+    def __enter__(self) -> "MemoryPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class LocalSuperLink:
+    """A simulation-mode SuperLink of our own, on a free port, with a generated FLWR_HOME."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = _free_port()
+        self.home = workdir / "flwr-home"
+        self.home.mkdir(parents=True)
+        (self.home / "config.toml").write_text(
+            '[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        self.log = workdir / "superlink.log"
+        self.env = {**os.environ, "FLWR_HOME": str(self.home),
+                    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                    "FLWR_DISABLE_UPDATE_CHECK": "1",
+                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        cmd = [_bin("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+               "--host", "127.0.0.1", "--port", str(self.port), "--disable-runtime-dependency-installation"]
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"flower-superlink exited with code {self.proc.returncode}; see {self.log}:\n"
+                                 + self.log.read_text()[-2000:])
+            if "Uvicorn running on" in self.log.read_text():
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"flower-superlink did not start within {timeout_s:.0f} s; see {self.log}")
+
+
+def _terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
+    """Terminate these processes by PID (children first), kill what remains; returns survivors."""
+    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p in reversed(alive):
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=5)
+    return len([p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
+
+
+def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argparse.Namespace,
+               out_dir: Path) -> dict[str, Any]:
+    """One ``flwr run .`` with this policy; returns its summary (raises SystemExit on failure)."""
+    run_config = (f"policy='{policy}' num-server-rounds={args.rounds} budget={args.budget} "
+                  f"task='{args.task}' seed={args.seed} out-dir='{out_dir}'")
+    federation = f"num-supernodes={args.clients} client-resources-num-cpus={args.cpus_per_client}"
+    config_args = ["-c", run_config, "-c", f"num-clients={args.clients}"]
+    cmd = [_bin("flwr"), "run", str(REPO), "local", "--stream", *config_args, "--federation-config", federation]
+    log_path = out_dir / f"flwr-run-{policy}.log"
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=link.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, cwd=REPO)
+        memory.add_root(proc.pid)
+        deadline = time.monotonic() + args.run_timeout
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            m = _ROUND_LINE.search(line)
+            if m:
+                print(f"  [{LABELS.get(policy, policy)}] round {m.group(1)}/{args.rounds}: "
+                      f"makespan {float(m.group(2)):.3f} s (virtual clock)", flush=True)
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise SystemExit(f"flwr run ({policy}) exceeded {args.run_timeout:.0f} s; see {log_path}")
+        proc.wait()
+    wall = time.perf_counter() - started
+    summary_path = out_dir / f"summary-{policy}.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "missing"}
+    if summary.get("status") != "finished":
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
+        raise SystemExit(f"the {policy} run did not finish (flwr run exit code {proc.returncode}, summary "
+                         f"status {summary.get('status')!r}); last lines of {log_path}:\n{tail}")
+    summary["wall_s"] = wall
+    return summary
+
+
+def comparison_table(out_dir: Path, summaries: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """One row per policy: virtual-clock totals, final holdout metrics, wall time of the run."""
+    rows = []
+    base = None
+    for policy, summary in summaries.items():
+        hist = pd.read_csv(out_dir / f"history-{policy}.csv")
+        final = summary["rounds"][-1] if summary["rounds"] else {}
+        row = {
+            "policy": LABELS.get(policy, policy),
+            "rounds": len(hist),
+            "makespan_s (virtual)": hist["makespan_s"].sum(),
+            "energy_j (virtual)": hist["energy_j"].sum(),
+            "idle_j (virtual)": hist["idle_j"].sum(),
+            "mean CV busy": hist["cv_busy"].mean(),
+            "final holdout loss": final.get("loss", float("nan")),
+            "final holdout acc": final.get("accuracy", float("nan")),
+            "run wall_s": summary["wall_s"],
+        }
+        if base is None:
+            base = row
+        row["makespan vs first"] = row["makespan_s (virtual)"] / base["makespan_s (virtual)"]
+        row["energy vs first"] = row["energy_j (virtual)"] / base["energy_j (virtual)"]
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("policy")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma-separated: equal, time, low-energy, energy (first one is the baseline)")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--budget", type=int, default=2200, help="samples per round, split among the clients")
+    ap.add_argument("--clients", type=int, default=11, help="emulated devices (testbed device = id %% 11)")
+    ap.add_argument("--task", default="mnist")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpus-per-client", type=int, default=2,
+                    help="Ray CPUs per client: 2 on a 2-core machine = one client actor (least memory)")
+    ap.add_argument("--out", default=str(REPO / "results" / "flower"), help="folder for CSVs, JSONs and logs")
+    ap.add_argument("--run-timeout", type=float, default=600.0, help="seconds before one flwr run is killed")
+    args = ap.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in LABELS]
+    if bad or not policies:
+        ap.error(f"unknown policies {bad}; choose from {', '.join(LABELS)}")
+    for name in ("rounds", "budget", "clients", "cpus_per_client"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+
+    started = time.perf_counter()
+    out_dir = Path(args.out).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*-*.*"):
+        if old.name.startswith(("summary-", "history-", "flwr-run-")):
+            old.unlink()
+    print(f"== Flower comparison: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds, "
+          f"budget {args.budget} samples/round, task {args.task} (offline) ==", flush=True)
+    summaries: dict[str, dict[str, Any]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="flwr-adaptive-run-"))
+    link = LocalSuperLink(workdir)
+    left = 0
+    with MemoryPeak() as memory:
+        try:
+            link.start()
+            assert link.proc is not None
+            memory.add_root(link.proc.pid)
+            print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}, FLWR_HOME={link.home}", flush=True)
+            for policy in policies:
+                print(f"-- {LABELS[policy]}: flwr run . local -c \"policy='{policy}' ...\"", flush=True)
+                summaries[policy] = run_policy(link, memory, policy, args, out_dir)
+        finally:
+            procs = [p for p in memory.processes() if p.pid != os.getpid()]
+            procs += [p for pid, p in memory.seen.items() if pid != os.getpid() and p not in procs]
+            left = _terminate(procs)
+            shutil.rmtree(workdir, ignore_errors=True)
+    table = comparison_table(out_dir, summaries)
+    table.to_csv(out_dir / "comparison.csv")
+    pd.set_option("display.width", 220)
+    print(f"\n== Result ({args.rounds} rounds; makespan and energy: VIRTUAL clock, summed over rounds; "
+          f"energy = active + idle while waiting; run wall_s: WALL clock) ==")
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    wall = time.perf_counter() - started
+    print(f"\nThis command: {wall:.1f} s wall clock; peak resident memory of the run's processes "
+          f"{memory.peak_bytes / 2**30:.2f} GB (sum of RSS over {memory.peak_procs} processes: this "
+          f"command, flwr, the SuperLink and its descendants incl. Ray; shared pages counted per process); "
+          f"processes left running: {left}")
+    print(f"CSV: {out_dir / 'comparison.csv'}; per-round histories and logs in {out_dir}")
+    return 0 if left == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
