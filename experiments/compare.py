@@ -178,7 +178,7 @@ def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argp
                out_dir: Path) -> dict[str, Any]:
     """One ``flwr run .`` with this policy; returns its summary (raises SystemExit on failure)."""
     run_config = (f"policy='{policy}' num-server-rounds={args.rounds} budget={args.budget} "
-                  f"task='{args.task}' seed={args.seed} out-dir='{out_dir}'")
+                  f"task='{args.task}' seed={args.seed} jitter={float(args.jitter)} out-dir='{out_dir}'")
     federation = f"num-supernodes={args.clients} client-resources-num-cpus={args.cpus_per_client}"
     config_args = ["-c", run_config, "-c", f"num-clients={args.clients}"]
     cmd = [_bin("flwr"), "run", str(REPO), "local", "--stream", *config_args, "--federation-config", federation]
@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=11, help="emulated devices (testbed device = id %% 11)")
     ap.add_argument("--task", default="mnist")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jitter", type=float, default=0.05, help="lognormal sigma of each device's time factor")
     ap.add_argument("--cpus-per-client", type=int, default=2,
                     help="Ray CPUs per client: 2 on a 2-core machine = one client actor (least memory)")
     ap.add_argument("--out", default=str(REPO / "results" / "flower"), help="folder for CSVs, JSONs and logs")
@@ -255,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [p for p in policies if p not in LABELS]
     if bad or not policies:
         ap.error(f"unknown policies {bad}; choose from {', '.join(LABELS)}")
+    if args.jitter < 0:
+        ap.error(f"--jitter must be >= 0, got {args.jitter}")
     for name in ("rounds", "budget", "clients", "cpus_per_client"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -1,12 +1,17 @@
-"""The README's main job (until the Flower run lands): the testbed and the policies on it.
+"""The README's main job: the emulated testbed, then the policies compared through Flower.
 
-Prints the 11-device testbed with shortened citations, then Equal vs Time-only vs Low-energy
-for 10 rounds on the VIRTUAL clock (device time from profiles, not wall time of this machine):
-per-round makespan, total energy, CV of busy time and makespan ÷ the exact optimum for that
-round's realised per-sample costs, then a summary. Runs in about a second.
+Prints the 11-device testbed with shortened citations, then runs the Flower App of this
+repository with ``flwr run .`` once per policy (Equal, Time-only, Low-energy; offline, see
+``experiments.compare``) and prints one table: makespan and energy on the VIRTUAL clock (device
+time from the profiles), final holdout loss / accuracy, plus the command's wall time and peak
+memory. A few minutes on a 2-core machine.
 
-Usage: python -m experiments.main [--rounds 10] [--budget 6000] [--jitter 0.05] [--seed 0]
-       [--base-ms 2.0] [--citations]
+``--virtual`` instead runs the pure virtual-clock controller comparison (no Flower, about a
+second): per-round makespan, total energy, CV of busy time and makespan ÷ the exact optimum for
+that round's realised per-sample costs, then a summary.
+
+Usage: python -m experiments.main [--rounds 10] [--budget N] [--jitter 0.05] [--seed 0]
+       [--virtual [--base-ms 2.0]] [--citations]
 """
 
 from __future__ import annotations
@@ -37,12 +42,17 @@ def testbed_table(profiles) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--budget", type=int, default=6000, help="samples per round, split among devices")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="samples per round, split among devices (default 2200 with Flower, 6000 with --virtual)")
+    ap.add_argument("--virtual", action="store_true",
+                    help="the pure virtual-clock controller comparison instead of the Flower runs")
     ap.add_argument("--jitter", type=float, default=0.05, help="lognormal sigma of run-to-run jitter")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base-ms", type=float, default=2.0, help="host CPU ms per sample (assumed)")
     ap.add_argument("--citations", action="store_true", help="print the full quote behind every figure")
     args = ap.parse_args(argv)
+    if args.budget is None:
+        args.budget = 6000 if args.virtual else 2200
     for name in ("rounds", "budget"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -61,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
             for c in p.citations:
                 tag = "ESTIMATE" if c.estimate else c.url
                 print(f"  {p.name:13s} {c.figure:9s} {tag}\n      \"{c.quote}\"")
+    if not args.virtual:
+        from experiments.compare import main as flower_comparison
+
+        print(flush=True)
+        return flower_comparison(["--rounds", str(args.rounds), "--budget", str(args.budget),
+                                  "--seed", str(args.seed), "--jitter", str(args.jitter)])
     run = VirtualRun(rounds=args.rounds, budget=args.budget, base_s=args.base_ms / 1000.0, seed=args.seed)
     print(f"\n== VIRTUAL CLOCK: {args.rounds} rounds, budget {args.budget} samples/round, "
           f"{args.base_ms} host-ms/sample, jitter sigma {args.jitter}, seed {args.seed} ==")
