@@ -1,0 +1,58 @@
+"""Smoke test of the Flower App through the real `flwr run` path, from a clean clone, offline.
+
+One command (`python -m experiments.compare`, what `./run.sh` runs after the testbed table) with
+a small federation: 5 emulated devices, 2 rounds, Equal and Time-only. About a minute: two
+`flwr run`s, each starting Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """The committed tree only (what CI and a user get), beside this checkout."""
+    dst = tmp_path_factory.mktemp("clone") / "flwr-adaptive"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(dst)], check=True)
+    return dst
+
+
+def test_flwr_run_comparison_works_offline_from_a_clean_clone_and_leaves_nothing_running(clone, tmp_path):
+    # Prepare: no network, no Flower home of our own, the project's venv
+    out = tmp_path / "out"
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone)}
+    env.pop("FLWR_HOME", None)
+    cmd = [sys.executable, "-m", "experiments.compare", "--policies", "equal,time", "--rounds", "2",
+           "--clients", "5", "--budget", "500", "--out", str(out)]
+    # Execute
+    proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=400)
+    # Assert: it ran both policies to the end and printed the table and its costs
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = proc.stdout
+    for policy in ("equal", "time"):
+        summary = json.loads((out / f"summary-{policy}.json").read_text())
+        assert summary["status"] == "finished" and len(summary["rounds"]) == 3  # round 0 + 2 rounds
+    assert re.search(r"^Equal\s+2\s", text, re.M) and re.search(r"^Time-only\s+2\s", text, re.M)
+    assert "VIRTUAL clock" in text
+    assert re.search(r"This command: [0-9.]+ s wall clock; peak resident memory .* [0-9.]+ GB", text)
+    assert "processes left running: 0" in text
+    pids = json.loads((out / "processes.json").read_text())
+    assert len(pids) >= 4  # flwr, SuperLink, SuperExec, the simulation and Ray's processes
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    # flwr run did not rewrite the app's pyproject.toml (no federations section to migrate)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True)
+    assert status.stdout.strip() == ""
