@@ -22,6 +22,9 @@ PARTITION_ID = "partition-id"  # int: stable id of the client across runs
 QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and was capped
 IDLE_W = "idle-w"  # float: the device's idle watts while it waits for others; -1.0 when unknown
 VIRTUAL_CLOCK = "virtual-clock"  # int 0/1: TIME_S is emulated device time (virtual clock), not wall
+# Optional, reported by the user's train function (not by the wrapper): the mean training loss of
+# the round. Oort-like selection (strategies.oort) uses it as the statistical utility.
+TRAIN_LOSS = "train-loss"  # float
 
 UNMEASURED_ENERGY = -1.0
 UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W when the client cannot tell
