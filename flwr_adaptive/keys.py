@@ -9,6 +9,7 @@ QUOTA = "quota"  # int: samples to process this round
 ALLOW_CYCLING = "allow-cycling"  # bool: may a quota above the local data size cycle the data
 ROUND = "server-round"  # int: the round number
 RANK_QUOTAS = "rank-quotas"  # list[int]: per-rank quotas of a silo (HFL-DDP)
+DDP_STEPS = "ddp-steps"  # int: optimizer steps of a silo's DDP round, the same on every rank (HFL-DDP)
 
 # Client -> server (MetricRecord / FitRes.metrics). Every client sends every key.
 NUM_EXAMPLES = "num-examples"  # Flower's aggregation weight key
@@ -22,6 +23,12 @@ PARTITION_ID = "partition-id"  # int: stable id of the client across runs
 QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and was capped
 IDLE_W = "idle-w"  # float: the device's idle watts while it waits for others; -1.0 when unknown
 VIRTUAL_CLOCK = "virtual-clock"  # int 0/1: TIME_S is emulated device time (virtual clock), not wall
+
+# Silo -> server, per rank of the silo's DDP group, in rank order (HFL-DDP; lists of length k)
+RANK_SAMPLES = "rank-samples"  # list[int]: samples each rank processed
+RANK_TIME_S = "rank-time-s"  # list[float]: each rank's own compute seconds, waits excluded
+RANK_ENERGY_J = "rank-energy-j"  # list[float]: each rank's active joules; -1.0 when unmeasured
+RANK_WAIT_S = "rank-wait-s"  # list[float]: each rank's all-reduce seconds (wall clock)
 # Optional, reported by the user's train function (not by the wrapper): the mean training loss of
 # the round. Oort-like selection (strategies.oort) uses it as the statistical utility.
 TRAIN_LOSS = "train-loss"  # float
@@ -32,3 +39,6 @@ UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W when the client cannot tell
 # Every telemetry key a wrapped client adds to its reply (NUM_EXAMPLES only when it is missing).
 TELEMETRY_KEYS = (SAMPLES, TIME_S, CPU_TIME_S, WALL_TIME_S, ENERGY_J, DATA_SIZE, PARTITION_ID,
                   QUOTA_CAPPED, IDLE_W, VIRTUAL_CLOCK)
+
+# The per-rank lists a silo client adds to its reply (lists differ in length across silos).
+SILO_RANK_KEYS = (RANK_SAMPLES, RANK_TIME_S, RANK_ENERGY_J, RANK_WAIT_S)
