@@ -2,11 +2,15 @@
 
 Contract
 --------
-The first ``profile_rounds`` rounds run like the adaptive controller (round 1 is the equal split);
-their reports fix each participant's per-sample cost for the rest of the run. Later reports are
-ignored, so the split cannot follow drift — which is what this baseline exists to show. When the
-participant set changes, the frozen costs are re-split over the new set (the budget is still
-conserved); a participant never profiled gets the median cost, as in the adaptive controller.
+The first ``profile_rounds`` rounds *that report* run like the adaptive controller (round 1 is
+the equal split); their reports fix each participant's per-sample cost for the rest of the run.
+A profiling round ends at the first ``allocate`` after its reports; from then on reports are
+validated and ignored, so the split cannot follow drift — which is what this baseline exists to
+show. Counting rounds by their reports, not by ``allocate`` calls, matters inside the Flower
+strategy: its round 1 hands out the equal split without calling ``allocate``, and counting calls
+would silently profile round 2 as well. When the participant set changes, the frozen costs are
+re-split over the new set (the budget is still conserved); a participant never profiled gets the
+median cost, as in the adaptive controller. ``state_dict`` keeps whether profiling is over.
 """
 
 from __future__ import annotations
@@ -39,11 +43,31 @@ class StaticProfilingController(AllocationController):
         kwargs["forget_after"] = 2**62
         super().__init__(budget, **kwargs)
         self.profile_rounds = profile_rounds
+        self._profiled = 0  # allocate() calls that closed a profiling round
+        self._reported = False  # a profiling report arrived since the last allocate()
 
     @property
     def frozen(self) -> bool:
         """True once the profiling rounds are over (reports are then ignored)."""
-        return self._round > self.profile_rounds
+        return self._profiled >= self.profile_rounds
+
+    def allocate(self, participants):  # type: ignore[override]
+        """As ``AllocationController.allocate``; the first call after reports closes a profiling round."""
+        # A flag, not ``_pending``: ``state_dict`` (saved after every round) flushes ``_pending``.
+        if self._reported:
+            self._profiled += 1
+            self._reported = False
+        return super().allocate(participants)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The controller's state plus how many profiling rounds are done."""
+        return {**super().state_dict(), "profiled_rounds": self._profiled, "reported": self._reported}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict`` output (a state without ``profiled_rounds`` counts as unprofiled)."""
+        super().load_state_dict(state)
+        self._profiled = int(state.get("profiled_rounds", 0))
+        self._reported = bool(state.get("reported", False))
 
     def observe(self, participant: ParticipantId, report: Report) -> None:
         """Validate the report; record it only during the profiling rounds."""
@@ -52,3 +76,4 @@ class StaticProfilingController(AllocationController):
                            getattr(report, "energy_j", None), getattr(report, "samples", None))
             return
         super().observe(participant, report)
+        self._reported = True

@@ -1,0 +1,77 @@
+"""One factory from a policy name to a server strategy: the adaptive policies and the baselines.
+
+Contract
+--------
+``build_strategy(policy, budget=..., ...)`` returns an object with Flower's ``Strategy.start``
+signature plus ``history`` / ``client_history`` / ``save_history`` (one row per round, or per
+round-equivalent for FedAsync), so one ServerApp runs any policy chosen by run config:
+
+============  ============================================================  ======================
+policy        what it does                                                  class
+============  ============================================================  ======================
+equal         every node gets budget / nodes (no adaptation)                 AdaptiveStrategy
+time          split ∝ 1 / time per sample, re-measured every round          AdaptiveStrategy
+low-energy    0.75·time + 0.25·energy cost                                  AdaptiveStrategy
+energy        split ∝ 1 / energy per sample                                 AdaptiveStrategy
+static        time-only split from round 1's measurement, then fixed        StaticProfilingStrategy
+oort          Oort-like selection of ``oort_fraction`` of the nodes,       OortStrategy
+              equal split among them
+fedasync      asynchronous mixing on the virtual clock, equal-share jobs    FedAsyncStrategy
+============  ============================================================  ======================
+
+Cost: construction only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flwr_adaptive.controller import POLICIES
+from strategies.fedasync import FEDASYNC, FedAsyncStrategy
+from strategies.message import AdaptiveStrategy
+from strategies.oort import DEFAULT_FRACTION, OORT, OortStrategy
+from strategies.static_profiling import STATIC, StaticProfilingStrategy
+
+__all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "build_strategy"]
+
+BASELINES = (STATIC, OORT, FEDASYNC)
+POLICY_NAMES = (*POLICIES, *BASELINES)
+LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
+          STATIC: "Static", OORT: "Oort-like", FEDASYNC: "FedAsync"}
+
+def build_strategy(policy: str, *, budget: int, inner: Any = None, num_nodes: int = 1, seed: int = 0,
+                   oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
+                   fedasync_staleness: str = "polynomial", **kwargs: Any) -> Any:
+    """The strategy for ``policy`` (one of :data:`POLICY_NAMES`).
+
+    Parameters
+    ----------
+    policy : str
+        ``equal``, ``time``, ``low-energy``, ``energy``, ``static``, ``oort`` or ``fedasync``.
+    budget : int
+        Samples per round (per round-equivalent for FedAsync).
+    inner : flwr.serverapp.strategy.Strategy, optional
+        Sampling and aggregation of the synchronous policies (default ``FedAvg()``); FedAsync
+        mixes on its own and ignores it.
+    num_nodes : int (default: 1)
+        Nodes FedAsync waits for before its first wave.
+    seed : int (default: 0)
+        Seed of Oort's sampling.
+    oort_fraction : float (default: 0.6)
+        Share of the nodes Oort selects per round.
+    fedasync_alpha, fedasync_staleness : float, str
+        FedAsync's mixing weight α and staleness function.
+    **kwargs
+        :class:`strategies.core.AdaptiveCore` options (``smoothing``, ``deadband``, ``weighting``,
+        ``allow_cycling``, ``state_dir``, ...). FedAsync uses only ``allow_cycling``.
+    """
+    if policy not in POLICY_NAMES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    if policy == FEDASYNC:
+        return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
+                                allow_cycling=bool(kwargs.get("allow_cycling", False)), min_nodes=num_nodes)
+    if policy == STATIC:
+        return StaticProfilingStrategy(inner, budget=budget, policy="time", **kwargs)
+    if policy == OORT:
+        return OortStrategy(inner, budget=budget, fraction=oort_fraction, seed=seed, **kwargs)
+    return AdaptiveStrategy(inner, budget=budget, policy=policy, **kwargs)
