@@ -8,20 +8,23 @@ over ``num-clients`` emulated devices of the testbed (:data:`flwr_adaptive.devic
 device ``partition-id % 11``), with the policy chosen by run config::
 
     flwr run . <connection> -c "policy='equal'"      # equal | time | low-energy | energy
+                                                     # | static | oort | fedasync (baselines)
 
 - Client: the Flower-generated shape plus our three additions: ``@telemetry_train`` with an
   :class:`~flwr_adaptive.energy.EmulatedMeter` for its device (virtual clock; CPU time of the
   training thread, torch on one thread), ``quota_data`` over its IID partition, and
   ``Task.train`` on exactly those samples.
-- Server: :class:`strategies.AdaptiveStrategy` around FedAvg, centralized evaluation on the
-  task's holdout after every round, and, when ``out-dir`` is set, ``history-<policy>.csv`` (per
+- Server: the policy's strategy from :func:`strategies.registry.build_strategy` (the adaptive
+  strategy around FedAvg, or a baseline), centralized evaluation on the task's holdout after every
+  round (every round-equivalent for FedAsync), and, when ``out-dir`` is set, ``history-<policy>.csv`` (per
   round), ``history-<policy>-clients.csv`` (per client) and ``summary-<policy>.json`` written
   there. ``summary`` holds ``"status": "finished"`` only when every round ran: ``flwr run``
   exits 0 even when a run failed, so callers check that file.
 
 Run config keys (defaults in pyproject.toml): ``policy``, ``num-server-rounds``, ``budget``,
 ``task``, ``num-clients``, ``smoothing``, ``deadband``, ``weighting``, ``allow-cycling``,
-``jitter``, ``seed``, ``lr`` (0 = the task's default), ``timeout``, ``out-dir``, ``state-dir``.
+``jitter``, ``seed``, ``lr`` (0 = the task's default), ``timeout``, ``out-dir``, ``state-dir``,
+and for the baselines ``oort-fraction``, ``fedasync-alpha``, ``fedasync-staleness``.
 
 Cost
 ----
@@ -48,8 +51,9 @@ from clients.data import quota_data
 from clients.tasks import get_task
 from clients.telemetry import telemetry_train
 from flwr_adaptive.devices import get_testbed
+from flwr_adaptive import keys
 from flwr_adaptive.energy import EmulatedMeter
-from strategies import AdaptiveStrategy
+from strategies.registry import build_strategy
 
 __all__ = ["server_app", "client_app", "DEFAULTS"]
 
@@ -57,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 10, "budget": 2200, "task": "mnist", "num-clients": 11,
     "smoothing": 0.5, "deadband": 0.05, "weighting": "samples", "allow-cycling": True, "jitter": 0.05,
     "seed": 0, "lr": 0.0, "timeout": 600.0, "out-dir": "", "state-dir": "",
+    "oort-fraction": 0.6, "fedasync-alpha": 0.6, "fedasync-staleness": "polynomial",
 }
 
 # CPU time of the training thread: with torch on one thread all of the work runs there, and the
@@ -118,7 +123,7 @@ def _train_quota(msg: Message, context: Context) -> Message:
     indices = quota_data(np.arange(len(train_set)))
     lr = float(msg.content["config"].get("lr", 0.0)) or None
     stats = task.train(model, train_set, indices, lr=lr)
-    metrics = MetricRecord({"train-loss": float(stats["loss"]), "num-examples": int(stats["samples"])})
+    metrics = MetricRecord({keys.TRAIN_LOSS: float(stats["loss"]), "num-examples": int(stats["samples"])})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
 
 
@@ -155,9 +160,11 @@ def main(grid: Grid, context: Context) -> None:
             (out_dir / f"summary-{policy}.json").write_text(json.dumps(summary, indent=1))
 
     write_summary()
-    strategy = AdaptiveStrategy(
-        FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
-        budget=int(cfg["budget"]), policy=policy, smoothing=float(cfg["smoothing"]),
+    strategy = build_strategy(
+        policy, inner=FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
+        budget=int(cfg["budget"]), num_nodes=n, seed=int(cfg["seed"]),
+        oort_fraction=float(cfg["oort-fraction"]), fedasync_alpha=float(cfg["fedasync-alpha"]),
+        fedasync_staleness=str(cfg["fedasync-staleness"]), smoothing=float(cfg["smoothing"]),
         deadband=float(cfg["deadband"]), weighting=str(cfg["weighting"]),
         allow_cycling=bool(cfg["allow-cycling"]), state_dir=cfg["state-dir"] or None)
     model = task.make_model(seed=int(cfg["seed"]))
