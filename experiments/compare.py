@@ -50,7 +50,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("equal", "time", "low-energy")
-LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only"}
+LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
+          "static": "Static", "oort": "Oort-like", "fedasync": "FedAsync"}  # baselines: experiments.baselines
 _ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
 
 
@@ -240,7 +241,8 @@ def comparison_table(out_dir: Path, summaries: dict[str, dict[str, Any]]) -> pd.
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", default=",".join(POLICIES),
-                    help="comma-separated: equal, time, low-energy, energy (first one is the baseline)")
+                    help="comma-separated: equal, time, low-energy, energy, static, oort, fedasync "
+                         "(first one is the baseline)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=2200, help="samples per round, split among the clients")
     ap.add_argument("--clients", type=int, default=11, help="emulated devices (testbed device = id %% 11)")
