@@ -12,12 +12,15 @@ duration at the ``round_threshold`` percentile of the known durations; the pacer
 ``pacer_delta`` percentile points when the exploited utility of the last ``pacer_step`` rounds
 stopped growing, and tightens it when the utility changed sharply.
 
-Defaults are Oort's own, as in FedScale's maintained Oort implementation
-(``fedscale/core/config_parser.py``: ``round_threshold=30``, ``round_penalty=2.0``,
-``clip_bound=0.9``, ``exploration_min=0.3``) and the Oort paper / FedScale examples
-(``exploration_factor=0.9``, ``exploration_decay=0.98``, ``pacer_step=20``, ``pacer_delta=5``).
-``cut_off_util=0.95`` keeps candidates within 95 % of the k-th best score (Oort's original
-``_training_selector``).
+Defaults are Oort's own, as set by FedScale, the maintained home of Oort's selector
+(github.com/SymbioticLab/FedScale, ``fedscale/cloud/config_parser.py``, earlier
+``fedscale/core/``): ``round_threshold=30``, ``round_penalty=2.0``, ``clip_bound=0.9``,
+``exploration_min=0.3`` and, under "for Oort", ``exploration_factor=0.9``,
+``exploration_decay=0.98``, ``pacer_step=20``, ``pacer_delta=5``. ``cut_off_util=0.95`` keeps
+candidates within 95 % of the k-th best score (FedScale writes it as ``0.05``, "95 percentile";
+Oort's original ``oort/oort.py`` ``_training_selector`` multiplies by the factor directly).
+Oort's ``sample_window`` (explore among the 5·n unexplored with the largest data size) is not
+modelled: exploration samples all unexplored candidates by data size × penalty.
 
 Cost: O(P log P) per ``select`` for P candidates; pure Python + numpy, no framework imports.
 """
