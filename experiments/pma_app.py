@@ -123,7 +123,7 @@ def _train_quota(msg: Message, context: Context) -> Message:
     indices = quota_data(np.arange(len(train_set)))
     lr = float(msg.content["config"].get("lr", 0.0)) or None
     stats = task.train(model, train_set, indices, lr=lr)
-    metrics = MetricRecord({keys.TRAIN_LOSS: float(stats["loss"]), "num-examples": int(stats["samples"])})
+    metrics = MetricRecord({keys.TRAIN_LOSS: float(stats["loss"]), keys.NUM_EXAMPLES: int(stats["samples"])})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
 
 
