@@ -156,7 +156,8 @@ class AdaptiveCore:
         probe = self.probe_quota()
         probation = [n for n in node_ids if n in self._probation]
         if len(probation) == len(node_ids):
-            probation = []  # nobody healthy to take the share: everyone tries again
+            probation = []  # nobody healthy to take the share: everyone tries again, observed
+            self._probation -= set(node_ids)
         if not any(n in self._partition_of for n in node_ids):
             equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
                                          min_quota=self.min_quota,
@@ -165,14 +166,14 @@ class AdaptiveCore:
                 return equal.allocate(node_ids)
             except ValueError as err:
                 return self._infeasible_split(node_ids, node_ids, set(probation), err)
-        keys = self._keys(node_ids)
-        for n, k in zip(node_ids, keys):
+        ids = self._keys(node_ids)
+        for n, k in zip(node_ids, ids):
             self.controller.set_max_quota(k, probe if n in probation else self._caps.get(k))
         try:
-            split = self.controller.allocate(keys)
+            split = self.controller.allocate(ids)
         except ValueError as err:
-            return self._infeasible_split(node_ids, keys, set(probation), err)
-        return {n: split[k] for n, k in zip(node_ids, keys)}
+            return self._infeasible_split(node_ids, ids, set(probation), err)
+        return {n: split[k] for n, k in zip(node_ids, ids)}
 
     def note_partition(self, node_id: Hashable, metrics: Mapping[str, Any]) -> None:
         """Learn ``node_id``'s partition from a reply even when the rest of it is unusable."""
@@ -376,7 +377,7 @@ class AdaptiveCore:
 
     def _keys(self, node_ids: Iterable[Hashable]) -> list[Hashable]:
         """Controller ids for these nodes: partition id when known, unique within the list."""
-        keys, seen = [], set()
+        out, seen = [], set()
         for n in node_ids:
             key = self._partition_of.get(n, f"node-{n}")
             if key in seen:  # two live nodes claim one partition: keep them apart
@@ -384,15 +385,15 @@ class AdaptiveCore:
                                 "partition-id in each SuperNode's --node-config", key)
                 key = f"node-{n}"
             seen.add(key)
-            keys.append(key)
-        return keys
+            out.append(key)
+        return out
 
-    def _infeasible_split(self, node_ids, keys, probation: set, err: ValueError) -> dict[Hashable, int]:
+    def _infeasible_split(self, node_ids, ids, probation: set, err: ValueError) -> dict[Hashable, int]:
         """Bounds cannot hold the budget (it exceeds the total local data, cycling off)."""
         self._warn_once("infeasible", "[adaptive] %s; every client trains on all its local data "
                         "(allow_cycling=True or a smaller budget restores adaptation)", err)
         probe = self.probe_quota()
-        caps = {n: probe if n in probation else self._caps.get(k) for n, k in zip(node_ids, keys)}
+        caps = {n: probe if n in probation else self._caps.get(k) for n, k in zip(node_ids, ids)}
         unknown = [n for n, c in caps.items() if c is None]
         left = max(self.budget - sum(c for c in caps.values() if c is not None), 0)
         share = left // len(unknown) if unknown else 0
