@@ -375,11 +375,9 @@ def test_property_fedasync_mix_order_time_and_energy_match_an_independent_replay
     # Prepare: per-sample costs 2^-(10 - e): exact durations; budget = 64 per node.
     import logging
 
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    from flwr.supercore.task_identity import TaskIdentity
     from strategies.fedasync import FedAsyncStrategy
 
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+    logging.getLogger("flwr").setLevel(logging.WARNING)
     n = len(exponents)
     costs = [2.0 ** (e - 10) for e in exponents]
     watts = [1.0 + p for p in range(n)]
