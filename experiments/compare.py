@@ -290,8 +290,16 @@ def main(argv: list[str] | None = None) -> int:
             procs += [p for pid, p in memory.seen.items() if pid != os.getpid() and p not in procs]
             left = _terminate(procs)
             shutil.rmtree(workdir, ignore_errors=True)
-            # Every PID the run had, for whoever checks that none survived (tests do).
-            (out_dir / "processes.json").write_text(json.dumps(sorted(p for p in memory.seen if p != os.getpid())))
+            # Every process the run had, as (PID, start time): for whoever checks that none
+            # survived (tests do) without mistaking a reused PID for a survivor.
+            seen = []
+            for pid, p in memory.seen.items():
+                if pid != os.getpid():
+                    try:
+                        seen.append([pid, p.create_time()])
+                    except psutil.Error:
+                        seen.append([pid, None])
+            (out_dir / "processes.json").write_text(json.dumps(sorted(seen, key=lambda x: x[0])))
     table = comparison_table(out_dir, summaries)
     table.to_csv(out_dir / "comparison.csv")
     pd.set_option("display.width", 220)

@@ -22,6 +22,15 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _alive(pid: int, started: float | None) -> bool:
+    """Whether that very process (not a later one with its PID) still runs."""
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and (started is None or p.create_time() == started)
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
     """The committed tree only (what CI and a user get), beside this checkout."""
@@ -51,10 +60,9 @@ def test_flwr_run_comparison_works_offline_from_a_clean_clone_and_leaves_nothing
     assert "VIRTUAL clock" in text
     assert re.search(r"This command: [0-9.]+ s wall clock; peak resident memory .* [0-9.]+ GB", text)
     assert "processes left running: 0" in text
-    pids = json.loads((out / "processes.json").read_text())
-    assert len(pids) >= 4  # flwr, SuperLink, SuperExec, the simulation and Ray's processes
-    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    seen = json.loads((out / "processes.json").read_text())
+    assert len(seen) >= 4  # flwr, SuperLink, SuperExec, the simulation and Ray's processes
+    assert [pid for pid, started in seen if _alive(pid, started)] == []
     # flwr run did not rewrite the app's pyproject.toml (no federations section to migrate)
     status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True)
     assert status.stdout.strip() == ""
