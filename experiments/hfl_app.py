@@ -128,12 +128,13 @@ def task_silo_spec(partition_id: int, num_partitions: int, cfg: dict) -> WorkerS
 
 @dataclass
 class HflApps:
-    """The two apps plus, after a run in this process, the strategy that ran it."""
+    """The two apps plus, after a run in this process, the strategy that ran it and its result."""
 
     server_app: ServerApp
     client_app: ClientApp
     config: dict = field(default_factory=dict)
     strategy: HierarchicalAdaptiveStrategy | None = None
+    result: Any = None  # flwr.serverapp.strategy.Result
 
 
 def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) -> HflApps:
@@ -205,9 +206,9 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
             return MetricRecord(metrics)
 
         started = time.perf_counter()
-        strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                       num_rounds=int(cfg["num-server-rounds"]), timeout=float(cfg["timeout"]),
-                       train_config=ConfigRecord({}), evaluate_fn=evaluate)
+        apps.result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+                                     num_rounds=int(cfg["num-server-rounds"]), timeout=float(cfg["timeout"]),
+                                     train_config=ConfigRecord({}), evaluate_fn=evaluate)
         summary["server_wall_s"] = time.perf_counter() - started
         if out_dir is not None:
             strategy.save_history(out_dir / f"history-{policy}.csv")
@@ -220,3 +221,141 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
 _APPS = make_apps()
 server_app = _APPS.server_app
 client_app = _APPS.client_app
+
+
+# ---------------------------------------------------------------------- `flwr run apps/hfl`, offline
+_LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only"}
+
+
+def _flwr_run(link: Any, memory: Any, policy: str, args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """One ``flwr run apps/hfl`` with this policy; returns its summary (SystemExit when it did not finish)."""
+    import re
+    import subprocess
+
+    from experiments.compare import _bin
+
+    run_config = (f"policy='{policy}' num-server-rounds={args.rounds} num-silos={args.silos} "
+                  f"silo-budget={args.budget} steps={args.steps} ranks='{args.ranks}' task='{args.task}' "
+                  f"seed={args.seed} drift-round={args.drift_round} drift-factor={float(args.drift_factor)} "
+                  f"out-dir='{out_dir}'")
+    federation = f"num-supernodes={args.silos} client-resources-num-cpus={args.cpus_per_client}"
+    cmd = [_bin("flwr"), "run", str(APP_DIR), "local", "--stream", "-c", run_config,
+           "--federation-config", federation]
+    log_path = out_dir / f"flwr-run-{policy}.log"
+    round_line = re.compile(r"\[hfl\] round (\d+) \((\w+) clock\): .*\(mean ([0-9.nan]+)\)")
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=link.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        memory.add_root(proc.pid)
+        deadline = time.monotonic() + args.run_timeout
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            m = round_line.search(line)
+            if m:
+                print(f"  [{_LABELS[policy]}] round {m.group(1)}/{args.rounds}: mean CV of rank compute time inside "
+                      f"the silos {float(m.group(3)):.3f} ({m.group(2)} clock)", flush=True)
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise SystemExit(f"flwr run ({policy}) exceeded {args.run_timeout:.0f} s; see {log_path}")
+        proc.wait()
+    summary_path = out_dir / f"summary-{policy}.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "missing"}
+    if summary.get("status") != "finished":  # flwr run exits 0 even when the run failed
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
+        raise SystemExit(f"the {policy} run did not finish (flwr run exit code {proc.returncode}, summary status "
+                         f"{summary.get('status')!r}); last lines of {log_path}:\n{tail}")
+    summary["wall_s"] = time.perf_counter() - started
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.hfl_app``: the HFL app through ``flwr run`` per policy, and one table."""
+    import os
+    import shutil
+
+    import pandas as pd
+
+    from experiments.compare import LocalSuperLink, MemoryPeak, _terminate
+
+    ap = argparse.ArgumentParser(description="HFL-DDP through `flwr run apps/hfl` on a private SuperLink, offline: "
+                                 "per policy, the CV of the ranks' compute time inside every silo.")
+    ap.add_argument("--policies", default="equal,time", help="comma-separated: equal, time, low-energy, energy")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--silos", type=int, default=3, help="SuperNodes, one silo each")
+    ap.add_argument("--ranks", default="2", help="DDP ranks per silo: an int or a comma list cycled over the silos")
+    ap.add_argument("--budget", type=int, default=600, help="samples per round of each silo")
+    ap.add_argument("--steps", type=int, default=10, help="optimizer steps per silo round")
+    ap.add_argument("--task", default="mnist")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--drift-round", type=int, default=0, help="> 0: rank 0 of every silo slows from this round")
+    ap.add_argument("--drift-factor", type=float, default=2.0)
+    ap.add_argument("--cpus-per-client", type=int, default=os.cpu_count() or 1,
+                    help="Ray CPUs per silo; all cores = one actor that keeps every silo's ranks")
+    ap.add_argument("--out", default=str(APP_DIR.parent.parent / "results" / "hfl"), help="folder for CSVs and logs")
+    ap.add_argument("--run-timeout", type=float, default=900.0, help="seconds before one flwr run is killed")
+    args = ap.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies or any(p not in _LABELS for p in policies):
+        ap.error(f"--policies must name some of {', '.join(_LABELS)}, got {args.policies!r}")
+    for name in ("rounds", "silos", "budget", "steps", "cpus_per_client"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    try:
+        for pid in range(args.silos):
+            silo_ranks(args.ranks, pid)
+    except ValueError as err:
+        ap.error(str(err))
+
+    started = time.perf_counter()
+    out_dir = Path(args.out).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"== HFL-DDP: `flwr run apps/hfl` per policy; {args.silos} silos, ranks {args.ranks!r}, {args.rounds} rounds, "
+          f"{args.budget} samples per silo and round over {args.steps} DDP steps, task {args.task} (offline) ==",
+          flush=True)
+    summaries: dict[str, dict[str, Any]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="flwr-adaptive-hfl-"))
+    link = LocalSuperLink(workdir)
+    left = 0
+    with MemoryPeak() as memory:
+        try:
+            link.start()
+            assert link.proc is not None
+            memory.add_root(link.proc.pid)
+            print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}, FLWR_HOME={link.home}", flush=True)
+            for policy in policies:
+                print(f"-- {_LABELS[policy]}: flwr run apps/hfl local -c \"policy='{policy}' ...\"", flush=True)
+                summaries[policy] = _flwr_run(link, memory, policy, args, out_dir)
+        finally:
+            procs = [p for p in memory.processes() if p.pid != os.getpid()]
+            procs += [p for pid, p in memory.seen.items() if pid != os.getpid() and p not in procs]
+            left = _terminate(procs)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    rows, cv_rounds = [], {}
+    for policy, summary in summaries.items():
+        hist = pd.read_csv(out_dir / f"history-{policy}.csv")
+        cv_rounds[_LABELS[policy]] = hist.set_index("round")["rank_cv_mean"]
+        final = summary["rounds"][-1] if summary["rounds"] else {}
+        rows.append({"policy": _LABELS[policy], "rounds": len(hist),
+                     "makespan_s (virtual)": hist["makespan_s"].sum(),
+                     "rank CV, rounds >= 3": hist[hist["round"] >= 3]["rank_cv_mean"].mean(),
+                     "final holdout loss": final.get("loss", float("nan")),
+                     "final holdout acc": final.get("accuracy", float("nan")), "run wall_s": summary["wall_s"]})
+    table = pd.DataFrame(rows).set_index("policy")
+    table.to_csv(out_dir / "comparison.csv")
+    pd.set_option("display.width", 220)
+    print(f"\n== Mean CV of the ranks' compute time inside the silos, per round (VIRTUAL clock: ranks' CPU "
+          f"seconds x emulated slowdown) ==")
+    print(pd.DataFrame(cv_rounds).to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"\n== Result (makespan: VIRTUAL clock, summed over rounds; run wall_s: WALL clock) ==")
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"\nThis command: {time.perf_counter() - started:.1f} s wall clock; peak resident memory of the run's "
+          f"processes {memory.peak_bytes / 2**30:.2f} GB (sum of RSS over {memory.peak_procs} processes, DDP ranks "
+          f"included); processes left running: {left}")
+    print(f"CSV: {out_dir / 'comparison.csv'}; per-round, per-silo and per-rank histories and logs in {out_dir}")
+    return 0 if left == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -207,6 +207,14 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             _log(INFO, "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
                  "in length across silos)", type(self.inner).__name__)
 
+    def summary(self) -> None:
+        """Log the hierarchical settings, then the inner strategy's summary."""
+        _log(INFO, "\t├──> Hierarchical adaptive allocation (HFL-DDP): policy=%s, budget=%d samples per silo and "
+             "round, split among the silo's ranks only; %d DDP steps per round, min_rank_quota=%d, weighting=%s",
+             self.policy, self.budget, self.steps, self._min_of(), self.weighting)
+        _log(INFO, "\t├──> Inner strategy: %s", type(self.inner).__name__)
+        self.inner.summary()
+
     # ------------------------------------------------------------------ overridable hooks
     def make_controller(self) -> AllocationController:
         """One controller over all ranks, one group per silo (groups are added as silos report)."""

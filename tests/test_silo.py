@@ -28,11 +28,12 @@ BUDGET = 400  # samples per silo and round
 STEPS = 5
 ROUNDS = 6
 DRIFT_ROUND = 4
-# Per silo: per-rank slowdowns before and from DRIFT_ROUND on. No drift swaps which rank is
-# faster, so even the round in which the adaptive split is still the old one beats Equal.
-SLOWDOWNS = {0: ([1.0, 2.0], [1.0, 4.0]),   # the slow rank slows down further
-             1: ([1.5, 1.0], [3.0, 1.0]),   # the slow rank slows down further
-             2: ([1.0, 3.0], [1.0, 2.0])}   # the slow rank speeds up
+# Per silo: per-rank slowdowns before and from DRIFT_ROUND on. Speed ratios of at least 3 inside
+# every silo keep Equal's CV far above what timing noise on a busy machine can blur, and no drift
+# swaps which rank is faster, so even the drift round (still on the old split) beats Equal.
+SLOWDOWNS = {0: ([1.0, 3.0], [1.0, 6.0]),   # the slow rank slows down further
+             1: ([1.0, 6.0], [2.0, 6.0]),   # the fast rank slows down
+             2: ([6.0, 1.0], [3.0, 1.0])}   # the slow rank speeds up
 NODES = {101: 0, 102: 1, 103: 2}  # node id -> partition id
 
 
@@ -147,12 +148,12 @@ def test_the_split_follows_the_drift_inside_each_silo(hierarchy):
     # Prepare: the slow rank's share of its silo's budget, before the drift and at the end
     ranks = hierarchy["runs"]["time"]["strategy"].rank_history
     share = ranks.set_index(["round", "partition_id", "rank"])["samples"] / BUDGET
-    # Assert: the rank that slowed down lost samples, the one that sped up gained, all in-silo
+    # Assert: the rank that got relatively slower lost samples, the other gained; all inside its silo
     assert share[(ROUNDS, 0, 1)] < share[(DRIFT_ROUND - 1, 0, 1)]
     assert share[(ROUNDS, 1, 0)] < share[(DRIFT_ROUND - 1, 1, 0)]
-    assert share[(ROUNDS, 2, 1)] > share[(DRIFT_ROUND - 1, 2, 1)]
-    # and the slow rank of every silo ends with less than half of it
-    for pid, slow in ((0, 1), (1, 0), (2, 1)):
+    assert share[(ROUNDS, 2, 0)] > share[(DRIFT_ROUND - 1, 2, 0)]
+    # and the slower rank of every silo ends with less than half of the silo's budget
+    for pid, slow in ((0, 1), (1, 1), (2, 0)):
         assert share[(ROUNDS, pid, slow)] < 0.5
 
 
