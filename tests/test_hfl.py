@@ -1,6 +1,7 @@
-"""The whole HFL-DDP hierarchy in Flower's simulation engine (``run_simulation``).
+"""The hierarchical strategy (HFL-DDP): its rules with fabricated silo replies, then the whole
+hierarchy in Flower's simulation engine (``run_simulation``).
 
-Four silos (SuperNodes) of the HFL app (``experiments/hfl_app.py``): silos 0–2 run DDP groups of
+In the simulation, four silos (SuperNodes) of the HFL app (``experiments/hfl_app.py``): silos 0–2 run DDP groups of
 2, 3 and 2 emulated testbed devices on their own MNIST partitions; silo 3's ranks cannot start
 (its data volume is "not mounted": every rank raises while loading it). One Ray actor serves
 all silos and keeps their ranks between rounds.
@@ -9,15 +10,231 @@ all silos and keeps their ranks between rounds.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flwr_adaptive import keys
 
-pytestmark = pytest.mark.slow
 
+# --------------------------------------------------------------------------- fabricated replies
+@pytest.fixture(autouse=True)
+def flower_identity(monkeypatch):
+    """Messages need a run identity; the ServerApp runtime sets it, unit tests do here."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+
+class FakeGrid:
+    def __init__(self, node_ids):
+        self.node_ids = list(node_ids)
+
+    def get_node_ids(self):
+        return list(self.node_ids)
+
+
+def silo_reply(msg, partition, rank_costs, *, value=0.0, rank_quotas=None, extra=None):
+    """What a silo sends back: rank i processed its quota at ``rank_costs[i]`` seconds per sample."""
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    from clients.silo import split_budget
+
+    config = msg.content["config"]
+    quotas = rank_quotas or split_budget(config[keys.QUOTA], len(rank_costs), config.get(keys.RANK_QUOTAS))
+    times = [q * c for q, c in zip(quotas, rank_costs)]
+    metrics = {keys.NUM_EXAMPLES: sum(quotas), keys.SAMPLES: sum(quotas), keys.TIME_S: max(times),
+               keys.CPU_TIME_S: sum(times), keys.WALL_TIME_S: max(times), keys.ENERGY_J: keys.UNMEASURED_ENERGY,
+               keys.DATA_SIZE: 1000, keys.PARTITION_ID: partition, keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0,
+               keys.VIRTUAL_CLOCK: 1, keys.RANK_SAMPLES: list(quotas), keys.RANK_TIME_S: times,
+               keys.RANK_ENERGY_J: [keys.UNMEASURED_ENERGY] * len(quotas), keys.RANK_WAIT_S: [0.0] * len(quotas),
+               **(extra or {})}
+    return Message(RecordDict({"arrays": ArrayRecord([np.full(2, float(value))]),
+                               "metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+def play(strategy, rnd, costs, *, fail=(), value_of=None):
+    """One round: configure_train, every silo replies with its ranks' costs (or fails), aggregate."""
+    from flwr.app import ArrayRecord, ConfigRecord, Error, Message
+
+    node_of = {1000 + p: p for p in costs}
+    msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
+    replies = []
+    for m in msgs:
+        p = node_of[m.metadata.dst_node_id]
+        if p in fail:
+            replies.append(Message(Error(code=2, reason=f"silo {p}: its ranks failed to start"), reply_to=m))
+        else:
+            replies.append(silo_reply(m, p, costs[p], value=(value_of or {}).get(p, 0.0)))
+    arrays, metrics = strategy.aggregate_train(rnd, replies)
+    sent = {node_of[m.metadata.dst_node_id]: (m.content["config"][keys.QUOTA],
+                                              m.content["config"].get(keys.RANK_QUOTAS),
+                                              m.content["config"][keys.DDP_STEPS]) for m in msgs}
+    return sent, arrays, metrics
+
+
+def hierarchical(n, **kw):
+    from flwr.serverapp.strategy import FedAvg
+
+    from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+
+    kw.setdefault("budget", 600)
+    kw.setdefault("steps", 10)
+    return HierarchicalAdaptiveStrategy(
+        FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
+               train_metrics_aggr_fn=aggregate_silo_metrics), **kw)
+
+
+def test_ranks_are_split_by_cost_inside_their_silo_only():
+    # Prepare: silo 0's ranks differ 1:3, silo 1's 1:1:2, silo 2 is uniformly 10x slower
+    costs = {0: [0.001, 0.003], 1: [0.002, 0.002, 0.004], 2: [0.01, 0.01]}
+    strategy = hierarchical(3, deadband=0.0)
+    # Execute
+    first, _, _ = play(strategy, 1, costs)
+    second, _, _ = play(strategy, 2, costs)
+    # Assert: round 1 sends only the budgets (silos split evenly); round 2 the in-silo split
+    assert first == {0: (600, None, 10), 1: (600, None, 10), 2: (600, None, 10)}
+    assert second == {0: (600, [450, 150], 10), 1: (600, [240, 240, 120], 10), 2: (600, [300, 300], 10)}
+    assert sorted(strategy.controller.groups.items()) == [
+        ("0/0", 0), ("0/1", 0), ("1/0", 1), ("1/1", 1), ("1/2", 1), ("2/0", 2), ("2/1", 2)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.floats(1e-4, 1e-1), min_size=1, max_size=4), min_size=1, max_size=5),
+       st.lists(st.floats(0.25, 4.0), min_size=4, max_size=4), st.integers(2, 8),
+       st.sampled_from(["equal", "time"]))
+def test_property_no_sample_ever_moves_between_silos(base, drift, steps, policy):
+    # Prepare: per-rank costs that drift every round, one silo failing in round 3
+    budget = 4 * 8 * 3 + 7  # fits 4 ranks × min quota of 8 steps
+    strategy = hierarchical(len(base), budget=budget, steps=steps, policy=policy)
+    for rnd in range(1, 5):
+        costs = {p: [c * drift[(p + r + rnd) % 4] for r, c in enumerate(ranks)] for p, ranks in enumerate(base)}
+        # Execute
+        sent, _, _ = play(strategy, rnd, costs, fail={0} if rnd == 3 else ())
+        # Assert: every silo is sent its whole budget; its ranks' quotas sum to it, each >= steps
+        for p, (quota, rank_quotas, _) in sent.items():
+            assert quota == budget
+            if rank_quotas is not None:
+                assert len(rank_quotas) == len(base[p]) and sum(rank_quotas) == budget
+                assert min(rank_quotas) >= steps
+        # a silo with rank quotas is one that replied before; from round 2 every silo has them
+        assert all((r is not None) == (rnd >= 2) for _, r, _ in sent.values())
+    assert set(strategy.history["quota_sum"]) == {budget * len(base)}
+
+
+def test_a_failed_silo_keeps_its_budget_and_the_others_are_not_given_it():
+    # Prepare
+    costs = {0: [0.001, 0.002], 1: [0.001, 0.001], 2: [0.002, 0.001]}
+    strategy = hierarchical(3, deadband=0.0)
+    play(strategy, 1, costs)
+    play(strategy, 2, costs)
+    # Execute: silo 1 fails in round 3, comes back in round 4
+    third, _, _ = play(strategy, 3, costs, fail={1})
+    fourth, _, _ = play(strategy, 4, costs)
+    rows = strategy.client_history
+    # Assert: no probation, no re-split across silos; its ranks' split is kept for its return
+    assert [q for q, _, _ in third.values()] == [600] * 3 and [q for q, _, _ in fourth.values()] == [600] * 3
+    assert fourth[1][1] == third[1][1] == [300, 300]
+    assert fourth[0][1] == third[0][1] == [400, 200]
+    assert list(rows[rows["round"] == 3].sort_values("status")["status"]) == ["error", "ok", "ok"]
+    assert list(rows[rows["round"] == 4]["status"]) == ["ok"] * 3
+    assert strategy.history.set_index("round").loc[3, "skipped"] == 1
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({keys.RANK_TIME_S: [0.1]}, "one entry per rank"),
+    ({keys.RANK_SAMPLES: [300, 200]}, "add up to"),
+    ({keys.RANK_WAIT_S: [0.0, -1.0]}, "seconds >= 0"),
+    ({keys.RANK_ENERGY_J: [-2.0, 1.0]}, "joules >= 0"),
+    ({keys.RANK_TIME_S: [0.1, math.nan]}, "finite numbers"),
+    ({keys.RANK_SAMPLES: [300.5, 299.5]}, "whole numbers"),
+])
+def test_a_silo_with_bad_rank_lists_is_skipped_and_the_others_aggregated(extra, match, caplog):
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    # Prepare
+    strategy = hierarchical(2)
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid([1000, 1001])))
+    replies = [silo_reply(msgs[0], 0, [0.001, 0.002], value=1.0),
+               silo_reply(msgs[1], 1, [0.001, 0.002], value=5.0, extra=extra)]
+    # Execute
+    arrays, _ = strategy.aggregate_train(1, replies)
+    # Assert: only silo 0's model counts, and the skip names the node, the key and the value
+    np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [1.0, 1.0])
+    status = strategy.client_history.set_index("node_id")["status"].to_dict()
+    assert status == {msgs[0].metadata.dst_node_id: "ok", msgs[1].metadata.dst_node_id: "invalid"}
+    line = next(r.getMessage() for r in caplog.records if "[hfl]" in r.getMessage() and "skipped" in r.getMessage())
+    assert match in line and f"node {msgs[1].metadata.dst_node_id}" in line
+    assert set(strategy.controller.estimates()) == {"0/0", "0/1"}
+
+
+def test_silo_metrics_with_different_rank_counts_are_aggregated_silo_by_silo():
+    from flwr.app import MetricRecord, RecordDict
+
+    from strategies.hierarchical import aggregate_silo_metrics
+
+    # Prepare: replies arrive silo 2 first; silo 2 has 3 ranks, silo 0 two
+    records = [RecordDict({"m": MetricRecord({keys.PARTITION_ID: 2, "num-examples": 300, "loss": 1.0,
+                                              keys.RANK_SAMPLES: [100, 100, 100], keys.RANK_TIME_S: [0.1, 0.2, 0.3]})}),
+               RecordDict({"m": MetricRecord({keys.PARTITION_ID: 0, "num-examples": 100, "loss": 3.0,
+                                              keys.RANK_SAMPLES: [60, 40], keys.RANK_TIME_S: [1, 2]})})]
+    # Execute
+    out = aggregate_silo_metrics(records, "num-examples")
+    # Assert: scalars weighted by num-examples, lists concatenated in partition order
+    assert out["loss"] == pytest.approx(1.5)
+    assert out[keys.RANK_SAMPLES] == [60, 40, 100, 100, 100]
+    assert out[keys.RANK_TIME_S] == [1.0, 2.0, 0.1, 0.2, 0.3]
+    assert "num-examples" not in out
+
+
+def test_an_inner_strategy_with_flowers_default_metric_aggregation_gets_the_silo_one():
+    from flwr.serverapp.strategy import FedAvg, FedProx
+
+    from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+
+    # Prepare
+    custom = lambda records, key: None  # noqa: E731
+    # Execute
+    default = HierarchicalAdaptiveStrategy(FedProx(proximal_mu=0.1), budget=100, steps=5)
+    kept = HierarchicalAdaptiveStrategy(FedAvg(train_metrics_aggr_fn=custom), budget=100, steps=5)
+    # Assert
+    assert default.inner.train_metrics_aggr_fn is aggregate_silo_metrics
+    assert kept.inner.train_metrics_aggr_fn is custom
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"budget": 4, "steps": 5}, "budget must be an int >= steps"),
+    ({"budget": 100, "steps": 0}, "steps must be an int >= 1"),
+    ({"budget": 100, "steps": 5, "min_rank_quota": -1}, "min_rank_quota"),
+])
+def test_bad_settings_are_refused_naming_the_value(kwargs, match):
+    from strategies.hierarchical import HierarchicalAdaptiveStrategy
+
+    with pytest.raises(ValueError, match=match):
+        HierarchicalAdaptiveStrategy(**kwargs)
+
+
+def test_a_restarted_server_resumes_the_rank_estimates(tmp_path):
+    # Prepare
+    costs = {0: [0.001, 0.003], 1: [0.002, 0.002]}
+    first = hierarchical(2, state_dir=tmp_path, deadband=0.0)
+    play(first, 1, costs)
+    play(first, 2, costs)
+    # Execute: a new ServerApp run (new node ids would not matter: state is keyed by rank id)
+    second = hierarchical(2, state_dir=tmp_path, deadband=0.0)
+    sent1, _, _ = play(second, 1, costs)
+    sent2, _, _ = play(second, 2, costs)
+    # Assert: string rank ids survive; after one reply per silo the learned split is back
+    assert set(second.controller.estimates()) == {"0/0", "0/1", "1/0", "1/1"}
+    assert sent1[0][1] is None and sent2[0][1] == [450, 150]
+
+
+# --------------------------------------------------------------------------- simulation
 ROUNDS = 2
 BUDGET = 300
 RANKS = {0: 2, 1: 3, 2: 2, 3: 2}
@@ -65,6 +282,7 @@ def simulation(tmp_path_factory):
     return apps, out, [r.getMessage() for r in records]
 
 
+@pytest.mark.slow
 def test_every_round_completes_with_the_silos_that_started(simulation):
     # Prepare
     apps, out, _ = simulation
@@ -83,6 +301,7 @@ def test_every_round_completes_with_the_silos_that_started(simulation):
     assert all(np.isfinite(r["loss"]) for r in summary["rounds"])
 
 
+@pytest.mark.slow
 def test_a_silo_whose_ranks_fail_to_start_is_reported_clearly(simulation):
     # Prepare
     _, _, lines = simulation
@@ -94,6 +313,7 @@ def test_a_silo_whose_ranks_fail_to_start_is_reported_clearly(simulation):
         assert "not mounted" in line and "skipped" in line
 
 
+@pytest.mark.slow
 def test_silo_budgets_stay_fixed_while_ranks_get_their_own_quotas(simulation):
     # Prepare
     apps, out, _ = simulation
@@ -109,6 +329,7 @@ def test_silo_budgets_stay_fixed_while_ranks_get_their_own_quotas(simulation):
     assert (out / "history-time-ranks.csv").exists()
 
 
+@pytest.mark.slow
 def test_per_rank_lists_of_different_lengths_are_aggregated_silo_by_silo(simulation):
     # Prepare
     apps, _, _ = simulation

@@ -1,6 +1,7 @@
-"""HFL-DDP without the simulation engine: the hierarchical strategy and the silo client, in-process.
+"""The HFL-DDP silo client: its reply, its rank split and its read audit; then, without the
+simulation engine, the hierarchical strategy and real silos exchanging messages in-process.
 
-The strategy's ``configure_train`` / ``aggregate_train`` and the silo ClientApp body
+In the slow part, the strategy's ``configure_train`` / ``aggregate_train`` and the silo ClientApp body
 (``clients.silo.silo_train``) exchange real Flower messages; each silo runs real DDP ranks
 (spawned processes, gloo) on its own MNIST partition, with emulated per-rank slowness that
 drifts from round ``DRIFT_ROUND`` on. The same kept ranks serve an Equal run and an adaptive
@@ -17,10 +18,10 @@ from functools import partial
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flwr_adaptive import keys
-
-pytestmark = pytest.mark.slow
 
 SILOS = 3
 RANKS = 2
@@ -101,6 +102,7 @@ def hierarchy(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_silo_budgets_are_the_same_every_round_and_no_sample_leaves_its_silo(hierarchy):
     # Prepare
     import pandas as pd
@@ -134,6 +136,7 @@ def test_silo_budgets_are_the_same_every_round_and_no_sample_leaves_its_silo(hie
             assert set(ids.tolist()) <= own and not set(ids.tolist()) & others
 
 
+@pytest.mark.slow
 def test_inside_each_silo_the_rank_cv_is_below_equal_from_round_3_despite_drift(hierarchy):
     # Prepare
     equal = rank_cv(hierarchy["runs"]["equal"]["strategy"].rank_history)
@@ -144,6 +147,7 @@ def test_inside_each_silo_the_rank_cv_is_below_equal_from_round_3_despite_drift(
             assert adaptive[(rnd, pid)] < equal[(rnd, pid)], (rnd, pid, adaptive[(rnd, pid)], equal[(rnd, pid)])
 
 
+@pytest.mark.slow
 def test_the_split_follows_the_drift_inside_each_silo(hierarchy):
     # Prepare: the slow rank's share of its silo's budget, before the drift and at the end
     ranks = hierarchy["runs"]["time"]["strategy"].rank_history
@@ -157,6 +161,7 @@ def test_the_split_follows_the_drift_inside_each_silo(hierarchy):
         assert share[(ROUNDS, pid, slow)] < 0.5
 
 
+@pytest.mark.slow
 def test_silo_models_are_averaged_by_samples_into_one_global_model(hierarchy):
     # Prepare
     run = hierarchy["runs"]["time"]
@@ -170,3 +175,123 @@ def test_silo_models_are_averaged_by_samples_into_one_global_model(hierarchy):
     for got, want in zip(final, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert any(not np.allclose(models[0][i], models[1][i]) for i in range(len(final)))  # silos differ
+
+
+# --------------------------------------------------------------------------- without processes
+def telemetry(rank, samples, time_s, step_compute, energy=None, world=2):
+    from clients.ddp_worker import RankTelemetry
+
+    return RankTelemetry(rank=rank, world=world, steps=len(step_compute[0]), samples=samples, time_s=time_s,
+                         energy_j=energy, wait_s=0.01 * (rank + 1), wall_s=1.0, clock="process", slowdown=1.0,
+                         forward_s=[0.1] * len(step_compute[0]), backward_s=[0.2] * len(step_compute[0]),
+                         optimizer_s=[0.05] * len(step_compute[0]), step_compute_s=step_compute)
+
+
+def test_a_silo_round_reports_the_silo_telemetry_and_one_list_per_rank():
+    from clients.silo import SiloRound
+
+    # Prepare: two ranks, two steps; rank 1 is the slower one at step 0, rank 0 at step 1
+    steps = [[0.3, 0.5], [0.4, 0.2]]
+    result = SiloRound(quotas=[120, 80], telemetry=[telemetry(0, 120, 0.8, steps, 8.0), telemetry(1, 80, 0.6, steps, 3.0)],
+                       state=None, start=0, end=200, wall_s=2.5)
+    # Execute
+    m = result.metrics(partition_id=4, data_size=1333, idle_w=3.5)
+    # Assert: the silo's time is the per-step makespan (waits excluded), energy the ranks' sum
+    assert m[keys.TIME_S] == pytest.approx(0.4 + 0.5)
+    assert m[keys.SAMPLES] == m[keys.NUM_EXAMPLES] == 200 and m[keys.ENERGY_J] == 11.0
+    assert m[keys.CPU_TIME_S] == pytest.approx(2 * 2 * 0.35) and m[keys.WALL_TIME_S] == 2.5
+    assert (m[keys.PARTITION_ID], m[keys.DATA_SIZE], m[keys.IDLE_W], m[keys.VIRTUAL_CLOCK]) == (4, 1333, 3.5, 1)
+    assert m[keys.RANK_SAMPLES] == [120, 80] and m[keys.RANK_TIME_S] == [0.8, 0.6]
+    assert m[keys.RANK_ENERGY_J] == [8.0, 3.0] and m[keys.RANK_WAIT_S] == [0.01, 0.02]
+    assert set(keys.TELEMETRY_KEYS) | set(keys.SILO_RANK_KEYS) <= set(m)
+
+
+def test_one_unmeasured_rank_leaves_the_silo_energy_unmeasured():
+    from clients.silo import SiloRound
+
+    steps = [[0.3], [0.4]]
+    result = SiloRound(quotas=[1, 1], telemetry=[telemetry(0, 1, 0.3, steps, 1.0), telemetry(1, 1, 0.4, steps)],
+                       state=None, start=0, end=2, wall_s=1.0)
+    m = result.metrics()
+    assert m[keys.ENERGY_J] == keys.UNMEASURED_ENERGY and m[keys.RANK_ENERGY_J] == [1.0, keys.UNMEASURED_ENERGY]
+    assert m[keys.PARTITION_ID] == keys.UNKNOWN and m[keys.DATA_SIZE] == keys.UNKNOWN
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 6),
+       st.one_of(st.none(), st.lists(st.integers(0, 3000), min_size=0, max_size=7)))
+def test_property_the_rank_split_always_sums_to_the_silo_budget(budget, ranks, rank_quotas):
+    from clients.silo import split_budget
+
+    # Execute
+    q = split_budget(budget, ranks, rank_quotas)
+    # Assert: the server's split when it fits, else the even split; never another total
+    assert len(q) == ranks and sum(q) == budget and min(q) >= 0
+    fits = rank_quotas is not None and len(rank_quotas) == ranks and sum(rank_quotas) == budget
+    assert q == (list(rank_quotas) if fits else [budget // ranks + (i < budget % ranks) for i in range(ranks)])
+
+
+def test_a_plan_that_does_not_fit_the_silo_is_refused_before_any_rank_starts():
+    from clients.silo import Silo
+
+    silo = Silo(spec=None, ranks=2, name="7")  # the spec is not used: nothing starts
+    with pytest.raises(ValueError, match=r"silo 7: quotas has 3 entries for 2 ranks"):
+        silo.train([10, 10, 10], steps=5)
+    with pytest.raises(ValueError, match=r"silo 7: .*below steps"):
+        silo.train([1, 1], steps=5)
+    assert not silo.alive
+    with pytest.raises(ValueError, match=r"silo 7: ranks must be an int >= 1, got 0"):
+        Silo(spec=None, ranks=0, name="7")
+
+
+def test_silo_train_without_a_budget_from_the_server_or_the_caller_says_what_to_do(monkeypatch):
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from clients.silo import silo_train
+
+    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+    msg = Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "config": ConfigRecord({})}), dst_node_id=5,
+                  message_type="train")
+    context = Context(run_id=1, node_id=5, node_config={"partition-id": 2}, state=RecordDict(), run_config={})
+    with pytest.raises(ValueError, match=r"silo 2: the server sent no 'quota' and silo_train got no budget="):
+        silo_train(msg, context, spec=None)
+
+
+def test_the_audit_logs_the_ids_of_the_samples_read_and_passes_the_batch_on(tmp_path):
+    from dataclasses import dataclass
+
+    import torch
+
+    from clients.ddp_worker import WorkerSpec
+    from clients.silo import audit_reads, read_audit
+
+    @dataclass
+    class WithIds(torch.utils.data.Dataset):
+        x: torch.Tensor
+        ids: np.ndarray
+
+        def __len__(self):
+            return len(self.x)
+
+        def __getitem__(self, i):
+            return self.x[i], self.x[i]
+
+    # Prepare: a partition whose samples carry global ids 100..109; tensors without ids
+    data = WithIds(torch.arange(10.0), np.arange(100, 110))
+    spec = audit_reads(WorkerSpec(model_fn=None, data=data, loss_fn=None), tmp_path / "a")
+    plain = audit_reads(WorkerSpec(model_fn=None, data=(torch.arange(5.0), torch.arange(5)), loss_fn=None),
+                        tmp_path / "b")
+    # Execute: what a rank does (no process group: rank 0)
+    dataset = spec.data()
+    batch = spec.collate_fn(dataset, np.array([3, 7]))
+    spec.collate_fn(dataset, np.array([0]))
+    rows = plain.data()
+    tensor_batch = plain.collate_fn(rows, np.array([4, 1]))
+    # Assert
+    assert list(read_audit(tmp_path / "a")) == [0] and read_audit(tmp_path / "a")[0].tolist() == [103, 107, 100]
+    assert read_audit(tmp_path / "b")[0].tolist() == [4, 1]
+    torch.testing.assert_close(batch[0], torch.tensor([3.0, 7.0]))
+    torch.testing.assert_close(tensor_batch[1], torch.tensor([4, 1]))
+
