@@ -26,6 +26,9 @@ Rank times are on the ranks' compute clock (``"process"``: each rank's CPU secon
 one thread; × the emulated slowdown when one is set, i.e. emulated device time), the waits on
 the wall clock.
 
+Backend: nccl when each rank can have its own GPU, else gloo on the CPUs (:func:`silo_backend`:
+NCCL refuses two ranks on one GPU).
+
 Failures: ranks that fail to start, or die in a round, raise ``RuntimeError`` naming the silo
 and carrying the rank's traceback; Flower turns it into an error reply, the strategy skips the
 silo for that round and the other silos' round completes. Start-up and every collective time
@@ -71,6 +74,7 @@ __all__ = [
     "SiloRound",
     "silo_train",
     "split_budget",
+    "silo_backend",
     "audit_reads",
     "read_audit",
     "close_silos",
@@ -183,6 +187,31 @@ def split_budget(budget: int, ranks: int, rank_quotas: Sequence[int] | None = No
     return equal_quotas(budget, ranks)
 
 
+def silo_backend(ranks: int, backend: str | None = None) -> str:
+    """``backend`` if given; else ``"nccl"`` when each of the k ranks can have its own GPU, else ``"gloo"``.
+
+    NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected"), so a
+    silo with more ranks than visible GPUs runs gloo on the CPUs rather than failing to start
+    (logged once). In Flower's simulation the actor only sees GPUs when ``client_resources``
+    asks for them (``num_gpus``).
+    """
+    if backend is not None:
+        return backend
+    if not torch.cuda.is_available():
+        return "gloo"
+    gpus = torch.cuda.device_count()
+    if gpus >= ranks:
+        return "nccl"
+    if ("gpus", gpus, ranks) not in _WARNED:
+        _WARNED.add(("gpus", gpus, ranks))
+        log.warning("%d ranks per silo but %d visible GPU(s): NCCL needs one GPU per rank, so the silo's ranks "
+                    "run gloo on the CPUs; give the process more GPUs or pass backend= explicitly", ranks, gpus)
+    return "gloo"
+
+
+_WARNED: set = set()
+
+
 class Silo:
     """One silo's k DDP ranks as local processes, kept alive across rounds.
 
@@ -194,7 +223,8 @@ class Silo:
     ranks : int
         k, the ranks of the silo's DDP group (default 2).
     backend : str, optional
-        ``"gloo"`` or ``"nccl"``; default nccl when CUDA is present, else gloo.
+        ``"gloo"`` or ``"nccl"``; default :func:`silo_backend` (nccl when every rank can have its
+        own GPU, else gloo on the CPUs).
     timeout_s : float
         Start-up and collective timeout of the ranks (seconds).
     clock : str
@@ -218,7 +248,7 @@ class Silo:
             raise ValueError(f"silo {name}: timeout_s must be a number > 0, got {timeout_s!r}")
         self.spec = spec
         self.ranks = int(ranks)
-        self.backend = backend
+        self.backend = silo_backend(self.ranks, backend)
         self.timeout_s = float(timeout_s)
         self.clock = clock
         self.keep_alive = bool(keep_alive)
@@ -240,7 +270,7 @@ class Silo:
                                         clock=self.clock)
         except Exception as err:
             raise RuntimeError(f"silo {self.name}: its {self.ranks} DDP ranks failed to start "
-                               f"(backend {self.backend or 'auto'}, timeout {self.timeout_s:g} s): {err}") from err
+                               f"(backend {self.backend}, timeout {self.timeout_s:g} s): {err}") from err
         return True
 
     def train(self, quotas: Sequence[int], steps: int, *, state: Mapping[str, torch.Tensor] | None = None,

@@ -232,9 +232,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._rank_plan = {}
         ranked: list[tuple[Hashable, Hashable, list[str]]] = []
         for node, silo in zip(node_ids, silo_keys):
-            k = self._ranks_of.get(silo) if node in self._partition_of else None
+            k = self._ranks_of.get(silo)
             if k is None:
-                continue  # no reply from this silo in this run yet: it splits evenly
+                continue  # its ranks have not reported yet (round 1 of a run): it splits evenly
             budget = self.silo_budget(silo)
             if k * self._min_of() > budget:
                 self._warn_once(f"small-{silo}", "[hfl] silo %s: %d ranks × min_rank_quota %d exceed its budget "
@@ -262,7 +262,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             if r.partition_id is not None:
                 self._partition_of[r.node_id] = r.partition_id
             silo = self._keys([r.node_id])[0]
-            ranks = self._rank_reports[r.node_id]
+            ranks = self._rank_reports.get(r.node_id, [])
+            if not ranks:
+                continue  # not screened by screen_train_replies: nothing per rank to learn from
             self._ranks_of[silo] = len(ranks)
             ok = True
             for rank in ranks:

@@ -295,3 +295,18 @@ def test_the_audit_logs_the_ids_of_the_samples_read_and_passes_the_batch_on(tmp_
     torch.testing.assert_close(batch[0], torch.tensor([3.0, 7.0]))
     torch.testing.assert_close(tensor_batch[1], torch.tensor([4, 1]))
 
+
+@pytest.mark.parametrize("gpus, ranks, requested, expected", [
+    (0, 2, None, "gloo"), (2, 2, None, "nccl"), (4, 3, None, "nccl"),
+    (1, 2, None, "gloo"),  # NCCL cannot put two ranks on one GPU
+    (1, 2, "nccl", "nccl"), (4, 2, "gloo", "gloo"),
+])
+def test_silos_use_nccl_only_when_every_rank_can_have_its_own_gpu(monkeypatch, gpus, ranks, requested, expected):
+    import torch
+
+    from clients.silo import silo_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert silo_backend(ranks, requested) == expected
+
