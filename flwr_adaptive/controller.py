@@ -360,7 +360,7 @@ class AllocationController:
         participants = self._check_participants(participants)
         self._flush()
         slots = self._slots(participants)
-        return dict(zip(participants, self._cost(slots, self._fresh(slots)).tolist()))
+        return dict(zip(participants, self._cost(slots, self._fresh(slots, forget=False)).tolist()))
 
     @property
     def current(self) -> dict[ParticipantId, int]:
@@ -382,10 +382,12 @@ class AllocationController:
             raise ValueError(f"participants are listed more than once: {sorted(dup, key=repr)!r}")
         return participants
 
-    def _fresh(self, slots: np.ndarray) -> np.ndarray:
+    def _fresh(self, slots: np.ndarray, forget: bool = True) -> np.ndarray:
         """Mask of participants with a fresh estimate; stale ones (``forget_after``) are forgotten."""
         last = self._last_report[slots]
         stale = (last >= 0) & (self._round - last >= self.forget_after)
+        if not forget:
+            return ~np.isnan(self._tau[slots]) & ~stale
         if stale.any():
             gone = slots[stale]
             self._tau[gone] = np.nan
