@@ -75,8 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.compare import main as flower_comparison
 
         print(flush=True)
-        return flower_comparison(["--rounds", str(args.rounds), "--budget", str(args.budget),
-                                  "--seed", str(args.seed), "--jitter", str(args.jitter)])
+        status = flower_comparison(["--rounds", str(args.rounds), "--budget", str(args.budget),
+                                    "--seed", str(args.seed), "--jitter", str(args.jitter)])
+        if status == 0:
+            from experiments.compare import REPO
+            from experiments.plots import plot_comparison
+
+            print(f"Plot: {plot_comparison(REPO / 'results' / 'flower')}")
+        return status
     run = VirtualRun(rounds=args.rounds, budget=args.budget, base_s=args.base_ms / 1000.0, seed=args.seed)
     print(f"\n== VIRTUAL CLOCK: {args.rounds} rounds, budget {args.budget} samples/round, "
           f"{args.base_ms} host-ms/sample, jitter sigma {args.jitter}, seed {args.seed} ==")
