@@ -9,6 +9,9 @@ Contract
   first time it sees a set of nodes whose partitions it does not know yet (round 1 of every
   ServerApp run) it returns the equal split keyed by node id; from then on the controller's split
   keyed by **partition id**, which clients report and which, unlike node ids, survives a restart.
+  A node absent from the split gets no message that round: when ``budget`` cannot give every node
+  ``min_quota``, only ``budget // min_quota`` nodes train, those that waited longest first (one
+  warning says so); when it exceeds the nodes' local data (cycling off) each trains on all of it.
 - ``observe_replies(round, reports)`` learns each node's partition id, sets ``max_quota`` to the
   local data size when cycling is off, and feeds one :class:`~flwr_adaptive.controller.Report` per
   client to the controller. An observation the controller rejects is logged and dropped.
@@ -128,6 +131,7 @@ class AdaptiveCore:
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
         self._caps: dict[Hashable, int] = {}  # controller id -> local data size (cycling off)
         self._probation: set[Hashable] = set()  # node ids that failed in their last round
+        self._last_trained: dict[Hashable, int] = {}  # node id -> last round it was sent a quota
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows: list[dict[str, Any]] = []
         self._rounds_done = 0  # rounds observed, across resumptions
@@ -144,13 +148,15 @@ class AdaptiveCore:
         return list(node_ids)
 
     def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
-        """``{node_id: quota}`` summing to ``budget``.
+        """``{node_id: quota}`` summing to ``budget``; nodes left out of it get no train message.
 
         The equal split while no partition is known (round 1), the controller's split after. A
         node that failed last round is on probation: it gets ``probe_quota()`` samples and its
-        share is re-split among the others; one good reply lifts the probation.
+        share is re-split among the others; one good reply lifts the probation. When the budget
+        cannot give every node ``min_quota`` (see ``trainers``) only some nodes train; when it
+        exceeds all their local data (cycling off) every node trains on all of it.
         """
-        node_ids = list(node_ids)
+        node_ids = self.trainers(server_round, list(node_ids))
         if not node_ids:
             return {}
         probe = self.probe_quota()
@@ -158,22 +164,49 @@ class AdaptiveCore:
         if len(probation) == len(node_ids):
             probation = []  # nobody healthy to take the share: everyone tries again, observed
             self._probation -= set(node_ids)
-        if not any(n in self._partition_of for n in node_ids):
+        known = any(n in self._partition_of for n in node_ids)
+        ids = self._keys(node_ids) if known else node_ids
+        caps = [probe if n in probation else (self._caps.get(k) if known else None)
+                for n, k in zip(node_ids, ids)]
+        if all(c is not None for c in caps) and self.budget > sum(caps):
+            split = self._all_local_data(node_ids, caps)
+        elif not known:
             equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
                                          min_quota=self.min_quota,
                                          max_quota={n: probe for n in probation})
-            try:
-                return equal.allocate(node_ids)
-            except ValueError as err:
-                return self._infeasible_split(node_ids, node_ids, set(probation), err)
-        ids = self._keys(node_ids)
-        for n, k in zip(node_ids, ids):
-            self.controller.set_max_quota(k, probe if n in probation else self._caps.get(k))
-        try:
-            split = self.controller.allocate(ids)
-        except ValueError as err:
-            return self._infeasible_split(node_ids, ids, set(probation), err)
-        return {n: split[k] for n, k in zip(node_ids, ids)}
+            split = equal.allocate(node_ids)
+        else:
+            for k, c in zip(ids, caps):
+                self.controller.set_max_quota(k, c)
+            by_key = self.controller.allocate(ids)
+            split = {n: by_key[k] for n, k in zip(node_ids, ids)}
+        quotas = {n: q for n, q in split.items() if q > 0}  # a zero quota trains nothing: no message
+        for n in quotas:
+            self._last_trained[n] = server_round
+        return quotas
+
+    def trainers(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
+        """The nodes that train this round: all of them, unless the budget is too small.
+
+        ``budget`` samples give at most ``budget // max(min_quota, 1)`` nodes their minimum
+        quota. With more nodes than that, the ones that trained least recently are picked (ties
+        in node-id order), so each node trains, and is measured, every few rounds; the others
+        sit the round out (no message, no probation).
+        """
+        floor = max(self._min_of(), 1)
+        room = self.budget // floor
+        if len(node_ids) <= room:
+            return list(node_ids)
+        self._warn_once("too-small", "[adaptive] budget %d samples cannot give each of the %d nodes "
+                        "min_quota %d: %d nodes train per round, the ones that waited longest first, "
+                        "the others sit the round out; raise the budget to at least %d or lower "
+                        "min_quota to train every node every round", self.budget, len(node_ids),
+                        floor, room, len(node_ids) * floor)
+        order = sorted(range(len(node_ids)),
+                       key=lambda i: (self._last_trained.get(node_ids[i], 0),
+                                      type(node_ids[i]).__name__, node_ids[i]))
+        chosen = set(order[:room])
+        return [n for i, n in enumerate(node_ids) if i in chosen]
 
     def note_partition(self, node_id: Hashable, metrics: Mapping[str, Any]) -> None:
         """Learn ``node_id``'s partition from a reply even when the rest of it is unusable."""
@@ -373,7 +406,7 @@ class AdaptiveCore:
 
     # ------------------------------------------------------------------ helpers
     def _min_of(self) -> int:
-        return self.min_quota if isinstance(self.min_quota, int) else 0
+        return int(self.min_quota) if isinstance(self.min_quota, (int, np.integer)) else 0
 
     def _keys(self, node_ids: Iterable[Hashable]) -> list[Hashable]:
         """Controller ids for these nodes: partition id when known, unique within the list."""
@@ -388,16 +421,18 @@ class AdaptiveCore:
             out.append(key)
         return out
 
-    def _infeasible_split(self, node_ids, ids, probation: set, err: ValueError) -> dict[Hashable, int]:
-        """Bounds cannot hold the budget (it exceeds the total local data, cycling off)."""
-        self._warn_once("infeasible", "[adaptive] %s; every client trains on all its local data "
-                        "(allow_cycling=True or a smaller budget restores adaptation)", err)
-        probe = self.probe_quota()
-        caps = {n: probe if n in probation else self._caps.get(k) for n, k in zip(node_ids, ids)}
-        unknown = [n for n, c in caps.items() if c is None]
-        left = max(self.budget - sum(c for c in caps.values() if c is not None), 0)
-        share = left // len(unknown) if unknown else 0
-        return {n: (c if c is not None else share) for n, c in caps.items()}
+    def _all_local_data(self, node_ids: list[Hashable], caps: list[int]) -> dict[Hashable, int]:
+        """The budget exceeds the nodes' local data (cycling off): each trains on all of it.
+
+        Only reached when every node's data size is known: a node of unknown size is unbounded,
+        so the controller can give it what the others leave and the split stays exact.
+        """
+        total = sum(caps)
+        self._warn_once("all-data", "[adaptive] budget %d samples exceeds the %d samples of local data "
+                        "of the %d training nodes (allow_cycling=False): every client trains on all its "
+                        "local data, so no time is balanced; set allow_cycling=True or a budget of at "
+                        "most %d to restore adaptation", self.budget, total, len(node_ids), total)
+        return dict(zip(node_ids, caps))
 
     def _warn_once(self, tag: str, msg: str, *args: Any) -> None:
         if tag not in self._warned:

@@ -260,7 +260,88 @@ def test_budget_above_the_local_data_without_cycling_trains_everyone_on_all_data
         q2, _ = play_round(strategy, grid, 2, COSTS, PARTS, data_size=100)
     # Assert
     assert q2 == {n: 100 for n in NODES}
-    assert any("every client trains on all its local data" in line for line in sup.adaptive_lines(caplog))
+    warned = [line for line in sup.adaptive_lines(caplog) if "every client trains on all its local data" in line]
+    assert len(warned) == 1 and "set allow_cycling=True or a budget of at most 400" in warned[0]
+
+
+NODES5 = [9001, 9002, 9003, 9004, 9005]
+PARTS5 = {n: i for i, n in enumerate(NODES5)}
+COSTS5 = {i: 0.001 * (i + 1) for i in range(5)}
+
+
+def test_budget_below_nodes_times_min_quota_trains_a_rotating_subset(caplog):
+    # Prepare: 3 samples per round cannot give 5 nodes min_quota 1 each; 50 local samples each
+    strategy = AdaptiveStrategy(_fedavg(5), budget=3)
+    grid = FakeGrid(NODES5)
+    # Execute
+    with caplog.at_level("WARNING", logger="flwr"):
+        q1, arrays1 = play_round(strategy, grid, 1, COSTS5, PARTS5, data_size=50)
+        q2, arrays2 = play_round(strategy, grid, 2, COSTS5, PARTS5, data_size=50)
+    # Assert: 3 nodes train each round, 1 sample each; those left out in round 1 train in round 2
+    assert q1 == {9001: 1, 9002: 1, 9003: 1}
+    assert set(q2) >= {9004, 9005} and len(q2) == 3 and sum(q2.values()) == 3
+    assert arrays1 is not None and arrays2 is not None
+    assert (strategy.client_history["status"] == "ok").all()  # nobody left out is penalised
+    assert strategy.history["samples"].tolist() == [3, 3]
+    warned = [line for line in sup.adaptive_lines(caplog) if "cannot give each of the 5 nodes" in line]
+    assert len(warned) == 1 and "raise the budget to at least 5" in warned[0]
+
+
+def test_budget_below_nodes_times_min_quota_gives_every_trainer_its_minimum():
+    # Prepare: min_quota 2, budget 5, 4 nodes: 2 nodes fit
+    core = AdaptiveCore(5, "time", min_quota=2, deadband=0.0)
+    nodes = [1, 2, 3, 4]
+    # Execute
+    rounds = []
+    for rnd in (1, 2, 3):
+        quotas = core.quotas_for(rnd, nodes)
+        core.begin_round(rnd, quotas)
+        reports = [ClientReport(n, n, q, q, q * 0.01, 0.0, 0.0, None, 50, False, 1.0, True) for n, q in quotas.items()]
+        core.observe_replies(rnd, reports)
+        core.end_round(rnd, reports, {})
+        rounds.append(quotas)
+    # Assert
+    for quotas in rounds:
+        assert len(quotas) == 2 and sum(quotas.values()) == 5 and min(quotas.values()) >= 2
+    assert set(rounds[0]) | set(rounds[1]) == set(nodes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 12), min_quota=st.integers(1, 5), data=st.data())
+def test_property_small_budget_sums_exactly_and_measures_every_node(n, min_quota, data):
+    # Prepare: a budget that fits m < n nodes at their minimum
+    m = data.draw(st.integers(1, n - 1))
+    budget = data.draw(st.integers(m * min_quota, (m + 1) * min_quota - 1))
+    core = AdaptiveCore(budget, "time", min_quota=min_quota, deadband=0.0)
+    nodes = [500 + i for i in range(n)]
+    trained = set()
+    # Execute: enough rounds for a full rotation
+    for rnd in range(1, -(-n // m) + 1):
+        quotas = core.quotas_for(rnd, nodes)
+        core.begin_round(rnd, quotas)
+        reports = [ClientReport(node, i, quotas[node], quotas[node], quotas[node] * 0.001 * (i + 1), 0.0, 0.0,
+                                None, 1000, False, 1.0, True) for i, node in enumerate(nodes) if node in quotas]
+        core.observe_replies(rnd, reports)
+        core.end_round(rnd, reports, {})
+        # Assert
+        assert sum(quotas.values()) == budget and len(quotas) == m
+        assert min(quotas.values()) >= min_quota
+        trained |= set(quotas)
+    assert trained == set(nodes)
+
+
+def test_budget_above_the_local_data_of_known_and_new_nodes_still_sums_to_the_budget():
+    # Prepare: three nodes reported 100 local samples each; a fourth is new (size unknown)
+    core = AdaptiveCore(1000, "time", deadband=0.0)
+    q1 = core.quotas_for(1, [1, 2, 3])
+    core.begin_round(1, q1)
+    reports = [ClientReport(n, n, q, 100, 0.1, 0.0, 0.0, None, 100, True, 1.0, True) for n, q in q1.items()]
+    core.observe_replies(1, reports)
+    core.end_round(1, reports, {})
+    # Execute
+    q2 = core.quotas_for(2, [1, 2, 3, 4])
+    # Assert: the known ones train on all their data, the new one takes the exact remainder
+    assert q2 == {1: 100, 2: 100, 3: 100, 4: 700}
 
 
 def test_constructor_rejects_bad_arguments_naming_the_value():
