@@ -128,6 +128,7 @@ class AdaptiveCore:
         self.state_path = None if not state_dir else Path(state_dir) / STATE_FILE
         self.context = context
         self._partition_of: dict[Hashable, int] = {}  # node id -> partition id (this run)
+        self._owner: dict[int, Hashable] = {}  # partition id -> the node keyed by it (see _keys)
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
         self._caps: dict[Hashable, int] = {}  # controller id -> local data size (cycling off)
         self._probation: set[Hashable] = set()  # node ids that failed in their last round
@@ -409,16 +410,21 @@ class AdaptiveCore:
         return int(self.min_quota) if isinstance(self.min_quota, (int, np.integer)) else 0
 
     def _keys(self, node_ids: Iterable[Hashable]) -> list[Hashable]:
-        """Controller ids for these nodes: partition id when known, unique within the list."""
-        out, seen = [], set()
+        """Controller ids of these nodes: the one rule, the same answer in every call of a run.
+
+        A node's key is its partition id once known, else ``"node-<id>"``. The first node keyed
+        with a partition owns it for the run; a second node claiming the same partition is keyed
+        ``"node-<id>"`` (its own estimate, quotas and cap) and a warning names both.
+        """
+        out = []
         for n in node_ids:
-            key = self._partition_of.get(n, f"node-{n}")
-            if key in seen:  # two live nodes claim one partition: keep them apart
-                self._warn_once(f"dup-{key}", "[adaptive] nodes share partition id %s; set a distinct "
-                                "partition-id in each SuperNode's --node-config", key)
-                key = f"node-{n}"
-            seen.add(key)
-            out.append(key)
+            part = self._partition_of.get(n)
+            owner = None if part is None else self._owner.setdefault(part, n)
+            if owner is not None and owner != n:
+                self._warn_once(f"dup-{part}-{n}", "[adaptive] node %s claims partition id %s, which "
+                                "node %s already has: it is kept apart as node-%s; set a distinct "
+                                "partition-id in each SuperNode's --node-config", n, part, owner, n)
+            out.append(part if owner == n else f"node-{n}")
         return out
 
     def _all_local_data(self, node_ids: list[Hashable], caps: list[int]) -> dict[Hashable, int]:

@@ -141,7 +141,7 @@ class OortStrategy(AdaptiveStrategy):
         """``{participant: rounds selected}``, keyed by partition id when known (else node id)."""
         out: dict[Hashable, int] = {}
         for node, count in self.selector.selected_count.items():
-            key = self._partition_of.get(node, f"node-{node}")
+            key = self._keys([node])[0]
             out[key] = out.get(key, 0) + count
         return out
 

@@ -70,11 +70,6 @@ class ClientReport:
     idle_w: float | None
     virtual_clock: bool
 
-    @property
-    def key(self) -> NodeId:
-        """The controller's participant id: the partition id when known, else ``node-<id>``."""
-        return self.partition_id if self.partition_id is not None else f"node-{self.node_id}"
-
     def to_report(self) -> Report:
         """The controller's view of this round: own compute time, active energy, samples."""
         return Report(time_s=self.time_s, energy_j=self.energy_j, samples=self.samples)

@@ -344,6 +344,28 @@ def test_budget_above_the_local_data_of_known_and_new_nodes_still_sums_to_the_bu
     assert q2 == {1: 100, 2: 100, 3: 100, 4: 700}
 
 
+def test_two_nodes_claiming_one_partition_are_kept_apart_the_same_way_everywhere(caplog):
+    # Prepare: nodes 1 and 2 both say partition 0 (slow and fast); node 3 is partition 1
+    core = AdaptiveCore(700, "time", deadband=0.0)
+    nodes, parts, cost = [1, 2, 3], {1: 0, 2: 0, 3: 1}, {1: 0.004, 2: 0.001, 3: 0.002}
+    with caplog.at_level("WARNING", logger="flwr"):
+        q1 = core.quotas_for(1, nodes)
+        core.begin_round(1, q1)
+        reports = [ClientReport(n, parts[n], q, q, q * cost[n], 0.0, 0.0, None, 10_000, False, 1.0, True)
+                   for n, q in q1.items()]
+        core.observe_replies(1, reports)
+        core.end_round(1, reports, {})
+        # Execute
+        q2 = core.quotas_for(2, nodes)
+    # Assert: the second claimant has its own estimate, observed and used under one key
+    estimates = core.controller.estimates()
+    assert set(estimates) == {0, "node-2", 1}
+    assert estimates[0][0] == pytest.approx(0.004) and estimates["node-2"][0] == pytest.approx(0.001)
+    assert q2 == {1: 100, 2: 400, 3: 200}  # ∝ 1 / cost per sample
+    warned = [line for line in sup.adaptive_lines(caplog) if "claims partition id 0" in line]
+    assert len(warned) == 1 and "node 2 claims partition id 0, which node 1 already has" in warned[0]
+
+
 def test_constructor_rejects_bad_arguments_naming_the_value():
     with pytest.raises(ValueError, match="unknown policy 'fast'; choose one of equal, time"):
         AdaptiveStrategy(budget=10, policy="fast")
