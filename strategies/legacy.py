@@ -115,7 +115,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
             params, metrics = self.inner.aggregate_fit(server_round, reweighted, failures)
         else:
             params, metrics = None, {}
-        self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r not in accepted])
+        observed = {r.node_id for r in accepted}
+        self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
 
     def screen_fit_results(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],

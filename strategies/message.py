@@ -128,7 +128,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             metrics = next(iter(msg.content.metric_records.values()))
             metrics[self.weighted_by_key] = weights[msg.metadata.src_node_id]
         arrays, metrics = self.inner.aggregate_train(server_round, kept) if kept else (None, None)
-        self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r not in accepted])
+        observed = {r.node_id for r in accepted}
+        self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
 
     def screen_train_replies(self, server_round: int, replies: list[Message]
