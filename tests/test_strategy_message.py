@@ -80,6 +80,10 @@ def dropin_run(tmp_path_factory):
                 super().__init__(*args, **kwargs)
                 created.append(self)
 
+            def start(self, grid, initial_arrays, *args, **kwargs):
+                self.initial_ndarrays = [a.copy() for a in initial_arrays.to_numpy_ndarrays()]
+                return super().start(grid, initial_arrays, *args, **kwargs)
+
         server.AdaptiveStrategy = Recording
         sup.quiet_flower()
         run_simulation(server.app, client.app, num_supernodes=len(sup.SLOWDOWNS),
@@ -167,8 +171,9 @@ def test_dropin_logs_one_line_per_round_and_trains_the_model(dropin_run, caplog)
     line = sup.adaptive_lines(caplog)[-1]
     assert "round 3" in line and "makespan" in line and "virtual clock" in line and "CV busy" in line
     assert "quota min/median/max" in line
-    final = app.final_arrays.to_numpy_ndarrays()
-    assert any(np.abs(a).sum() > 0 for a in final)
+    final, initial = app.final_arrays.to_numpy_ndarrays(), strategy.initial_ndarrays
+    assert [a.shape for a in final] == [a.shape for a in initial]
+    assert all(not np.array_equal(f, i) for f, i in zip(final, initial))  # every tensor was trained
 
 
 # --------------------------------------------------------------------------- faults
