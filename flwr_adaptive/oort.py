@@ -103,9 +103,16 @@ class OortSelector:
 
     # ------------------------------------------------------------------ feedback
     def register(self, participant: Hashable, data_size: int) -> None:
-        """Make a participant known; before it trains, its data size ranks it for exploration."""
-        if participant not in self.arms:
+        """Make a participant known; until it has trained, its data size ranks it for exploration.
+
+        The latest size counts while the participant is unexplored; once ``update`` has recorded
+        a round its reward is the statistical utility and the size is ignored.
+        """
+        arm = self.arms.get(participant)
+        if arm is None:
             self.arms[participant] = _Arm(reward=float(max(data_size, 0)))
+        elif arm.count == 0:
+            arm.reward = float(max(data_size, 0))
 
     def update(self, participant: Hashable, utility: float, duration_s: float) -> None:
         """Record one finished round of ``participant``: statistical utility and duration."""
@@ -137,7 +144,7 @@ class OortSelector:
         if k <= 0:
             raise ValueError(f"k must be >= 1, got {k}")
         for p in candidates:
-            self.register(p, 0)
+            self.arms.setdefault(p, _Arm(reward=0.0))  # size unknown: explored last
         self.round += 1
         self._pace()
         preferred = self.preferred_duration

@@ -8,8 +8,9 @@ Contract
   sampled with :class:`~flwr_adaptive.oort.OortSelector` (Lai et al., "Oort: Efficient Federated
   Learning via Guided Participant Selection", OSDI '21): statistical utility × system penalty
   ``(T / t_i)^α`` for participants slower than the preferred round duration ``T``, exploration of
-  never-tried nodes with a decaying share, and the pacer that relaxes ``T``. The other nodes sit
-  the round out (no message).
+  never-tried nodes with a decaying share (ranked by the ``keys.DATA_SIZE`` they reported, as
+  Oort ranks by data size; a node that never replied has size 0 there), and the pacer that
+  relaxes ``T``. The other nodes sit the round out (no message).
 - The budget is split **equally** among the selected (Oort chooses *who* trains, it does not
   re-split work): the controller runs the Equal policy over the selected nodes.
 
@@ -101,7 +102,17 @@ class OortStrategy(AdaptiveStrategy):
 
     def screen_train_replies(self, server_round: int, replies: list[Message]
                              ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
-        """The adaptive screening, plus each kept reply's training loss for the utility."""
+        """The adaptive screening, plus each reply's data size and each kept reply's training loss.
+
+        The data size is registered from every reply that reports one, usable or not: a node
+        whose telemetry was unusable stays unexplored, and Oort explores by data size.
+        """
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            if node in self._assigned and not msg.has_error() and len(msg.content.metric_records) == 1:
+                size = next(iter(msg.content.metric_records.values())).get(keys.DATA_SIZE)
+                if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+                    self.selector.register(node, size)
         kept, reports, skipped = super().screen_train_replies(server_round, replies)
         self._losses = {}
         for msg in kept:

@@ -251,6 +251,40 @@ def test_oort_without_loss_metric_scores_by_samples_and_warns(caplog):
     assert sum("reports no 'train-loss' metric" in r.getMessage() for r in caplog.records) == 1
 
 
+class BrokenClockGrid(SimGrid):
+    """A SimGrid whose nodes report NaN time (a broken meter) in round 1, and data sizes."""
+
+    def __init__(self, cost_s, data_size):
+        super().__init__(cost_s)
+        self.data_size = data_size
+
+    def send_and_receive(self, messages, timeout=None):
+        out = super().send_and_receive(messages, timeout)
+        for msg in out:
+            metrics = msg.content["metrics"]
+            pid = self.partition[msg.metadata.src_node_id]
+            metrics[keys.DATA_SIZE] = self.data_size[pid]
+            if self.sent[-1]["config"][keys.ROUND] == 1:
+                metrics[keys.TIME_S] = math.nan
+        return out
+
+
+def test_oort_explores_by_the_data_size_nodes_reported(caplog):
+    from strategies.oort import OortStrategy
+
+    # Prepare: 6 equal nodes, 3 per round; round 1's three replies are unusable (NaN time) so
+    # nobody is explored yet, but the three reported 50,000 local samples.
+    quiet(caplog)
+    grid = BrokenClockGrid([2.0 ** -10] * 6, data_size=[50_000] * 6)
+    strategy = OortStrategy(fedavg(6), budget=300, fraction=0.5, seed=0)
+    # Execute
+    run(strategy, grid, rounds=2)
+    # Assert: round 2 explores the nodes whose size is known (the others count as size 0)
+    round1, round2 = set(grid.quotas(1)), set(grid.quotas(2))
+    assert len(round1) == 3 and round2 == round1
+    assert [strategy.selector.arms[100 + p].count for p in range(6)] == [int(p in round1) for p in range(6)]
+
+
 @pytest.mark.parametrize("fraction, n, k", [(0.6, 11, 7), (0.6, 5, 3), (0.01, 5, 1), (1.0, 4, 4)])
 def test_oort_k_is_the_rounded_fraction(fraction, n, k):
     from strategies.oort import OortStrategy

@@ -48,6 +48,33 @@ def test_slowest_is_excluded_once_known_but_exploration_continues():
     assert selector.preferred_duration < 10.0
 
 
+def test_exploration_prefers_unexplored_participants_with_more_data():
+    # Prepare: six never-tried participants seen as candidates once (size unknown), then their
+    # data sizes arrive: "big" holds 1,000x the data of each of the others.
+    picks = []
+    for seed in range(40):
+        selector = OortSelector(seed=seed)
+        candidates = ["big", "a", "b", "c", "d", "e"]
+        selector.select(candidates, 1)
+        for p in candidates:
+            selector.register(p, 1_000_000 if p == "big" else 1_000)
+        # Execute
+        picks.append(selector.select(candidates, 1)[0])
+    # Assert: exploration is by data size (uniform would pick "big" ~ 1 in 6)
+    assert picks.count("big") >= 38
+
+
+def test_data_size_no_longer_ranks_a_participant_once_it_trained():
+    # Prepare
+    selector = OortSelector()
+    selector.register("p", 500)
+    selector.update("p", utility=7.0, duration_s=1.0)
+    # Execute
+    selector.register("p", 9_999)
+    # Assert: its reward is the utility it showed
+    assert selector.arms["p"].reward == 7.0
+
+
 def test_exploration_decays_to_its_floor():
     selector = OortSelector(exploration=0.9, exploration_decay=0.98, exploration_min=0.3)
     run_rounds(selector, {i: 1.0 for i in range(20)}, rounds=80, k=5)
