@@ -6,8 +6,7 @@ A silo owns one partition of the data. Per Flower round it receives the global m
 budget (``keys.QUOTA``: samples per round, fixed by the server) and, from round 2 on, the
 per-rank split of that budget (``keys.RANK_QUOTAS``, one int per rank, summing to the budget)
 and the step count (``keys.DDP_STEPS``). It runs one DDP round on k local ranks
-(:class:`~clients.ddp_launch.LocalDDPGroup`: spawned processes, gloo on CPUs, nccl where there
-are GPUs), every rank reading only the silo's own partition through the shared, seeded index
+(:class:`~clients.ddp_launch.LocalDDPGroup`: spawned processes, see "Backend" below), every rank reading only the silo's own partition through the shared, seeded index
 stream, and replies with the silo model (rank 0's weights: the replicas are identical) and:
 
 - the PMA telemetry keys of :mod:`clients.telemetry` for the silo as a whole, so any adaptive
@@ -24,7 +23,8 @@ Without ``keys.RANK_QUOTAS`` (round 1, or a server that does not know the silo's
 budget is split evenly; a list of the wrong length is logged and replaced by the even split.
 Rank times are on the ranks' compute clock (``"process"``: each rank's CPU seconds, torch on
 one thread; × the emulated slowdown when one is set, i.e. emulated device time), the waits on
-the wall clock.
+the wall clock. A rank's first round also pays torch's lazy set-up (first forward and backward)
+in its compute time; every rank pays it alike, and the controller's smoothing absorbs it.
 
 Backend: nccl when each rank can have its own GPU, else gloo on the CPUs (:func:`silo_backend`:
 NCCL refuses two ranks on one GPU).
@@ -34,6 +34,8 @@ and carrying the rank's traceback; Flower turns it into an error reply, the stra
 silo for that round and the other silos' round completes. Start-up and every collective time
 out after ``timeout_s`` (default 30 s, not torch's 30 minutes), so a broken silo cannot pin
 the process (a Ray actor in simulation) that serves it. The next round starts fresh ranks.
+(Ranks that all hang outside a collective, e.g. in a data loader that never returns, are not
+timed out; Flower's round ``timeout`` then drops the silo's reply.)
 
 Cost
 ----
