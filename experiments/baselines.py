@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from experiments.compare import REPO, LocalSuperLink, MemoryPeak, _terminate, run_policy
+from experiments.compare import REPO, run_policies
 from flwr_adaptive.devices import get_testbed
 
 __all__ = ["POLICY_ORDER", "LABELS", "target_loss", "baseline_table", "oort_selection_table", "main"]
@@ -195,26 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             old.unlink()
     print(f"== Baselines: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds of "
           f"{args.budget} samples, task {args.task} (offline), seed {args.seed}, jitter {args.jitter} ==", flush=True)
-    summaries: dict[str, dict[str, Any]] = {}
-    workdir = Path(tempfile.mkdtemp(prefix="flwr-adaptive-baselines-"))
-    link = LocalSuperLink(workdir)
-    left = 0
-    with MemoryPeak() as memory:
-        try:
-            link.start()
-            assert link.proc is not None
-            memory.add_root(link.proc.pid)  # so that the SuperLink and its descendants are stopped at the end
-            print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}", flush=True)
-            for i, policy in enumerate(policies, 1):
-                print(f"-- [{i}/{len(policies)}] {LABELS[policy]}: flwr run . local -c \"policy='{policy}' ...\"",
-                      flush=True)
-                summaries[policy] = run_policy(link, memory, policy, args, out_dir)
-                print(f"   done in {summaries[policy]['wall_s']:.1f} s (wall clock)", flush=True)
-        finally:
-            procs = [p for p in memory.processes() if p.pid != os.getpid()]
-            procs += [p for pid, p in memory.seen.items() if pid != os.getpid() and p not in procs]
-            left = _terminate(procs)
-            shutil.rmtree(workdir, ignore_errors=True)
+    summaries, memory, left = run_policies(policies, args, out_dir)
     histories, clients = {}, {}
     for policy in policies:
         histories[policy], clients[policy] = _read(out_dir, policy)

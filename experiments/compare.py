@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import psutil
@@ -84,6 +84,7 @@ class MemoryPeak:
         self.seen: dict[int, psutil.Process] = {}
         self.peak_bytes = 0
         self.peak_procs = 0
+        self._lock = threading.Lock()  # the sampler thread and the main thread both add to seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
 
@@ -99,8 +100,20 @@ class MemoryPeak:
                     procs[p.pid] = p
             except psutil.NoSuchProcess:
                 continue
-        self.seen.update(procs)
+        with self._lock:
+            self.seen.update(procs)
         return list(procs.values())
+
+    def seen_processes(self) -> dict[int, psutil.Process]:
+        """A copy of every process seen so far, safe to iterate while the sampler runs."""
+        with self._lock:
+            return dict(self.seen)
+
+    def stop(self) -> None:
+        """Stop sampling (the peak is kept); idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _run(self, interval_s: float) -> None:
         while not self._stop.is_set():
@@ -120,8 +133,7 @@ class MemoryPeak:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.stop()
 
 
 class LocalSuperLink:
@@ -175,6 +187,61 @@ def _terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
     return len([p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
 
 
+def _kill_tree(pid: int) -> None:
+    """Kill a process and all its descendants (listed first: once it dies they are re-parented)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeout_s: float,
+                   on_start: Callable[[int], None] | None = None,
+                   on_line: Callable[[str], None] | None = None) -> int:
+    """Run ``cmd``, copy its output to ``log_path`` line by line, return its exit code.
+
+    A watchdog timer kills the command and its descendants ``timeout_s`` seconds (wall clock)
+    after the start, also when it prints nothing at all, and ``TimeoutError`` is raised.
+    ``on_start`` gets the PID, ``on_line`` every output line.
+    """
+    expired = threading.Event()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, cwd=REPO)
+
+        def expire() -> None:
+            expired.set()
+            _kill_tree(proc.pid)
+
+        watchdog = threading.Timer(timeout_s, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            if on_start is not None:
+                on_start(proc.pid)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if on_line is not None:
+                    on_line(line)
+            proc.wait()
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:  # interrupted (Ctrl-C, a failing on_line): leave nothing behind
+                _kill_tree(proc.pid)
+                proc.wait()
+    if expired.is_set():
+        raise TimeoutError(f"{Path(cmd[0]).name} ran past {timeout_s:.0f} s (wall clock) and was killed "
+                           f"with its descendants; see {log_path}")
+    return proc.returncode
+
+
 def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argparse.Namespace,
                out_dir: Path) -> dict[str, Any]:
     """One ``flwr run .`` with this policy; returns its summary (raises SystemExit on failure)."""
@@ -184,32 +251,74 @@ def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argp
     config_args = ["-c", run_config, "-c", f"num-clients={args.clients}"]
     cmd = [_bin("flwr"), "run", str(REPO), "local", "--stream", *config_args, "--federation-config", federation]
     log_path = out_dir / f"flwr-run-{policy}.log"
+
+    def progress(line: str) -> None:
+        m = _ROUND_LINE.search(line)
+        if m:
+            print(f"  [{LABELS.get(policy, policy)}] round {m.group(1)}/{args.rounds}: "
+                  f"makespan {float(m.group(2)):.3f} s (virtual clock)", flush=True)
+
     started = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=link.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=REPO)
-        memory.add_root(proc.pid)
-        deadline = time.monotonic() + args.run_timeout
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            m = _ROUND_LINE.search(line)
-            if m:
-                print(f"  [{LABELS.get(policy, policy)}] round {m.group(1)}/{args.rounds}: "
-                      f"makespan {float(m.group(2)):.3f} s (virtual clock)", flush=True)
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"flwr run ({policy}) exceeded {args.run_timeout:.0f} s; see {log_path}")
-        proc.wait()
+    try:
+        code = stream_command(cmd, env=link.env, log_path=log_path, timeout_s=args.run_timeout,
+                              on_start=memory.add_root, on_line=progress)
+    except TimeoutError as err:
+        raise SystemExit(f"flwr run ({policy}): {err}") from None
     wall = time.perf_counter() - started
     summary_path = out_dir / f"summary-{policy}.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "missing"}
     if summary.get("status") != "finished":
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
-        raise SystemExit(f"the {policy} run did not finish (flwr run exit code {proc.returncode}, summary "
+        raise SystemExit(f"the {policy} run did not finish (flwr run exit code {code}, summary "
                          f"status {summary.get('status')!r}); last lines of {log_path}:\n{tail}")
     summary["wall_s"] = wall
     return summary
+
+
+def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path,
+                 ) -> tuple[dict[str, dict[str, Any]], MemoryPeak, int]:
+    """``flwr run .`` once per policy on a private SuperLink; then stop every process of the run.
+
+    Returns ``(summaries, memory, left)``: each policy's summary (see ``run_policy``), the memory
+    sampler (its peak) and how many processes survived termination (0 expected). Writes
+    ``processes.json`` to ``out_dir``: every process the run had as ``[PID, start time]``, for
+    whoever checks that none survived without mistaking a reused PID for a survivor. On failure
+    (``SystemExit`` from ``run_policy``, Ctrl-C) the processes are stopped too, then it re-raises.
+    """
+    summaries: dict[str, dict[str, Any]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="flwr-adaptive-run-"))
+    link = LocalSuperLink(workdir)
+    memory = MemoryPeak()
+    left = 0
+    with memory:
+        try:
+            link.start()
+            assert link.proc is not None
+            memory.add_root(link.proc.pid)  # so that the SuperLink and its descendants are stopped at the end
+            print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}, FLWR_HOME={link.home}", flush=True)
+            for i, policy in enumerate(policies, 1):
+                print(f"-- [{i}/{len(policies)}] {LABELS.get(policy, policy)}: flwr run . local -c "
+                      f"\"policy='{policy}' ...\"", flush=True)
+                summaries[policy] = run_policy(link, memory, policy, args, out_dir)
+                print(f"   done in {summaries[policy]['wall_s']:.1f} s (wall clock)", flush=True)
+        finally:
+            memory.stop()  # from here on only this thread reads and adds to memory.seen
+            me = os.getpid()
+            procs = {p.pid: p for p in memory.processes() if p.pid != me}
+            for pid, p in memory.seen_processes().items():
+                if pid != me:
+                    procs.setdefault(pid, p)
+            left = _terminate(list(procs.values()))
+            shutil.rmtree(workdir, ignore_errors=True)
+            seen = []
+            for pid, p in memory.seen_processes().items():
+                if pid != me:
+                    try:
+                        seen.append([pid, p.create_time()])
+                    except psutil.Error:
+                        seen.append([pid, None])
+            (out_dir / "processes.json").write_text(json.dumps(sorted(seen, key=lambda x: x[0])))
+    return summaries, memory, left
 
 
 def comparison_table(out_dir: Path, summaries: dict[str, dict[str, Any]]) -> pd.DataFrame:
@@ -272,34 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             old.unlink()
     print(f"== Flower comparison: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds, "
           f"budget {args.budget} samples/round, task {args.task} (offline) ==", flush=True)
-    summaries: dict[str, dict[str, Any]] = {}
-    workdir = Path(tempfile.mkdtemp(prefix="flwr-adaptive-run-"))
-    link = LocalSuperLink(workdir)
-    left = 0
-    with MemoryPeak() as memory:
-        try:
-            link.start()
-            assert link.proc is not None
-            memory.add_root(link.proc.pid)
-            print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}, FLWR_HOME={link.home}", flush=True)
-            for policy in policies:
-                print(f"-- {LABELS[policy]}: flwr run . local -c \"policy='{policy}' ...\"", flush=True)
-                summaries[policy] = run_policy(link, memory, policy, args, out_dir)
-        finally:
-            procs = [p for p in memory.processes() if p.pid != os.getpid()]
-            procs += [p for pid, p in memory.seen.items() if pid != os.getpid() and p not in procs]
-            left = _terminate(procs)
-            shutil.rmtree(workdir, ignore_errors=True)
-            # Every process the run had, as (PID, start time): for whoever checks that none
-            # survived (tests do) without mistaking a reused PID for a survivor.
-            seen = []
-            for pid, p in memory.seen.items():
-                if pid != os.getpid():
-                    try:
-                        seen.append([pid, p.create_time()])
-                    except psutil.Error:
-                        seen.append([pid, None])
-            (out_dir / "processes.json").write_text(json.dumps(sorted(seen, key=lambda x: x[0])))
+    summaries, memory, left = run_policies(policies, args, out_dir)
     table = comparison_table(out_dir, summaries)
     table.to_csv(out_dir / "comparison.csv")
     pd.set_option("display.width", 220)

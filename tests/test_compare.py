@@ -1,0 +1,91 @@
+"""The `flwr run` driver of the comparisons (experiments.compare): watchdog and process records.
+
+No Flower here: fake commands stand in for `flwr run` (the real path is tests/test_app.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+
+import psutil
+import pytest
+
+from experiments import compare
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class _Link:
+    env = {**os.environ}
+
+
+def test_a_silent_hang_is_killed_with_its_children_by_the_watchdog(tmp_path, monkeypatch):
+    # Prepare: a "flwr" that starts a child, writes its PID to a file and both sleep silently
+    fake = tmp_path / "flwr"
+    child_pid = tmp_path / "child.pid"
+    fake.write_text(f"#!{sys.executable}\nimport pathlib, subprocess, time\n"
+                    f"child = subprocess.Popen(['sleep', '300'])\n"
+                    f"pathlib.Path({str(child_pid)!r}).write_text(str(child.pid))\ntime.sleep(300)\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(compare, "_bin", lambda name: str(fake))
+    args = argparse.Namespace(rounds=1, budget=10, task="mnist", seed=0, jitter=0.0, clients=2,
+                              cpus_per_client=1, run_timeout=1.0)
+    memory = compare.MemoryPeak()
+    outcome = []
+
+    def execute():
+        try:
+            compare.run_policy(_Link(), memory, "equal", args, tmp_path)
+        except SystemExit as err:
+            outcome.append(str(err))
+
+    # Execute: in a thread, so that a missing watchdog fails the test instead of hanging it
+    worker = threading.Thread(target=execute, daemon=True)
+    worker.start()
+    worker.join(120)
+    # Assert: it stopped with the timeout named, and the command and its child are gone
+    roots = [pid for pid in memory.roots if pid != os.getpid()]
+    try:
+        assert not worker.is_alive(), "run_policy still waits for a silent command"
+        assert len(outcome) == 1 and "ran past 1 s (wall clock) and was killed" in outcome[0]
+        assert len(roots) == 1 and _gone(roots[0])
+        assert _gone(int(child_pid.read_text()))
+    finally:
+        for pid in roots + ([int(child_pid.read_text())] if child_pid.exists() else []):
+            if not _gone(pid):
+                psutil.Process(pid).kill()
+
+
+def test_stream_command_returns_the_exit_code_and_logs_every_line(tmp_path):
+    # Prepare
+    lines = []
+    # Execute
+    code = compare.stream_command(["sh", "-c", "echo one; echo two; exit 3"], env=dict(os.environ),
+                                  log_path=tmp_path / "log", timeout_s=60, on_line=lines.append)
+    # Assert
+    assert code == 3
+    assert lines == ["one\n", "two\n"] and (tmp_path / "log").read_text() == "one\ntwo\n"
+
+
+def test_seen_processes_is_a_snapshot_that_later_additions_do_not_disturb():
+    # Prepare: iterating the record while the sampler adds a process used to raise
+    # "dictionary changed size during iteration"; here the addition happens mid-iteration.
+    memory = compare.MemoryPeak()
+    memory.processes()  # this process
+    memory.add_root(os.getppid())
+    # Execute
+    seen = []
+    for pid in memory.seen_processes():
+        memory.processes()  # what the sampler thread does meanwhile (adds the parent's tree)
+        seen.append(pid)
+    # Assert
+    assert seen == [os.getpid()]
+    assert os.getppid() in memory.seen_processes()
