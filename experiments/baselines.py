@@ -40,12 +40,11 @@ import pandas as pd
 
 from experiments.compare import REPO, run_policies
 from flwr_adaptive.devices import get_testbed
+from strategies.registry import LABELS
 
 __all__ = ["POLICY_ORDER", "LABELS", "target_loss", "baseline_table", "oort_selection_table", "main"]
 
 POLICY_ORDER = ("equal", "static", "oort", "fedasync", "time", "low-energy", "energy")
-LABELS = {"equal": "Equal", "static": "Static", "oort": "Oort-like", "fedasync": "FedAsync",
-          "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only"}
 
 
 def _losses(summary: dict[str, Any]) -> dict[int, float]:

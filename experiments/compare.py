@@ -48,10 +48,10 @@ from typing import Any, Callable
 import pandas as pd
 import psutil
 
+from strategies.registry import LABELS
+
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("equal", "time", "low-energy")
-LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
-          "static": "Static", "oort": "Oort-like", "fedasync": "FedAsync"}  # baselines: experiments.baselines
 _ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
 
 

@@ -42,6 +42,8 @@ from clients.ddp_launch import LocalDDPGroup
 from clients.ddp_run import load_task
 from clients.ddp_worker import relative_slowdowns
 
+# Not strategies.registry.LABELS: the DDP benchmark compares other policies (EMA batch sizing, no
+# Flower baselines) and names the adaptive ones as such.
 POLICY_LABELS = {"equal": "Equal", "time": "adaptive (time)", "low-energy": "adaptive (low-energy)",
                  "energy": "adaptive (energy)", "ema": "EMA batch sizing"}
 
