@@ -48,6 +48,7 @@ import numpy as np
 from flwr_adaptive import keys
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive.devices import account_round
+from strategies.history import HistoryMixin
 from strategies.reports import ClientReport
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY"]
@@ -65,7 +66,7 @@ def _log(level: int, msg: str, *args: Any) -> None:
     log(level, msg, *args)
 
 
-class AdaptiveCore:
+class AdaptiveCore(HistoryMixin):
     """Quota allocation, telemetry bookkeeping and state shared by both strategy APIs.
 
     Parameters
@@ -342,27 +343,6 @@ class AdaptiveCore:
              "quota min/median/max %g/%g/%g | %d clients, %d skipped",
              row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
              row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"])
-
-    @property
-    def history(self):
-        """Per-round history as a ``pandas.DataFrame`` (one row per round)."""
-        import pandas as pd
-
-        return pd.DataFrame(self._round_rows)
-
-    @property
-    def client_history(self):
-        """Per-client, per-round telemetry as a ``pandas.DataFrame`` (skipped clients included)."""
-        import pandas as pd
-
-        return pd.DataFrame(self._client_rows)
-
-    def save_history(self, path: str | os.PathLike) -> None:
-        """Write the per-round history to ``path`` and the per-client rows next to it (CSV)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.history.to_csv(path, index=False)
-        self.client_history.to_csv(path.with_name(path.stem + "-clients" + path.suffix), index=False)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -44,11 +44,9 @@ update; O(log P) queue operations; the accounting keeps one small record per job
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
@@ -61,6 +59,7 @@ from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.fedasync import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
 from strategies.core import _log
+from strategies.history import HistoryMixin
 from strategies.reports import ClientReport, parse_report
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
@@ -83,7 +82,7 @@ class _Job:
     mixed_in: int = 0  # round-equivalent in which it was mixed
 
 
-class FedAsyncStrategy:
+class FedAsyncStrategy(HistoryMixin):
     """Asynchronous PMA (FedAsync) driven over Flower's Grid on the virtual clock.
 
     Parameters
@@ -382,25 +381,3 @@ class FedAsyncStrategy:
             "base_version": job.base_version, "staleness": job.staleness, "alpha_t": job.alpha_t,
             "status": status,
         }
-
-    # ------------------------------------------------------------------ history
-    @property
-    def history(self):
-        """One row per round-equivalent (virtual time and energy of that stretch), a ``DataFrame``."""
-        import pandas as pd
-
-        return pd.DataFrame(self._round_rows)
-
-    @property
-    def client_history(self):
-        """One row per job (mixed or failed), a ``DataFrame``."""
-        import pandas as pd
-
-        return pd.DataFrame(self._client_rows)
-
-    def save_history(self, path: str | os.PathLike) -> None:
-        """Write the per-round-equivalent history to ``path`` and the per-job rows next to it (CSV)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.history.to_csv(path, index=False)
-        self.client_history.to_csv(path.with_name(path.stem + "-clients" + path.suffix), index=False)
