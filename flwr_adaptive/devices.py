@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -61,7 +61,6 @@ __all__ = [
     "account_round",
     "optimal_makespan",
     "optimal_split",
-    "with_jitter",
 ]
 
 HOST_7ZIP_SINGLE_MIPS = 4126.0
@@ -558,8 +557,3 @@ def optimal_makespan(per_sample_s: Sequence[float], budget: int) -> float:
     """
     counts = optimal_split(per_sample_s, budget)
     return max((n * float(c) for n, c in zip(counts, per_sample_s)), default=0.0)
-
-
-def with_jitter(profiles: Iterable[DeviceProfile], jitter_sigma: float) -> tuple[DeviceProfile, ...]:
-    """The same profiles with another jitter σ."""
-    return tuple(replace(p, jitter_sigma=jitter_sigma) for p in profiles)

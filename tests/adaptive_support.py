@@ -75,14 +75,6 @@ def quiet_flower() -> None:
     logging.getLogger("flwr").setLevel(logging.WARNING)
 
 
-def expected_equal_makespan(budget: int, slowdowns=SLOWDOWNS) -> float:
-    """Makespan of the equal split (largest-remainder shares) on the virtual clock."""
-    n = len(slowdowns)
-    shares = [budget // n + (1 if i < budget % n else 0) for i in range(n)]
-    # The slowest device with the largest share bounds it from below; equal shares differ by ≤ 1.
-    return max(q * COST_S * s for q, s in zip(sorted(shares), sorted(slowdowns)))
-
-
 def weighted_mean(values, weights) -> float:
     values, weights = np.asarray(values, float), np.asarray(weights, float)
     return float((values * weights).sum() / weights.sum())
