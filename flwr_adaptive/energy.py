@@ -486,7 +486,8 @@ def auto_meter(device: str = "cpu", profile: DeviceProfile | None = None,
 
     Order: an :class:`EmulatedMeter` when ``profile`` is given (emulation was asked for);
     otherwise for ``device="cuda..."`` NVML, then RAPL, then the psutil model; for ``"cpu"``
-    RAPL, then the psutil model. Never raises for missing hardware.
+    RAPL, then the psutil model. Never raises for missing hardware (a ``cuda:<index>`` this
+    machine lacks included: logged, then the next meter); a malformed ``device`` is a ValueError.
 
     Parameters
     ----------
@@ -505,8 +506,18 @@ def auto_meter(device: str = "cpu", profile: DeviceProfile | None = None,
         return meter
     candidates: list[tuple[str, Callable[[], Meter]]] = []
     if device.startswith("cuda"):
-        index = int(device.split(":", 1)[1]) if ":" in device else None
-        candidates.append(("nvml", lambda: NvmlMeter(gpus=None if index is None else [index], nvml=nvml)))
+        suffix = device.split(":", 1)[1] if ":" in device else None
+        if suffix is not None and not suffix.isdigit():
+            raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:<index>'")
+        gpus = None if suffix is None else [int(suffix)]
+
+        def make_nvml() -> Meter:
+            try:
+                return NvmlMeter(gpus=gpus, nvml=nvml)
+            except ValueError as exc:  # a GPU index this machine lacks: missing hardware
+                raise MeterUnavailable(str(exc)) from exc
+
+        candidates.append(("nvml", make_nvml))
     candidates.append(("rapl", lambda: RaplMeter(root=rapl_root)))
     for name, make in candidates:
         try:

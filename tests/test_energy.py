@@ -355,6 +355,23 @@ def test_emulated_meter_rejects_bad_round():
         meter.set_round(0)
 
 
+def test_auto_meter_falls_back_when_the_gpu_index_does_not_exist(tmp_path, caplog):
+    # Prepare: one GPU, asked for the tenth; no RAPL
+    nvml = fake_nvml([0.0])
+    # Execute
+    with caplog.at_level("WARNING"):
+        meter = auto_meter("cuda:9", rapl_root=tmp_path / "none", nvml=nvml)
+    # Assert
+    assert meter.source == "psutil-model"
+    assert any("nvml unavailable" in r.getMessage() and "GPU indices [9] do not exist" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_auto_meter_rejects_a_malformed_device_naming_it():
+    with pytest.raises(ValueError, match="device 'cuda:x': expected 'cpu', 'cuda' or 'cuda:<index>'"):
+        auto_meter("cuda:x")
+
+
 def test_auto_meter_with_a_profile_emulates_it():
     profile = DeviceProfile("pi", "arm64", 2.0, 1.0, 0.0)
     meter = auto_meter(profile=profile, seed=1)
