@@ -63,7 +63,8 @@ class RoundDriver:
     world : int
         Number of ranks.
     budget : int
-        Samples per round over all ranks (``>= steps``).
+        Samples per round over all ranks: ``>= steps``, and with an adaptive policy ``>= world ×
+        min_quota`` (``min_quota`` defaults to ``steps``).
     steps : int
         Optimizer steps per round, the same on every rank.
     policy : str
@@ -103,6 +104,14 @@ class RoundDriver:
         self.ranks = list(range(world))
         self.controller = controller
         if controller is None and policy in POLICIES and policy != "equal":
+            min_quota = controller_kwargs.get("min_quota", steps)
+            need = (world * min_quota if isinstance(min_quota, int)
+                    else sum(int(min_quota.get(r, 0)) for r in self.ranks))
+            if budget < need:
+                raise ValueError(
+                    f"budget {budget} cannot give each of the {world} ranks min_quota {min_quota!r} "
+                    f"(default: one sample per step, steps={steps}): it needs budget >= {need}; raise the "
+                    "budget, lower steps, or pass a smaller min_quota (the worker handles empty batches)")
             self.controller = ddp_controller(budget, steps, policy, **controller_kwargs)
 
     def quotas(self) -> list[int]:

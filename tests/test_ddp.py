@@ -370,6 +370,16 @@ def test_driver_gives_every_rank_at_least_one_sample_per_step_by_default():
     assert driver.plan().quotas == [80, 20]
 
 
+def test_driver_refuses_a_budget_below_world_times_min_quota_when_built():
+    # Prepare / Execute / Assert: 4 ranks × 5 steps need 20 samples; the check is at construction
+    with pytest.raises(ValueError, match=r"budget 10 cannot give each of the 4 ranks min_quota 5 .* "
+                                         r"needs budget >= 20"):
+        RoundDriver(world=4, budget=10, steps=5, policy="time")
+    # a smaller min_quota is allowed (empty batches), and then plans are made
+    driver = RoundDriver(world=4, budget=10, steps=5, policy="time", min_quota=1)
+    assert sum(driver.plan().quotas) == 10
+
+
 def test_equal_and_ema_policies_hand_out_equal_quotas_without_a_controller():
     # Prepare
     equal = RoundDriver(world=3, budget=10, steps=2, policy="equal")
