@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flwr_adaptive import keys
+from hfl_support import once_per_session
 
 
 # --------------------------------------------------------------------------- fabricated replies
@@ -247,7 +248,12 @@ def unmounted_data():
 
 
 @pytest.fixture(scope="module")
-def simulation(tmp_path_factory):
+def simulation(tmp_path_factory, worker_id):
+    return once_per_session(tmp_path_factory, worker_id, "hfl-simulation", lambda: _simulate(tmp_path_factory))
+
+
+def _simulate(tmp_path_factory):
+    """One run_simulation of the HFL app; plain data for the tests."""
     import logging
     from dataclasses import replace
 
@@ -279,16 +285,20 @@ def simulation(tmp_path_factory):
                        backend_config={"client_resources": {"num_cpus": os.cpu_count() or 1}})
     finally:
         flwr_logger.removeHandler(handler)
-    return apps, out, [r.getMessage() for r in records]
+    strategy = apps.strategy
+    return {"history": strategy.history, "client_history": strategy.client_history,
+            "rank_history": strategy.rank_history,
+            "train_metrics": {rnd: dict(m) for rnd, m in apps.result.train_metrics_clientapp.items()},
+            "summary": json.loads((out / "summary-time.json").read_text()),
+            "files": sorted(p.name for p in out.iterdir()), "lines": [r.getMessage() for r in records]}
 
 
 @pytest.mark.slow
 def test_every_round_completes_with_the_silos_that_started(simulation):
     # Prepare
-    apps, out, _ = simulation
-    history = apps.strategy.history.set_index("round")
-    silos = apps.strategy.client_history
-    summary = json.loads((out / "summary-time.json").read_text())
+    history = simulation["history"].set_index("round")
+    silos = simulation["client_history"]
+    summary = simulation["summary"]
     # Assert: every round aggregated the three good silos and skipped the broken one
     assert list(history.index) == list(range(1, ROUNDS + 1))
     assert list(history["clients"]) == [3] * ROUNDS and list(history["skipped"]) == [1] * ROUNDS
@@ -304,7 +314,7 @@ def test_every_round_completes_with_the_silos_that_started(simulation):
 @pytest.mark.slow
 def test_a_silo_whose_ranks_fail_to_start_is_reported_clearly(simulation):
     # Prepare
-    _, _, lines = simulation
+    lines = simulation["lines"]
     failures = [line for line in lines if "failed to start" in line and "[adaptive]" in line]
     # Assert: one skip line per round naming the silo, the reason and the cause
     assert len(failures) == ROUNDS
@@ -316,8 +326,7 @@ def test_a_silo_whose_ranks_fail_to_start_is_reported_clearly(simulation):
 @pytest.mark.slow
 def test_silo_budgets_stay_fixed_while_ranks_get_their_own_quotas(simulation):
     # Prepare
-    apps, out, _ = simulation
-    ranks = apps.strategy.rank_history
+    ranks = simulation["rank_history"]
     per_silo = ranks.groupby(["round", "partition_id"])
     # Assert: k ranks per silo, each silo processed exactly its budget every round
     assert per_silo.size().unstack().iloc[0].to_dict() == {p: k for p, k in RANKS.items() if p != BROKEN}
@@ -326,14 +335,13 @@ def test_silo_budgets_stay_fixed_while_ranks_get_their_own_quotas(simulation):
     later = ranks[ranks["round"] >= 2]
     assert later["quota"].notna().all() and (later["quota"] == later["samples"]).all()
     assert (later.groupby(["round", "partition_id"])["quota"].agg(lambda q: q.max() - q.min()) > 0).all()
-    assert (out / "history-time-ranks.csv").exists()
+    assert "history-time-ranks.csv" in simulation["files"]
 
 
 @pytest.mark.slow
 def test_per_rank_lists_of_different_lengths_are_aggregated_silo_by_silo(simulation):
     # Prepare
-    apps, _, _ = simulation
-    metrics = apps.result.train_metrics_clientapp
+    metrics = simulation["train_metrics"]
     # Assert: the aggregate holds every rank of the good silos once, in partition order
     for rnd in range(1, ROUNDS + 1):
         samples = metrics[rnd][keys.RANK_SAMPLES]

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flwr_adaptive import keys
+from hfl_support import once_per_session
 
 SILOS = 3
 RANKS = 2
@@ -54,7 +55,12 @@ def rank_cv(rank_history):
 
 
 @pytest.fixture(scope="module")
-def hierarchy(tmp_path_factory):
+def hierarchy(tmp_path_factory, worker_id):
+    return once_per_session(tmp_path_factory, worker_id, "hfl-silos", partial(_run_hierarchy, tmp_path_factory))
+
+
+def _run_hierarchy(tmp_path_factory):
+    """Equal, then adaptive: ROUNDS rounds each on the same kept silos; plain data for the tests."""
     from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -69,7 +75,7 @@ def hierarchy(tmp_path_factory):
     specs = {pid: audit_reads(replace(task_spec("mnist"), data=partitions[pid]), audit / f"silo-{pid}")
              for pid in range(SILOS)}
     initial = ArrayRecord(task.make_model(seed=0).state_dict())
-    out = {"partitions": partitions, "audit": audit, "runs": {}}
+    out = {"partitions": {pid: p.ids for pid, p in partitions.items()}, "runs": {}}
     with pytest.MonkeyPatch.context() as mp:
         # Messages need a run identity; the ServerApp runtime sets it, the test does here.
         for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
@@ -94,7 +100,9 @@ def hierarchy(tmp_path_factory):
                                           slowdowns=partial(slowdowns_of, NODES[m.metadata.dst_node_id]))
                                for m in messages]
                     arrays, _ = strategy.aggregate_train(rnd, replies)
-                out["runs"][policy] = {"strategy": strategy, "sent": sent, "final": arrays,
+                out["runs"][policy] = {"history": strategy.history, "rank_history": strategy.rank_history,
+                                       "client_history": strategy.client_history, "sent": sent,
+                                       "final": arrays.to_numpy_ndarrays(),
                                        "last_replies": [(r.content["metrics"][keys.SAMPLES],
                                                          r.content["arrays"].to_numpy_ndarrays()) for r in replies]}
         finally:
@@ -110,8 +118,8 @@ def test_silo_budgets_are_the_same_every_round_and_no_sample_leaves_its_silo(hie
 
     for policy, run in hierarchy["runs"].items():
         sent = pd.DataFrame(run["sent"])
-        ranks = run["strategy"].rank_history
-        history = run["strategy"].history
+        ranks = run["rank_history"]
+        history = run["history"]
         # Assert: every silo was sent its budget, and its ranks' quotas add up to it
         assert len(history) == ROUNDS and (history["skipped"] == 0).all(), policy
         assert (sent["quota"] == BUDGET).all(), policy
@@ -125,13 +133,13 @@ def test_silo_budgets_are_the_same_every_round_and_no_sample_leaves_its_silo(hie
     # Assert: what every rank read lies in its own silo's partition, and nothing else was read
     partitions, reads = hierarchy["partitions"], hierarchy["reads"]
     for pid in range(SILOS):
-        own = set(partitions[pid].ids.tolist())
-        others = set().union(*(partitions[p].ids.tolist() for p in range(SILOS) if p != pid))
+        own = set(partitions[pid].tolist())
+        others = set().union(*(partitions[p].tolist() for p in range(SILOS) if p != pid))
         assert sorted(reads[pid]) == list(range(RANKS))
         for rank, ids in reads[pid].items():
             expected = 0
             for run in hierarchy["runs"].values():
-                rows = run["strategy"].rank_history
+                rows = run["rank_history"]
                 expected += rows[(rows["partition_id"] == pid) & (rows["rank"] == rank)]["samples"].sum()
             assert len(ids) == expected
             assert set(ids.tolist()) <= own and not set(ids.tolist()) & others
@@ -140,8 +148,8 @@ def test_silo_budgets_are_the_same_every_round_and_no_sample_leaves_its_silo(hie
 @pytest.mark.slow
 def test_inside_each_silo_the_rank_cv_is_below_equal_from_round_3_despite_drift(hierarchy):
     # Prepare
-    equal = rank_cv(hierarchy["runs"]["equal"]["strategy"].rank_history)
-    adaptive = rank_cv(hierarchy["runs"]["time"]["strategy"].rank_history)
+    equal = rank_cv(hierarchy["runs"]["equal"]["rank_history"])
+    adaptive = rank_cv(hierarchy["runs"]["time"]["rank_history"])
     # Assert: in every silo, in every round from 3 on (the drift round included)
     for rnd in range(3, ROUNDS + 1):
         for pid in range(SILOS):
@@ -153,7 +161,7 @@ def test_inside_each_silo_the_rank_cv_is_below_equal_from_round_3_despite_drift(
 def test_the_split_follows_the_drift_inside_each_silo(hierarchy):
     # Prepare: each rank's share of its silo's budget in round DRIFT_ROUND (the last split made from
     # measurements before the drift) and in the last round
-    ranks = hierarchy["runs"]["time"]["strategy"].rank_history
+    ranks = hierarchy["runs"]["time"]["rank_history"]
     share = ranks.set_index(["round", "partition_id", "rank"])["samples"] / BUDGET
     before = DRIFT_ROUND
     table = share.unstack(["partition_id", "rank"]).round(3).to_string()
@@ -174,7 +182,7 @@ def test_silo_models_are_averaged_by_samples_into_one_global_model(hierarchy):
     models = [arrays for _, arrays in run["last_replies"]]
     # Execute
     expected = [sum(w * m[i] for w, m in zip(weights, models)) / weights.sum() for i in range(len(models[0]))]
-    final = run["final"].to_numpy_ndarrays()
+    final = run["final"]
     # Assert: the global model is the samples-weighted mean of the silo models (equal budgets)
     assert len(models) == SILOS and (weights == BUDGET).all()
     for got, want in zip(final, expected):
