@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
-exec .venv/bin/python -m pytest -n 2 "$@"
+# --dist loadfile: a file's module-scoped fixtures (one Flower simulation each) are built once.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
