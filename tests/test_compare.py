@@ -79,7 +79,8 @@ def test_seen_processes_is_a_snapshot_that_later_additions_do_not_disturb():
     # Prepare: iterating the record while the sampler adds a process used to raise
     # "dictionary changed size during iteration"; here the addition happens mid-iteration.
     memory = compare.MemoryPeak()
-    memory.processes()  # this process
+    memory.processes()  # this process (and whatever children it has right now)
+    before = list(memory.seen_processes())
     memory.add_root(os.getppid())
     # Execute
     seen = []
@@ -87,5 +88,5 @@ def test_seen_processes_is_a_snapshot_that_later_additions_do_not_disturb():
         memory.processes()  # what the sampler thread does meanwhile (adds the parent's tree)
         seen.append(pid)
     # Assert
-    assert seen == [os.getpid()]
+    assert seen == before and os.getpid() in seen and os.getppid() not in seen
     assert os.getppid() in memory.seen_processes()
