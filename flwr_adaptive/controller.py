@@ -196,6 +196,7 @@ class AllocationController:
         self._cur_lo = np.empty(0, dtype=np.int64)
         self._cur_hi = np.empty(0, dtype=np.int64)
         self._cur_budget: Any = None
+        self._cur_groups: list[Hashable] | None = None  # each current participant's group
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -232,6 +233,22 @@ class AllocationController:
         slot = self._index.get(participant)
         if slot is not None:
             self._hi[slot] = self._max_of(participant)
+
+    def set_group(self, participant: ParticipantId, group: Hashable, budget: int | None = None) -> None:
+        """Put ``participant`` in ``group`` (controllers built with ``groups=`` only).
+
+        ``budget`` sets or changes that group's budget; a group never given one must get it here.
+        A participant that changes group releases the deadband (its old split no longer applies).
+        """
+        if self.groups is None:
+            raise ValueError("set_group needs a controller built with groups= (and budget={group: int})")
+        if not _is_id(participant):
+            raise ValueError(f"participant id must be str or int, got {participant!r}")
+        if budget is not None:
+            self.budget[group] = _check_int(f"budget[{group!r}]", budget)
+        elif group not in self.budget:
+            raise ValueError(f"group {group!r} has no budget: pass set_group(..., budget=samples)")
+        self.groups[participant] = group
 
     def _max_of(self, participant: ParticipantId) -> int:
         bound = self._max_map.get(participant, self._default_max)
@@ -466,16 +483,18 @@ class AllocationController:
                 idx = np.flatnonzero(codes == k)
                 quotas[idx] = _bounded_split(budgets[k], weight[idx], lo[idx], hi[idx], g)
 
-        kept = self._kept_split(slots, lo, hi, quotas, codes, budgets)
+        group_of = None if self.groups is None else [names[c] for c in codes.tolist()]
+        kept = self._kept_split(slots, lo, hi, quotas, codes, budgets, group_of)
         if kept is not None:
             quotas = kept
         else:
             self._cur_slots, self._cur_quota = slots.copy(), quotas
             self._cur_lo, self._cur_hi = lo, hi
             self._cur_budget = copy.deepcopy(self.budget)
+            self._cur_groups = group_of
         return dict(zip(participants, quotas.tolist()))
 
-    def _kept_split(self, slots, lo, hi, proposed, codes, budgets) -> np.ndarray | None:
+    def _kept_split(self, slots, lo, hi, proposed, codes, budgets, group_of) -> np.ndarray | None:
         """The current split aligned to ``slots`` if the deadband keeps it, else ``None``."""
         if self.deadband <= 0 or self._cur_budget is None or self._cur_budget != self.budget:
             return None
@@ -492,6 +511,8 @@ class AllocationController:
         current = self._cur_quota[aligned]
         if not (np.array_equal(self._cur_lo[aligned], lo) and np.array_equal(self._cur_hi[aligned], hi)):
             return None
+        if group_of is not None and [self._cur_groups[i] for i in aligned.tolist()] != group_of:
+            return None  # a participant changed group
         change = np.abs(proposed - current)
         # The total-variation rule alone can hold a split in which one small participant carries
         # twice its fair load (a 2× slowdown of an 11 % participant moves only ~4 % of the
@@ -524,7 +545,11 @@ class AllocationController:
                 "min_quota": self._cur_lo.tolist(),
                 "max_quota": self._cur_hi.tolist(),
                 "budget": list(budget.items()) if isinstance(budget, dict) else budget,
+                "groups": self._cur_groups,
             },
+            # set_group may have changed both since construction
+            "groups": None if self.groups is None else [[p, g] for p, g in self.groups.items()],
+            "budget": list(self.budget.items()) if isinstance(self.budget, dict) else self.budget,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -554,6 +579,10 @@ class AllocationController:
         self._cur_lo, self._cur_hi = as_int(cur["min_quota"]), as_int(cur["max_quota"])
         budget = cur["budget"]
         self._cur_budget = {g: b for g, b in budget} if isinstance(budget, list) else budget
+        self._cur_groups = cur.get("groups")
+        if self.groups is not None and state.get("groups") is not None:
+            self.groups = {p: g for p, g in state["groups"]}
+            self.budget = {g: int(b) for g, b in state["budget"]}
 
 
 def _bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarray, group: Hashable) -> np.ndarray:

@@ -242,8 +242,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 continue
             ids = [rank_id(silo, r) for r in range(k)]
             for rid in ids:
-                self.controller.groups[rid] = silo
-            self.controller.budget[silo] = budget
+                self.controller.set_group(rid, silo, budget)
             ranked.append((node, silo, ids))
         if ranked:
             split = self.controller.allocate([rid for _, _, ids in ranked for rid in ids])
@@ -269,8 +268,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             ok = True
             for rank in ranks:
                 rid = rank_id(silo, rank.rank)
-                self.controller.groups[rid] = silo
-                self.controller.budget.setdefault(silo, self.silo_budget(silo))
+                if self.controller.groups.get(rid) != silo:
+                    self.controller.set_group(rid, silo, self.silo_budget(silo))
                 if rank.samples == 0:
                     continue  # an idle rank measured nothing; its estimate carries over
                 try:

@@ -480,3 +480,33 @@ def test_property_state_roundtrip_through_json_gives_identical_allocations(case,
             if a[p] > 0:
                 for c in (ctrl, fresh):
                     c.observe(p, report_for(a[p], costs[p] * drift[k]))
+
+
+def test_set_group_moves_a_participant_and_releases_the_deadband():
+    # Prepare: two silos; the split settles.
+    ctrl = AllocationController({"s1": 100, "s2": 100}, groups={"a": "s1", "b": "s1", "c": "s2"})
+    ids = ["a", "b", "c"]
+    assert ctrl.allocate(ids) == {"a": 50, "b": 50, "c": 100}
+
+    # Execute: "b" moves to silo s2; a new silo s3 gets a budget.
+    ctrl.set_group("b", "s2")
+    moved = ctrl.allocate(ids)
+    ctrl.set_group("d", "s3", budget=7)
+    with_new = ctrl.allocate(ids + ["d"])
+
+    # Assert: per-group budgets hold at once, despite the deadband.
+    assert moved == {"a": 100, "b": 50, "c": 50}
+    assert with_new["d"] == 7
+    with pytest.raises(ValueError, match="group 'nope' has no budget"):
+        ctrl.set_group("e", "nope")
+    with pytest.raises(ValueError, match="set_group needs a controller built with groups="):
+        AllocationController(10).set_group("a", "s1")
+
+
+def test_groups_set_later_survive_a_state_roundtrip():
+    ctrl = AllocationController({"s1": 10}, groups={"a": "s1"})
+    ctrl.set_group(7, 2, budget=5)
+    ctrl.allocate(["a", 7])
+    fresh = AllocationController({"s1": 10}, groups={"a": "s1"})
+    fresh.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))
+    assert fresh.allocate(["a", 7]) == ctrl.allocate(["a", 7]) == {"a": 10, 7: 5}
