@@ -124,7 +124,7 @@ class LocalDDPGroup:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.world = world
-        self.backend = backend or default_backend()
+        self.backend = backend or default_backend(world)
         if self.backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
         self.timeout_s = float(timeout_s)

@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "without torchrun use clients.ddp_launch.LocalDDPGroup", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    backend = args.backend or default_backend()
+    backend = args.backend or default_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = rank_device(local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":

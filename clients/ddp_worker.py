@@ -78,9 +78,27 @@ BALANCING = ("schedule", "ema")
 ``"ema"``: the per-step EMA batch-sizing baseline (quotas only fix the global batch)."""
 
 
-def default_backend() -> str:
-    """``"nccl"`` when CUDA is present, else ``"gloo"``."""
-    return "nccl" if torch.cuda.is_available() else "gloo"
+_WARNED_GPUS: set = set()
+
+
+def default_backend(ranks_per_host: int = 1) -> str:
+    """``"nccl"`` when each of this host's ranks can have its own GPU, else ``"gloo"``.
+
+    NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected"), so
+    with more ranks than visible GPUs the ranks run gloo on the CPUs rather than failing to start
+    (logged once per configuration). Pass ``backend=`` explicitly to override.
+    """
+    if not torch.cuda.is_available():
+        return "gloo"
+    gpus = torch.cuda.device_count()
+    if gpus >= ranks_per_host:
+        return "nccl"
+    if (gpus, ranks_per_host) not in _WARNED_GPUS:
+        _WARNED_GPUS.add((gpus, ranks_per_host))
+        logging.getLogger(__name__).warning(
+            "%d ranks on this host but %d visible GPU(s): NCCL needs one GPU per rank, so the ranks run "
+            "gloo on the CPUs; give the process more GPUs or pass backend= explicitly", ranks_per_host, gpus)
+    return "gloo"
 
 
 def rank_device(local_rank: int) -> torch.device:

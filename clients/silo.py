@@ -69,7 +69,7 @@ import torch.distributed as dist
 from flwr_adaptive import keys
 from clients.ddp_driver import equal_quotas, round_summary
 from clients.ddp_launch import LocalDDPGroup
-from clients.ddp_worker import RankTelemetry, RoundPlan, WorkerSpec
+from clients.ddp_worker import RankTelemetry, RoundPlan, WorkerSpec, default_backend
 
 __all__ = [
     "Silo",
@@ -190,28 +190,12 @@ def split_budget(budget: int, ranks: int, rank_quotas: Sequence[int] | None = No
 
 
 def silo_backend(ranks: int, backend: str | None = None) -> str:
-    """``backend`` if given; else ``"nccl"`` when each of the k ranks can have its own GPU, else ``"gloo"``.
+    """``backend`` if given; else :func:`~clients.ddp_worker.default_backend` for the silo's k ranks.
 
-    NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected"), so a
-    silo with more ranks than visible GPUs runs gloo on the CPUs rather than failing to start
-    (logged once). In Flower's simulation the actor only sees GPUs when ``client_resources``
-    asks for them (``num_gpus``).
+    In Flower's simulation the actor only sees GPUs when ``client_resources`` asks for them
+    (``num_gpus``).
     """
-    if backend is not None:
-        return backend
-    if not torch.cuda.is_available():
-        return "gloo"
-    gpus = torch.cuda.device_count()
-    if gpus >= ranks:
-        return "nccl"
-    if ("gpus", gpus, ranks) not in _WARNED:
-        _WARNED.add(("gpus", gpus, ranks))
-        log.warning("%d ranks per silo but %d visible GPU(s): NCCL needs one GPU per rank, so the silo's ranks "
-                    "run gloo on the CPUs; give the process more GPUs or pass backend= explicitly", ranks, gpus)
-    return "gloo"
-
-
-_WARNED: set = set()
+    return backend if backend is not None else default_backend(ranks)
 
 
 class Silo:

@@ -445,3 +445,14 @@ def test_torchrun_entry_point_runs_adaptive_rounds_with_equal_step_counts(tmp_pa
         assert len({t["params_digest"] for t in tel}) == 1
     assert log["rounds"][1]["plan"]["start"] == 24
     assert "round 2:" in proc.stdout and "wall" in proc.stdout
+
+
+@pytest.mark.parametrize("gpus, ranks, expected", [(0, 1, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (4, 4, "nccl")])
+def test_default_backend_needs_one_gpu_per_rank(monkeypatch, gpus, ranks, expected):
+    import torch
+
+    from clients.ddp_worker import default_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert default_backend(ranks) == expected
