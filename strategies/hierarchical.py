@@ -15,7 +15,9 @@ clients (:mod:`clients.silo`) that each run a DDP group of k ranks on their own 
   first time) the silo splits its budget evenly.
 - ``aggregate_train`` screens replies like the base strategy, then also the per-rank lists
   (``keys.SILO_RANK_KEYS``: one entry per rank, samples adding up to the silo's); a silo whose
-  lists are invalid is skipped like any bad reply. Each rank's own compute time, energy and
+  lists are invalid is skipped like any bad reply. A silo that replies with another number of
+  ranks than the quotas it was sent (its ranks setting changed; it split evenly) is aggregated and
+  observed as usual and re-planned for its new k from the next round. Each rank's own compute time, energy and
   samples feed the controller; silo models are averaged by the inner strategy, weighted by
   samples (or data size, see ``weighting``).
 - A failed silo (error reply, e.g. ranks that could not start) is skipped for that round and is
@@ -194,6 +196,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._ranks_of: dict[Hashable, int] = {}  # silo key -> k, from its last reply
         self._rank_plan: dict[Hashable, list[int]] = {}  # node id -> this round's rank quotas
         self._rank_reports: dict[Hashable, list[RankReport]] = {}  # node id -> this round's ranks
+        self._replanned: set[Hashable] = set()  # node ids that replied with another k than planned
         self._rank_rows: list[dict[str, Any]] = []
         self._rank_cv: dict[Hashable, float] = {}  # this round's CV of rank compute time, per silo
         if inner is None:
@@ -299,15 +302,25 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         """The base screening, then the per-rank lists of every kept reply."""
         kept, reports, skipped = super().screen_train_replies(server_round, replies)
         self._rank_reports = {}
+        self._replanned = set()
         out_msgs, out_reports = [], []
         for msg, report in zip(kept, reports):
             metrics = next(iter(msg.content.metric_records.values()))
             try:
-                self._rank_reports[report.node_id] = parse_rank_reports(report.node_id, metrics, report.samples)
+                ranks = parse_rank_reports(report.node_id, metrics, report.samples)
             except ValueError as err:
                 skipped[report.node_id] = "invalid"
                 _log(WARNING, "[hfl] round %s: %s; skipped", server_round, err)
                 continue
+            plan = self._rank_plan.get(report.node_id)
+            if plan is not None and len(plan) != len(ranks):
+                # Its ranks setting changed: it split evenly (clients.silo.split_budget), so each
+                # rank's telemetry is still a good measurement; only the plan no longer applies.
+                self._replanned.add(report.node_id)
+                _log(INFO, "[hfl] round %s: silo %s replied with %d ranks but was planned for %d; "
+                     "re-planning it for %d ranks from next round", server_round,
+                     self._keys([report.node_id])[0], len(ranks), len(plan), len(ranks))
+            self._rank_reports[report.node_id] = ranks
             out_msgs.append(msg)
             out_reports.append(report)
         return out_msgs, out_reports, skipped
@@ -317,7 +330,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                   skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
         """The base bookkeeping, plus one history row per rank."""
         for r in reports:
-            plan = self._rank_plan.get(r.node_id)
+            plan = None if r.node_id in self._replanned else self._rank_plan.get(r.node_id)
             for rank in self._rank_reports.get(r.node_id, []):
                 self._rank_rows.append({
                     "round": server_round, "node_id": r.node_id, "partition_id": r.partition_id,

@@ -147,6 +147,30 @@ def test_a_failed_silo_keeps_its_budget_and_the_others_are_not_given_it():
     assert strategy.history.set_index("round").loc[3, "skipped"] == 1
 
 
+def test_a_silo_whose_rank_count_changes_is_replanned_and_the_round_completes(caplog):
+    # Prepare: two rounds with k = 2, 3 and 2; the server has a rank split for every silo
+    strategy = hierarchical(3, deadband=0.0)
+    before = {0: [0.001, 0.003], 1: [0.002, 0.002, 0.004], 2: [0.001, 0.001]}
+    play(strategy, 1, before)
+    play(strategy, 2, before)
+    # Execute: in round 3 silo 0 restarts with 3 ranks, silo 1 with 2 (each splits evenly)
+    after = {0: [0.001, 0.003, 0.002], 1: [0.002, 0.002], 2: [0.001, 0.001]}
+    third, _, _ = play(strategy, 3, after)
+    fourth, _, _ = play(strategy, 4, after)
+    # Assert: round 3 aggregates all three silos; their ranks are recorded without the stale quotas
+    assert third[0][1] == [450, 150] and third[1][1] == [240, 240, 120]
+    assert strategy.history.set_index("round").loc[3, "clients"] == 3
+    ranks = strategy.rank_history
+    third_ranks = ranks[ranks["round"] == 3]
+    quotas = {(p, r): q for p, r, q in third_ranks[["partition_id", "rank", "quota"]].itertuples(index=False)}
+    assert all(math.isnan(quotas[0, r]) for r in range(3)) and all(math.isnan(quotas[1, r]) for r in range(2))
+    assert [quotas[2, r] for r in range(2)] == [300, 300]
+    assert any("re-plan" in r.getMessage() and "silo 0" in r.getMessage() for r in caplog.records)
+    # round 4 plans the new k of each silo
+    assert len(fourth[0][1]) == 3 and sum(fourth[0][1]) == 600
+    assert len(fourth[1][1]) == 2 and sum(fourth[1][1]) == 600
+
+
 @pytest.mark.parametrize("extra, match", [
     ({keys.RANK_TIME_S: [0.1]}, "one entry per rank"),
     ({keys.RANK_SAMPLES: [300, 200]}, "add up to"),
