@@ -20,9 +20,9 @@ Contract
 - ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
   (all of them here; selection baselines override it).
 - Faults: a node whose reply was skipped (error, timeout, invalid telemetry) is on probation for
-  its next round: it gets ``probe_quota()`` (the minimum quota) and its share is re-split among
-  the others; its next good reply ends the probation (that probe is not observed: a few samples
-  measure overhead, not cost per sample).
+  its next round (unless the class sets ``uses_probation = False``): it gets ``probe_quota()``
+  (the minimum quota) and its share is re-split among the others; its next good reply ends the
+  probation (that probe is not observed: a few samples measure overhead, not cost per sample).
 - After each round: one log line (makespan, energy, CV of busy time, min/median/max quota), one
   history row, one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
   the ServerApp ``context.state`` so that a restarted ServerApp resumes it.
@@ -51,7 +51,7 @@ from flwr_adaptive.devices import account_round
 from strategies.history import HistoryMixin
 from strategies.reports import ClientReport
 
-__all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY"]
+__all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
 WEIGHTINGS = ("samples", "data-size")
 STATE_FILE = "adaptive-state.json"
@@ -59,11 +59,14 @@ CONTEXT_STATE_KEY = "flwr-adaptive"
 _STATE_VERSION = 1
 
 
-def _log(level: int, msg: str, *args: Any) -> None:
-    # Flower's logger: the line lands next to Flower's own round lines (and in pytest's caplog).
-    from flwr.common.logger import log
+def log(level: int, msg: str, *args: Any) -> None:
+    """Log on Flower's logger: the line lands next to Flower's own round lines (and in caplog).
 
-    log(level, msg, *args)
+    Flower is imported on the first call, so importing this module does not import it.
+    """
+    from flwr.common.logger import log as flwr_log
+
+    flwr_log(level, msg, *args)
 
 
 class AdaptiveCore(HistoryMixin):
@@ -96,6 +99,12 @@ class AdaptiveCore(HistoryMixin):
     context : flwr.app.Context, optional
         The ServerApp context: the state is also kept in ``context.state`` and resumed from it.
     """
+
+    #: Whether a node whose reply was skipped is put on probation (``probe_quota()`` samples, its
+    #: share re-split among the others) for its next round. Strategies whose shares cannot move
+    #: between nodes (silos) or that split equally (selection baselines) turn it off: a failed
+    #: node then simply gets its usual share next time.
+    uses_probation: bool = True
 
     def __init__(
         self,
@@ -217,6 +226,10 @@ class AdaptiveCore(HistoryMixin):
                 and value >= 0 and value == int(value):
             self._partition_of[node_id] = int(value)
 
+    def partition_of(self, node_id: Hashable) -> int | None:
+        """The partition id ``node_id`` reported this run (``None``: not known yet)."""
+        return self._partition_of.get(node_id)
+
     def probe_quota(self) -> int:
         """Samples given to a node on probation (it failed last round): the smallest quota."""
         return max(self._min_of(), 1)
@@ -240,7 +253,7 @@ class AdaptiveCore(HistoryMixin):
             try:
                 self.controller.observe(key, r.to_report())
             except ValueError as err:
-                _log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
+                log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
                      server_round, r.node_id, err)
                 continue
             accepted.append(r)
@@ -297,7 +310,9 @@ class AdaptiveCore(HistoryMixin):
                 "cpu_time_s": np.nan, "wall_time_s": np.nan, "energy_j": np.nan,
                 "data_size": None, "capped": False, "status": reason,
             })
-        self._probation = (self._probation - {r.node_id for r in reports}) | set(skipped)
+        self._probation -= {r.node_id for r in reports}
+        if self.uses_probation:
+            self._probation |= set(skipped)
         self.log_round(row)
         self.save_state()
         return row
@@ -339,7 +354,7 @@ class AdaptiveCore(HistoryMixin):
         energy = (f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"])
                   else f"active energy {row['active_j']:.1f} J" if math.isfinite(row["active_j"])
                   else "energy unmeasured")
-        _log(INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | CV busy %.3f | "
+        log(INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | CV busy %.3f | "
              "quota min/median/max %g/%g/%g | %d clients, %d skipped",
              row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
              row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"])
@@ -382,7 +397,7 @@ class AdaptiveCore(HistoryMixin):
             text = self.state_path.read_text()
         if text:
             self.load_state_dict(json.loads(text))
-            _log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done,
+            log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done,
                  self.state_path or "ServerApp context")
 
     # ------------------------------------------------------------------ helpers
@@ -423,4 +438,4 @@ class AdaptiveCore(HistoryMixin):
     def _warn_once(self, tag: str, msg: str, *args: Any) -> None:
         if tag not in self._warned:
             self._warned.add(tag)
-            _log(WARNING, msg, *args)
+            log(WARNING, msg, *args)

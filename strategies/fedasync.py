@@ -58,7 +58,7 @@ from flwr.serverapp.strategy import Result
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.fedasync import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
-from strategies.core import _log
+from strategies.core import log
 from strategies.history import HistoryMixin
 from strategies.reports import ClientReport, parse_report
 
@@ -129,7 +129,7 @@ class FedAsyncStrategy(HistoryMixin):
     def summary(self) -> None:
         """Log the settings."""
         m = self.mixer
-        _log(INFO, "\t├──> FedAsync (virtual-clock replay): alpha=%g, staleness=%s (a=%g, b=%g), "
+        log(INFO, "\t├──> FedAsync (virtual-clock replay): alpha=%g, staleness=%s (a=%g, b=%g), "
              "budget=%d samples per round-equivalent, allow_cycling=%s", m.alpha, m.staleness, m.a, m.b,
              self.budget, self.allow_cycling)
 
@@ -163,7 +163,7 @@ class FedAsyncStrategy(HistoryMixin):
         """
         if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
             raise ValueError(f"num_rounds must be an int >= 1, got {num_rounds!r}")
-        _log(INFO, "Starting FedAsyncStrategy:")
+        log(INFO, "Starting FedAsyncStrategy:")
         self.summary()
         self._grid, self._timeout = grid, float(timeout)
         self._config = dict(train_config or {})
@@ -209,7 +209,7 @@ class FedAsyncStrategy(HistoryMixin):
             else:
                 self._done_at.setdefault(node, finish)
         if boundary <= num_rounds:
-            _log(WARNING, "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
+            log(WARNING, "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
                  "processed (every node failed or was dropped)", boundary - 1, num_rounds, self._mixed_samples,
                  self._total)
         result.arrays = self._record(self._model)
@@ -222,7 +222,7 @@ class FedAsyncStrategy(HistoryMixin):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"fedasync: only {len(nodes)} of min_nodes={self.min_nodes} nodes connected "
                                    f"within {self.wait_s:.0f} s; start more SuperNodes or lower min_nodes")
-            _log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes),
+            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes),
                  self.min_nodes)
             time.sleep(1.0)
         return nodes
@@ -261,10 +261,10 @@ class FedAsyncStrategy(HistoryMixin):
                 self._client_rows.append(self._client_row(job, reason))
                 if self._failures[job.node] >= self.max_failures:
                     self._dropped.add(job.node)
-                    _log(WARNING, "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest "
+                    log(WARNING, "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest "
                          "of the run", job.node, self._failures[job.node], reason)
                     continue
-                _log(WARNING, "[adaptive] fedasync: node %s job %d failed (%s); retrying", job.node, job.index, reason)
+                log(WARNING, "[adaptive] fedasync: node %s job %d failed (%s); retrying", job.node, job.index, reason)
                 self._jobs_of[job.node] -= 1
                 again = self._new_job(job.node, job.start_s)  # same start, job number and model
                 if again is not None:
@@ -367,7 +367,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._round_rows.append(row)
         self._segment_start = t
         energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
-        _log(INFO, "[adaptive] round %s (fedasync, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
+        log(INFO, "[adaptive] round %s (fedasync, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
              "| CV busy %.3f | %d updates mixed, staleness mean %.2f max %d", r, row["clock"], self.budget,
              row["makespan_s"], energy, cv, len(mixed), row["staleness_mean"], row["staleness_max"])
 

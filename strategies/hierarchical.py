@@ -49,7 +49,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController, Report
-from strategies.core import _log
+from strategies.core import log
 from strategies.message import AdaptiveStrategy
 from strategies.reports import ClientReport
 
@@ -180,6 +180,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         size just spans more than one epoch.
     """
 
+    uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
+
     def __init__(self, inner: Strategy | None = None, *, budget: int, steps: int, policy: str = "time",
                  min_rank_quota: int | None = None, deadband: float = 0.02, **kwargs: Any) -> None:
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
@@ -191,7 +193,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         if isinstance(min_rank, bool) or not isinstance(min_rank, (int, np.integer)) or min_rank < 0:
             raise ValueError(f"min_rank_quota must be an int >= 0, got {min_rank_quota!r}")
         if kwargs.pop("allow_cycling", None):
-            _log(WARNING, "[hfl] allow_cycling does not apply to silos (their ranks cycle their own stream); ignored")
+            log(WARNING, "[hfl] allow_cycling does not apply to silos (their ranks cycle their own stream); ignored")
         self.steps = int(steps)
         self._ranks_of: dict[Hashable, int] = {}  # silo key -> k, from its last reply
         self._rank_plan: dict[Hashable, list[int]] = {}  # node id -> this round's rank quotas
@@ -207,15 +209,15 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
 
         if getattr(self.inner, "train_metrics_aggr_fn", None) is aggregate_metricrecords:
             self.inner.train_metrics_aggr_fn = aggregate_silo_metrics
-            _log(INFO, "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
+            log(INFO, "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
                  "in length across silos)", type(self.inner).__name__)
 
     def summary(self) -> None:
         """Log the hierarchical settings, then the inner strategy's summary."""
-        _log(INFO, "\t├──> Hierarchical adaptive allocation (HFL-DDP): policy=%s, budget=%d samples per silo and "
+        log(INFO, "\t├──> Hierarchical adaptive allocation (HFL-DDP): policy=%s, budget=%d samples per silo and "
              "round, split among the silo's ranks only; %d DDP steps per round, min_rank_quota=%d, weighting=%s",
              self.policy, self.budget, self.steps, self._min_of(), self.weighting)
-        _log(INFO, "\t├──> Inner strategy: %s", type(self.inner).__name__)
+        log(INFO, "\t├──> Inner strategy: %s", type(self.inner).__name__)
         self.inner.summary()
 
     # ------------------------------------------------------------------ overridable hooks
@@ -229,7 +231,6 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
 
     def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
         """``{node_id: silo budget}``; the per-rank split of each known silo is kept for the messages."""
-        self._probation.clear()  # a failed silo's budget cannot go elsewhere: it is retried whole
         node_ids = list(node_ids)
         silo_keys = self._keys(node_ids)
         self._rank_plan = {}
@@ -279,7 +280,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                     self.controller.observe(rid, rank.to_report())
                 except ValueError as err:
                     ok = False
-                    _log(WARNING, "[hfl] round %s: observation of rank %s dropped: %s", server_round, rid, err)
+                    log(WARNING, "[hfl] round %s: observation of rank %s dropped: %s", server_round, rid, err)
             if ok:
                 accepted.append(r)
         return accepted
@@ -310,14 +311,14 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 ranks = parse_rank_reports(report.node_id, metrics, report.samples)
             except ValueError as err:
                 skipped[report.node_id] = "invalid"
-                _log(WARNING, "[hfl] round %s: %s; skipped", server_round, err)
+                log(WARNING, "[hfl] round %s: %s; skipped", server_round, err)
                 continue
             plan = self._rank_plan.get(report.node_id)
             if plan is not None and len(plan) != len(ranks):
                 # Its ranks setting changed: it split evenly (clients.silo.split_budget), so each
                 # rank's telemetry is still a good measurement; only the plan no longer applies.
                 self._replanned.add(report.node_id)
-                _log(INFO, "[hfl] round %s: silo %s replied with %d ranks but was planned for %d; "
+                log(INFO, "[hfl] round %s: silo %s replied with %d ranks but was planned for %d; "
                      "re-planning it for %d ranks from next round", server_round,
                      self._keys([report.node_id])[0], len(ranks), len(plan), len(ranks))
             self._rank_reports[report.node_id] = ranks
@@ -359,7 +360,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         """The base line, then one ``[hfl]`` line with the rank-time CV of every silo."""
         super().log_round(row)
         per_silo = ", ".join(f"{silo}: {cv:.3f}" for silo, cv in sorted(self._rank_cv.items(), key=lambda kv: str(kv[0])))
-        _log(INFO, "[hfl] round %s (%s clock): CV of rank compute time per silo {%s} (mean %.3f)",
+        log(INFO, "[hfl] round %s (%s clock): CV of rank compute time per silo {%s} (mean %.3f)",
              row["round"], row["clock"], per_silo, row["rank_cv_mean"])
 
     @property

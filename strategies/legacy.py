@@ -34,7 +34,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from strategies.core import AdaptiveCore, _log
+from strategies.core import AdaptiveCore, log
 from strategies.reports import ClientReport, parse_report
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
@@ -128,7 +128,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         for proxy, res in results:
             node = node_id_of(proxy)
             if node not in self._assigned:
-                _log(WARNING, "[adaptive] round %s: result from client %s that was not sent a quota "
+                log(WARNING, "[adaptive] round %s: result from client %s that was not sent a quota "
                      "this round: skipped", server_round, node)
                 continue
             self.note_partition(node, res.metrics)
@@ -136,23 +136,23 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 report = parse_report(node, res.metrics, self.assigned_quota(node))
             except ValueError as err:
                 skipped[node] = "invalid"
-                _log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
+                log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
                 continue
             kept.append((proxy, res))
             reports.append(report)
         for failure in failures:
             if isinstance(failure, BaseException):
-                _log(WARNING, "[adaptive] round %s: a client failed: %r; skipped", server_round, failure)
+                log(WARNING, "[adaptive] round %s: a client failed: %r; skipped", server_round, failure)
             else:
                 node = node_id_of(failure[0])
                 skipped[node] = "error"
-                _log(WARNING, "[adaptive] round %s: client %s failed (%s); skipped", server_round,
+                log(WARNING, "[adaptive] round %s: client %s failed (%s); skipped", server_round,
                      node, failure[1].status.message)
         answered = {node_id_of(p) for p, _ in results}
         for node in self._assigned:
             if node not in answered and node not in skipped:
                 skipped[node] = "no-reply"
-                _log(WARNING, "[adaptive] round %s: no result from client %s (error or timeout); "
+                log(WARNING, "[adaptive] round %s: no result from client %s (error or timeout); "
                      "skipped", server_round, node)
         return kept, reports, skipped
 

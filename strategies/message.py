@@ -39,7 +39,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from strategies.core import AdaptiveCore, _log
+from strategies.core import AdaptiveCore, log
 from strategies.reports import ClientReport, parse_report
 
 __all__ = ["AdaptiveStrategy"]
@@ -84,9 +84,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
 
     def summary(self) -> None:
         """Log the adaptive settings, then the inner strategy's summary."""
-        _log(INFO, "\t├──> Adaptive allocation: policy=%s, budget=%d samples/round, weighting=%s, "
+        log(INFO, "\t├──> Adaptive allocation: policy=%s, budget=%d samples/round, weighting=%s, "
              "allow_cycling=%s", self.policy, self.budget, self.weighting, self.allow_cycling)
-        _log(INFO, "\t├──> Inner strategy: %s", type(self.inner).__name__)
+        log(INFO, "\t├──> Inner strategy: %s", type(self.inner).__name__)
         self.inner.summary()
 
     # ------------------------------------------------------------------ train
@@ -140,18 +140,18 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         for msg in replies:
             node = msg.metadata.src_node_id
             if node not in self._assigned:
-                _log(WARNING, "[adaptive] round %s: reply from node %s that was not sent a quota "
+                log(WARNING, "[adaptive] round %s: reply from node %s that was not sent a quota "
                      "this round: skipped", server_round, node)
                 continue
             if msg.has_error():
                 skipped[node] = "error"
-                _log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
+                log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
                      msg.error.reason)
                 continue
             content = msg.content
             if len(content.array_records) != 1 or len(content.metric_records) != 1:
                 skipped[node] = "invalid"
-                _log(WARNING, "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
+                log(WARNING, "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
                      "MetricRecords (expected 1 and 1); skipped", server_round, node,
                      len(content.array_records), len(content.metric_records))
                 continue
@@ -161,7 +161,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 report = parse_report(node, metrics, self.assigned_quota(node))
             except ValueError as err:
                 skipped[node] = "invalid"
-                _log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
+                log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
                 continue
             candidates.append((msg, report))
         kept_pairs = self._majority(server_round, candidates, skipped, train=True)
@@ -169,7 +169,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         for node in self._assigned:
             if node not in answered:
                 skipped[node] = "no-reply"
-                _log(WARNING, "[adaptive] round %s: no reply from node %s (timeout or lost); "
+                log(WARNING, "[adaptive] round %s: no reply from node %s (timeout or lost); "
                      "skipped", server_round, node)
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
@@ -196,7 +196,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             else:
                 node = msg.metadata.src_node_id
                 skipped[node] = "inconsistent"
-                _log(WARNING, "[adaptive] round %s: node %s replied with record keys that differ "
+                log(WARNING, "[adaptive] round %s: node %s replied with record keys that differ "
                      "from the other nodes' (%s vs %s); skipped", server_round, node,
                      sorted(lay[1] ^ common[1]), "the majority")
         return kept
@@ -213,7 +213,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         ok = []
         for msg in replies:
             if msg.has_error() or len(msg.content.metric_records) != 1:
-                _log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
+                log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
                      server_round, msg.metadata.src_node_id,
                      msg.error.reason if msg.has_error() else "expected one MetricRecord")
                 continue

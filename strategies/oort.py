@@ -44,7 +44,7 @@ from flwr.app import Message
 
 from flwr_adaptive import keys
 from flwr_adaptive.oort import OortSelector, statistical_utility
-from strategies.core import _log
+from strategies.core import log
 from strategies.message import AdaptiveStrategy
 from strategies.reports import ClientReport
 
@@ -159,7 +159,7 @@ class OortStrategy(AdaptiveStrategy):
     def summary(self) -> None:
         """Log the selection settings, then the adaptive strategy's summary."""
         s = self.selector
-        _log(INFO, "\t├──> Oort-like selection: %.0f %% of the nodes per round, penalty alpha=%g, "
+        log(INFO, "\t├──> Oort-like selection: %.0f %% of the nodes per round, penalty alpha=%g, "
              "T at the %g-th duration percentile, exploration %g (x%g per round, floor %g), pacer step %d "
              "delta %g", 100 * self.fraction, s.round_penalty, s.round_threshold, s.exploration,
              s.exploration_decay, s.exploration_min, s.pacer_step, s.pacer_delta)

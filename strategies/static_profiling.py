@@ -86,8 +86,8 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         """Log that the split freezes, then the adaptive strategy's summary."""
         from logging import INFO
 
-        from strategies.core import _log
+        from strategies.core import log
 
-        _log(INFO, "\t├──> Static profiling: split fixed after %d profiled round(s) (%s weights)",
+        log(INFO, "\t├──> Static profiling: split fixed after %d profiled round(s) (%s weights)",
              self.profile_rounds, self.policy)
         super().summary()

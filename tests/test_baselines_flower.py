@@ -106,7 +106,7 @@ def test_oort_in_flower_trains_round_fraction_equal_shares(runs):
     slow = {p: s for p, s in enumerate(sup.SLOWDOWNS)}
     for node, arm in strategy.selector.arms.items():
         if arm.count:
-            assert arm.duration == (BUDGET // 4) * sup.COST_S * slow[strategy._partition_of[node]]
+            assert arm.duration == (BUDGET // 4) * sup.COST_S * slow[strategy.partition_of(node)]
 
 
 def test_fedasync_in_flower_mixes_in_virtual_finish_order(runs):

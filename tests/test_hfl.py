@@ -149,6 +149,7 @@ def test_a_failed_silo_keeps_its_budget_and_the_others_are_not_given_it():
 
 def test_a_silo_whose_rank_count_changes_is_replanned_and_the_round_completes(caplog):
     # Prepare: two rounds with k = 2, 3 and 2; the server has a rank split for every silo
+    caplog.set_level("INFO", logger="flwr")
     strategy = hierarchical(3, deadband=0.0)
     before = {0: [0.001, 0.003], 1: [0.002, 0.002, 0.004], 2: [0.001, 0.001]}
     play(strategy, 1, before)

@@ -155,6 +155,31 @@ def test_timed_out_nodes_are_skipped_and_probe_next_round():
     assert q2[late] == strategy.probe_quota() == 1 and sum(q2.values()) == 400
 
 
+def test_a_strategy_without_probation_gives_a_failed_node_its_usual_share_and_observes_it():
+    # Prepare: equal split; node 1001 fails in round 1
+    class NoProbation(AdaptiveCore):
+        uses_probation = False
+
+    core = NoProbation(300, "equal")
+    nodes = [1000, 1001, 1002]
+    quotas = core.quotas_for(1, nodes)
+    core.begin_round(1, quotas)
+    reports = [ClientReport(n, i, 100, 100, 1.0, 0.0, 0.0, None, None, False, 1.0, True)
+               for i, n in enumerate(nodes) if n != 1001]
+    core.observe_replies(1, reports)
+    core.end_round(1, reports, {1001: "error"})
+    # Execute
+    second = core.quotas_for(2, nodes)
+    core.begin_round(2, second)
+    back = ClientReport(1001, 1, 100, 100, 4.0, 0.0, 0.0, None, None, False, 1.0, True)
+    accepted = core.observe_replies(2, [back])
+    core.end_round(2, [back], {})
+    # Assert: no probe quota, and its reply counts as a measurement
+    assert second == {1000: 100, 1001: 100, 1002: 100}
+    assert accepted == [back] and core.partition_of(1001) == 1
+    assert core.client_history.set_index(["round", "node_id"]).loc[(2, 1001), "status"] == "ok"
+
+
 @pytest.mark.parametrize("weighting, expected", [("samples", (1 * 300 + 2 * 100) / 400),
                                                   ("data-size", (1 * 50 + 2 * 150) / 200)])
 def test_aggregation_weights_follow_the_weighting(weighting, expected):
