@@ -12,7 +12,10 @@ Contract
   Oort ranks by data size; a node that never replied has size 0 there), and the pacer that
   relaxes ``T``. The other nodes sit the round out (no message).
 - The budget is split **equally** among the selected (Oort chooses *who* trains, it does not
-  re-split work): the controller runs the Equal policy over the selected nodes.
+  re-split work): the controller runs the Equal policy over the selected nodes. There is no
+  probation (``uses_probation = False``): a node whose reply was skipped gets the same equal
+  share as the others when it is next selected, and that reply updates its arm like any other
+  (a probe of ``min_quota`` samples would make a slow device look fast).
 
 After each round every kept reply updates its node's arm: utility ``|B_i|·sqrt(mean loss²)``
 (Oort's statistical utility, :func:`~flwr_adaptive.oort.statistical_utility`), approximated with
@@ -75,6 +78,8 @@ class OortStrategy(AdaptiveStrategy):
         :class:`strategies.core.AdaptiveCore`. ``policy`` is fixed to ``"equal"``.
     """
 
+    uses_probation = False  # Oort splits equally among the selected: a retried node gets its share
+
     def __init__(self, inner: Any = None, *, budget: int, fraction: float = DEFAULT_FRACTION,
                  selector: OortSelector | None = None, seed: int = 0, **kwargs: Any) -> None:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
@@ -126,6 +131,8 @@ class OortStrategy(AdaptiveStrategy):
         """Feed the controller (bounds, history), then each replying node's Oort arm."""
         accepted = super().observe_replies(server_round, reports)
         for r in reports:
+            if r.node_id in self._probation:
+                continue  # a probe (subclasses with probation): its few samples time the overhead only
             loss = self._losses.get(r.node_id)
             if loss is None:
                 self._warn_once("oort-loss", "[adaptive] oort: node %s reports no %r metric; its utility "

@@ -285,6 +285,44 @@ def test_oort_explores_by_the_data_size_nodes_reported(caplog):
     assert [strategy.selector.arms[100 + p].count for p in range(6)] == [int(p in round1) for p in range(6)]
 
 
+class FirstRoundFailGrid(SimGrid):
+    """A SimGrid whose partitions in ``fail_first`` reply with an error in round 1 only."""
+
+    def __init__(self, cost_s, fail_first):
+        super().__init__(cost_s)
+        self.fail_first = set(fail_first)
+
+    def send_and_receive(self, messages, timeout=None):
+        from flwr.app import Error, Message
+
+        out = []
+        for msg in messages:
+            pid = self.partition[msg.metadata.dst_node_id]
+            if pid in self.fail_first and msg.content["config"][keys.ROUND] == 1:
+                self.sent.append({"node": msg.metadata.dst_node_id, "pid": pid, "model": None,
+                                  "config": dict(msg.content["config"])})
+                out.append(Message(Error(code=1, reason=f"partition {pid} lost its connection"), reply_to=msg))
+            else:
+                out.extend(super().send_and_receive([msg], timeout))
+        return out
+
+
+def test_oort_retries_a_failed_node_with_an_equal_share_and_learns_its_real_duration(caplog):
+    from strategies.oort import OortStrategy
+
+    # Prepare: the 16x slower device fails in round 1; every node is selected every round
+    quiet(caplog)
+    cost = [2.0 ** -10] * 3 + [16 * 2.0 ** -10]
+    grid = FirstRoundFailGrid(cost, fail_first={3})
+    strategy = OortStrategy(fedavg(4), budget=400, fraction=1.0)
+    # Execute
+    run(strategy, grid, rounds=2)
+    # Assert: no probe of min_quota samples; its arm holds the time of a full equal share
+    assert grid.quotas(2) == {0: 100, 1: 100, 2: 100, 3: 100}
+    assert strategy.selector.arms[103].duration == 100 * cost[3]
+    assert strategy.client_history.set_index(["round", "node_id"]).loc[(2, 103), "status"] == "ok"
+
+
 @pytest.mark.parametrize("fraction, n, k", [(0.6, 11, 7), (0.6, 5, 3), (0.01, 5, 1), (1.0, 4, 4)])
 def test_oort_k_is_the_rounded_fraction(fraction, n, k):
     from strategies.oort import OortStrategy
