@@ -61,7 +61,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bin(name: str) -> str:
+def console_script(name: str) -> str:
     """A console script of this interpreter's environment (flwr, flower-superlink)."""
     path = Path(sys.executable).parent / name
     if path.exists():
@@ -154,7 +154,7 @@ class LocalSuperLink:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 60.0) -> None:
-        cmd = [_bin("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+        cmd = [console_script("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
                "--host", "127.0.0.1", "--port", str(self.port), "--disable-runtime-dependency-installation"]
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
@@ -242,26 +242,54 @@ def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeo
     return proc.returncode
 
 
-def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argparse.Namespace,
-               out_dir: Path) -> dict[str, Any]:
-    """One ``flwr run .`` with this policy; returns its summary (raises SystemExit on failure)."""
+def pma_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[str]:
+    """``flwr run .`` (the PMA app at the repository root) for ``policy`` on the ``local`` SuperLink."""
     run_config = (f"policy='{policy}' num-server-rounds={args.rounds} budget={args.budget} "
                   f"task='{args.task}' seed={args.seed} jitter={float(args.jitter)} out-dir='{out_dir}'")
     federation = f"num-supernodes={args.clients} client-resources-num-cpus={args.cpus_per_client}"
     config_args = ["-c", run_config, "-c", f"num-clients={args.clients}"]
-    cmd = [_bin("flwr"), "run", str(REPO), "local", "--stream", *config_args, "--federation-config", federation]
+    return [console_script("flwr"), "run", str(REPO), "local", "--stream", *config_args,
+            "--federation-config", federation]
+
+
+def pma_progress(policy: str, line: str, args: argparse.Namespace) -> str | None:
+    """The progress line printed for an ``[adaptive] round`` log line of the PMA app (else None)."""
+    m = _ROUND_LINE.search(line)
+    if m is None:
+        return None
+    return (f"  [{LABELS.get(policy, policy)}] round {m.group(1)}/{args.rounds}: "
+            f"makespan {float(m.group(2)):.3f} s (virtual clock)")
+
+
+CommandBuilder = Callable[[str, argparse.Namespace, Path], list[str]]
+ProgressLine = Callable[[str, str, argparse.Namespace], "str | None"]
+
+
+def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argparse.Namespace,
+               out_dir: Path, *, command: CommandBuilder = pma_command,
+               progress: ProgressLine = pma_progress) -> dict[str, Any]:
+    """One ``flwr run`` with this policy; returns its summary (raises SystemExit on failure).
+
+    Parameters
+    ----------
+    command : callable (default: :func:`pma_command`)
+        ``(policy, args, out_dir) -> argv`` of the ``flwr run`` (which App, which run config).
+        The App writes ``summary-<policy>.json`` to ``out_dir``.
+    progress : callable (default: :func:`pma_progress`)
+        ``(policy, line, args) -> str or None``: what to print for a line of the run's output.
+    """
+    cmd = command(policy, args, out_dir)
     log_path = out_dir / f"flwr-run-{policy}.log"
 
-    def progress(line: str) -> None:
-        m = _ROUND_LINE.search(line)
-        if m:
-            print(f"  [{LABELS.get(policy, policy)}] round {m.group(1)}/{args.rounds}: "
-                  f"makespan {float(m.group(2)):.3f} s (virtual clock)", flush=True)
+    def on_line(line: str) -> None:
+        text = progress(policy, line, args)
+        if text is not None:
+            print(text, flush=True)
 
     started = time.perf_counter()
     try:
         code = stream_command(cmd, env=link.env, log_path=log_path, timeout_s=args.run_timeout,
-                              on_start=memory.add_root, on_line=progress)
+                              on_start=memory.add_root, on_line=on_line)
     except TimeoutError as err:
         raise SystemExit(f"flwr run ({policy}): {err}") from None
     wall = time.perf_counter() - started
@@ -275,9 +303,14 @@ def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argp
     return summary
 
 
-def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path,
-                 ) -> tuple[dict[str, dict[str, Any]], MemoryPeak, int]:
-    """``flwr run .`` once per policy on a private SuperLink; then stop every process of the run.
+def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path, *,
+                 command: CommandBuilder = pma_command, progress: ProgressLine = pma_progress,
+                 app_label: str = ".") -> tuple[dict[str, dict[str, Any]], MemoryPeak, int]:
+    """``flwr run`` once per policy on a private SuperLink; then stop every process of the run.
+
+    ``command`` and ``progress`` choose the App and its progress lines (see ``run_policy``;
+    default: the PMA app at the repository root); ``app_label`` names the App in the printed
+    ``flwr run`` lines.
 
     Returns ``(summaries, memory, left)``: each policy's summary (see ``run_policy``), the memory
     sampler (its peak) and how many processes survived termination (0 expected). Writes
@@ -297,9 +330,10 @@ def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path,
             memory.add_root(link.proc.pid)  # so that the SuperLink and its descendants are stopped at the end
             print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}, FLWR_HOME={link.home}", flush=True)
             for i, policy in enumerate(policies, 1):
-                print(f"-- [{i}/{len(policies)}] {LABELS.get(policy, policy)}: flwr run . local -c "
+                print(f"-- [{i}/{len(policies)}] {LABELS.get(policy, policy)}: flwr run {app_label} local -c "
                       f"\"policy='{policy}' ...\"", flush=True)
-                summaries[policy] = run_policy(link, memory, policy, args, out_dir)
+                summaries[policy] = run_policy(link, memory, policy, args, out_dir, command=command,
+                                               progress=progress)
                 print(f"   done in {summaries[policy]['wall_s']:.1f} s (wall clock)", flush=True)
         finally:
             memory.stop()  # from here on only this thread reads and adds to memory.seen

@@ -40,9 +40,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
+import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,8 +55,11 @@ from flwr.serverapp.strategy import FedAvg
 from clients.ddp_tasks import task_spec
 from clients.ddp_worker import WorkerSpec
 from clients.silo import audit_reads, silo_train
+from experiments.run_summary import RunSummary
+from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.devices import get_testbed, slowdown_at
 from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+from strategies.registry import LABELS
 
 __all__ = ["server_app", "client_app", "make_apps", "HflApps", "DEFAULTS", "silo_ranks", "silo_devices",
            "task_silo_spec"]
@@ -181,15 +183,7 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
         n = int(cfg["num-silos"])
         policy = str(cfg["policy"])
         out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
-        summary: dict[str, Any] = {"policy": policy, "status": "started", "task": cfg["task"], "rounds": [],
-                                   "config": {k: cfg[k] for k in DEFAULTS}}
-
-        def write_summary() -> None:
-            if out_dir is not None:
-                out_dir.mkdir(parents=True, exist_ok=True)
-                (out_dir / f"summary-{policy}.json").write_text(json.dumps(summary, indent=1))
-
-        write_summary()
+        summary = RunSummary(out_dir, policy, cfg["task"], {k: cfg[k] for k in DEFAULTS})
         strategy = HierarchicalAdaptiveStrategy(
             FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
                    train_metrics_aggr_fn=aggregate_silo_metrics),
@@ -202,18 +196,17 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
         def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
             model.load_state_dict(arrays.to_torch_state_dict())
             metrics = {k: float(v) for k, v in task.evaluate(model, holdout).items()}
-            summary["rounds"].append({"round": server_round, **metrics})
+            summary.add_round(server_round, metrics)
             return MetricRecord(metrics)
 
         started = time.perf_counter()
         apps.result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
                                      num_rounds=int(cfg["num-server-rounds"]), timeout=float(cfg["timeout"]),
                                      train_config=ConfigRecord({}), evaluate_fn=evaluate)
-        summary["server_wall_s"] = time.perf_counter() - started
+        wall = time.perf_counter() - started
         if out_dir is not None:
             strategy.save_history(out_dir / f"history-{policy}.csv")
-        summary["status"] = "finished" if len(strategy.history) == int(cfg["num-server-rounds"]) else "incomplete"
-        write_summary()
+        summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall)
 
     return apps
 
@@ -224,59 +217,38 @@ client_app = _APPS.client_app
 
 
 # ---------------------------------------------------------------------- `flwr run apps/hfl`, offline
-_LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only"}
+_ROUND_LINE = re.compile(r"\[hfl\] round (\d+) \((\w+) clock\): .*\(mean ([0-9.nan]+)\)")
 
 
-def _flwr_run(link: Any, memory: Any, policy: str, args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
-    """One ``flwr run apps/hfl`` with this policy; returns its summary (SystemExit when it did not finish)."""
-    import re
-    import subprocess
-
-    from experiments.compare import _bin
+def flwr_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[str]:
+    """``flwr run apps/hfl`` for ``policy`` on the ``local`` SuperLink (see ``experiments.compare``)."""
+    from experiments.compare import console_script
 
     run_config = (f"policy='{policy}' num-server-rounds={args.rounds} num-silos={args.silos} "
                   f"silo-budget={args.budget} steps={args.steps} ranks='{args.ranks}' task='{args.task}' "
                   f"seed={args.seed} drift-round={args.drift_round} drift-factor={float(args.drift_factor)} "
                   f"out-dir='{out_dir}'")
     federation = f"num-supernodes={args.silos} client-resources-num-cpus={args.cpus_per_client}"
-    cmd = [_bin("flwr"), "run", str(APP_DIR), "local", "--stream", "-c", run_config,
-           "--federation-config", federation]
-    log_path = out_dir / f"flwr-run-{policy}.log"
-    round_line = re.compile(r"\[hfl\] round (\d+) \((\w+) clock\): .*\(mean ([0-9.nan]+)\)")
-    started = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=link.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        memory.add_root(proc.pid)
-        deadline = time.monotonic() + args.run_timeout
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            m = round_line.search(line)
-            if m:
-                print(f"  [{_LABELS[policy]}] round {m.group(1)}/{args.rounds}: mean CV of rank compute time inside "
-                      f"the silos {float(m.group(3)):.3f} ({m.group(2)} clock)", flush=True)
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"flwr run ({policy}) exceeded {args.run_timeout:.0f} s; see {log_path}")
-        proc.wait()
-    summary_path = out_dir / f"summary-{policy}.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"status": "missing"}
-    if summary.get("status") != "finished":  # flwr run exits 0 even when the run failed
-        tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
-        raise SystemExit(f"the {policy} run did not finish (flwr run exit code {proc.returncode}, summary status "
-                         f"{summary.get('status')!r}); last lines of {log_path}:\n{tail}")
-    summary["wall_s"] = time.perf_counter() - started
-    return summary
+    return [console_script("flwr"), "run", str(APP_DIR), "local", "--stream", "-c", run_config,
+            "--federation-config", federation]
+
+
+def round_progress(policy: str, line: str, args: argparse.Namespace) -> str | None:
+    """The progress line printed for an ``[hfl] round`` log line (else None)."""
+    m = _ROUND_LINE.search(line)
+    if m is None:
+        return None
+    return (f"  [{LABELS.get(policy, policy)}] round {m.group(1)}/{args.rounds}: mean CV of rank compute time "
+            f"inside the silos {float(m.group(3)):.3f} ({m.group(2)} clock)")
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m experiments.hfl_app``: the HFL app through ``flwr run`` per policy, and one table."""
     import os
-    import shutil
 
     import pandas as pd
 
-    from experiments.compare import LocalSuperLink, MemoryPeak, _terminate
+    from experiments.compare import run_policies
 
     ap = argparse.ArgumentParser(description="HFL-DDP through `flwr run apps/hfl` on a private SuperLink, offline: "
                                  "per policy, the CV of the ranks' compute time inside every silo.")
@@ -296,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-timeout", type=float, default=900.0, help="seconds before one flwr run is killed")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if not policies or any(p not in _LABELS for p in policies):
-        ap.error(f"--policies must name some of {', '.join(_LABELS)}, got {args.policies!r}")
+    if not policies or any(p not in POLICIES for p in policies):
+        ap.error(f"--policies must name some of {', '.join(POLICIES)}, got {args.policies!r}")
     for name in ("rounds", "silos", "budget", "steps", "cpus_per_client"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -313,31 +285,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== HFL-DDP: `flwr run apps/hfl` per policy; {args.silos} silos, ranks {args.ranks!r}, {args.rounds} rounds, "
           f"{args.budget} samples per silo and round over {args.steps} DDP steps, task {args.task} (offline) ==",
           flush=True)
-    summaries: dict[str, dict[str, Any]] = {}
-    workdir = Path(tempfile.mkdtemp(prefix="flwr-adaptive-hfl-"))
-    link = LocalSuperLink(workdir)
-    left = 0
-    with MemoryPeak() as memory:
-        try:
-            link.start()
-            assert link.proc is not None
-            memory.add_root(link.proc.pid)
-            print(f"SuperLink (pid {link.proc.pid}) on 127.0.0.1:{link.port}, FLWR_HOME={link.home}", flush=True)
-            for policy in policies:
-                print(f"-- {_LABELS[policy]}: flwr run apps/hfl local -c \"policy='{policy}' ...\"", flush=True)
-                summaries[policy] = _flwr_run(link, memory, policy, args, out_dir)
-        finally:
-            procs = [p for p in memory.processes() if p.pid != os.getpid()]
-            procs += [p for pid, p in memory.seen.items() if pid != os.getpid() and p not in procs]
-            left = _terminate(procs)
-            shutil.rmtree(workdir, ignore_errors=True)
+    summaries, memory, left = run_policies(policies, args, out_dir, command=flwr_command, progress=round_progress,
+                                           app_label="apps/hfl")
 
     rows, cv_rounds = [], {}
     for policy, summary in summaries.items():
         hist = pd.read_csv(out_dir / f"history-{policy}.csv")
-        cv_rounds[_LABELS[policy]] = hist.set_index("round")["rank_cv_mean"]
+        cv_rounds[LABELS[policy]] = hist.set_index("round")["rank_cv_mean"]
         final = summary["rounds"][-1] if summary["rounds"] else {}
-        rows.append({"policy": _LABELS[policy], "rounds": len(hist),
+        rows.append({"policy": LABELS[policy], "rounds": len(hist),
                      "makespan_s (virtual)": hist["makespan_s"].sum(),
                      "rank CV, rounds >= 3": hist[hist["round"] >= 3]["rank_cv_mean"].mean(),
                      "final holdout loss": final.get("loss", float("nan")),
@@ -352,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"\nThis command: {time.perf_counter() - started:.1f} s wall clock; peak resident memory of the run's "
           f"processes {memory.peak_bytes / 2**30:.2f} GB (sum of RSS over {memory.peak_procs} processes, DDP ranks "
-          f"included); processes left running: {left}")
+          f"included); processes left running: {left} (all it had: processes.json)")
     print(f"CSV: {out_dir / 'comparison.csv'}; per-round, per-silo and per-rank histories and logs in {out_dir}")
     return 0 if left == 0 else 1
 

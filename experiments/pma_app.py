@@ -35,7 +35,6 @@ server, one small CSV/JSON write. Each client process loads the task's data once
 from __future__ import annotations
 
 import functools
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from flwr.serverapp.strategy import FedAvg
 from clients.data import quota_data
 from clients.tasks import get_task
 from clients.telemetry import telemetry_train
+from experiments.run_summary import RunSummary
 from flwr_adaptive.devices import get_testbed
 from flwr_adaptive import keys
 from flwr_adaptive.energy import EmulatedMeter
@@ -151,15 +151,7 @@ def main(grid: Grid, context: Context) -> None:
     n = int(cfg["num-clients"])
     out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
     policy = str(cfg["policy"])
-    summary: dict[str, Any] = {"policy": policy, "status": "started", "task": cfg["task"], "rounds": [],
-                               "config": {k: cfg[k] for k in DEFAULTS}}
-
-    def write_summary() -> None:
-        if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / f"summary-{policy}.json").write_text(json.dumps(summary, indent=1))
-
-    write_summary()
+    summary = RunSummary(out_dir, policy, cfg["task"], {k: cfg[k] for k in DEFAULTS})
     strategy = build_strategy(
         policy, inner=FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
         budget=int(cfg["budget"]), num_nodes=n, seed=int(cfg["seed"]),
@@ -172,16 +164,14 @@ def main(grid: Grid, context: Context) -> None:
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
         metrics = task.evaluate(model, holdout)
-        summary["rounds"].append({"round": server_round, **{k: float(v) for k, v in metrics.items()}})
+        summary.add_round(server_round, metrics)
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
     started = time.perf_counter()
     strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
                    num_rounds=int(cfg["num-server-rounds"]), timeout=float(cfg["timeout"]),
                    train_config=ConfigRecord({"lr": float(cfg["lr"])}), evaluate_fn=evaluate)
-    summary["server_wall_s"] = time.perf_counter() - started
+    wall = time.perf_counter() - started
     if out_dir is not None:
         strategy.save_history(out_dir / f"history-{policy}.csv")
-    done = len(strategy.history) == int(cfg["num-server-rounds"])
-    summary["status"] = "finished" if done else "incomplete"
-    write_summary()
+    summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall)

@@ -35,7 +35,7 @@ def test_a_silent_hang_is_killed_with_its_children_by_the_watchdog(tmp_path, mon
                     f"child = subprocess.Popen(['sleep', '300'])\n"
                     f"pathlib.Path({str(child_pid)!r}).write_text(str(child.pid))\ntime.sleep(300)\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(compare, "_bin", lambda name: str(fake))
+    monkeypatch.setattr(compare, "console_script", lambda name: str(fake))
     args = argparse.Namespace(rounds=1, budget=10, task="mnist", seed=0, jitter=0.0, clients=2,
                               cpus_per_client=1, run_timeout=1.0)
     memory = compare.MemoryPeak()
@@ -90,3 +90,62 @@ def test_seen_processes_is_a_snapshot_that_later_additions_do_not_disturb():
     # Assert
     assert seen == before and os.getpid() in seen and os.getppid() not in seen
     assert os.getppid() in memory.seen_processes()
+
+
+class _FakeSuperLink:
+    """Stands in for compare.LocalSuperLink: a silent ``sleep`` as the SuperLink process."""
+
+    def __init__(self, workdir):
+        self.port, self.home, self.env = 0, workdir, {**os.environ}
+        self.proc = None
+
+    def start(self):
+        import subprocess
+
+        self.proc = subprocess.Popen(["sleep", "300"])
+
+
+def test_the_hfl_driver_kills_a_silent_run_with_its_children_and_records_every_process(
+        tmp_path, monkeypatch, capsys):
+    import json
+
+    from experiments import hfl_app
+
+    # Prepare: a "flwr" that prints one [hfl] round line, starts a child, then both hang silently
+    fake = tmp_path / "flwr"
+    child_pid = tmp_path / "child.pid"
+    fake.write_text(f"#!{sys.executable}\nimport pathlib, subprocess, sys, time\n"
+                    "print('[hfl] round 1 (virtual clock): CV of rank compute time per silo {0: 0.100} "
+                    "(mean 0.100)', flush=True)\n"
+                    f"child = subprocess.Popen(['sleep', '300'])\n"
+                    f"pathlib.Path({str(child_pid)!r}).write_text(str(child.pid))\ntime.sleep(300)\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(compare, "console_script", lambda name: str(fake))
+    monkeypatch.setattr(compare, "LocalSuperLink", _FakeSuperLink)
+    out = tmp_path / "out"
+    outcome = []
+
+    def execute():
+        try:
+            hfl_app.main(["--policies", "time", "--rounds", "2", "--run-timeout", "2", "--out", str(out)])
+        except SystemExit as err:
+            outcome.append(str(err))
+
+    # Execute: in a thread, so that a missing watchdog fails the test instead of hanging it
+    worker = threading.Thread(target=execute, daemon=True)
+    worker.start()
+    worker.join(120)
+    # Assert: stopped with the timeout named, progress printed, every process recorded and gone
+    recorded = [pid for pid, _ in json.loads((out / "processes.json").read_text())] \
+        if (out / "processes.json").exists() else []
+    try:
+        assert not worker.is_alive(), "the HFL driver still waits for a silent command"
+        assert len(outcome) == 1 and "ran past 2 s (wall clock) and was killed" in outcome[0]
+        assert "[Time-only] round 1/2: mean CV of rank compute time inside the silos 0.100 (virtual clock)" \
+            in capsys.readouterr().out
+        assert int(child_pid.read_text()) in recorded and len(recorded) >= 3  # SuperLink, flwr, its child
+        assert all(_gone(pid) for pid in recorded)
+    finally:
+        for pid in recorded + ([int(child_pid.read_text())] if child_pid.exists() else []):
+            if not _gone(pid):
+                psutil.Process(pid).kill()
