@@ -42,7 +42,8 @@ Cost
 Starting k ranks costs one Python + torch start each (≈ 3–5 s for two ranks on two shared
 cores), far more than a small round. With ``keep_alive`` (default) a process keeps each silo's
 ranks between rounds (at most ``max_alive`` silos per process, least recently used closed
-first; each kept rank holds one torch process, ≈ 0.3 GB resident), so a round costs only its
+first, and those of an earlier run closed when a new run starts; a silo is closed only between
+its rounds; each kept rank holds one torch process, ≈ 0.3 GB resident), so a round costs only its
 training plus one model transfer each way per rank. Flower's simulation engine may run any
 silo in any of its actors: with several actors each may keep ranks of the same silo; one actor
 (``client_resources`` num_cpus = the machine's cores) keeps exactly k ranks per silo. A
@@ -240,7 +241,9 @@ class Silo:
         self.keep_alive = bool(keep_alive)
         self.name = name
         self._group: LocalDDPGroup | None = None
-        self._lock = threading.Lock()  # one round at a time: the ranks serve one command stream
+        # One round at a time (the ranks serve one command stream); close() takes it too, so that
+        # eviction or close_silos() never stops ranks mid-round. Reentrant: train() closes on failure.
+        self._lock = threading.RLock()
 
     @property
     def alive(self) -> bool:
@@ -314,10 +317,11 @@ class Silo:
                          wall_s=wall, started_ranks=started)
 
     def close(self) -> None:
-        """Stop the ranks (idempotent)."""
-        group, self._group = self._group, None
-        if group is not None:
-            group.close()
+        """Stop the ranks (idempotent); a round in progress (another thread) is finished first."""
+        with self._lock:
+            group, self._group = self._group, None
+            if group is not None:
+                group.close()
 
     def __enter__(self) -> "Silo":
         return self
@@ -331,15 +335,19 @@ _ALIVE: "OrderedDict[Hashable, Silo]" = OrderedDict()
 _ALIVE_LOCK = threading.Lock()
 
 
-def _kept_silo(key: Hashable, make: Callable[[], Silo], max_alive: int) -> Silo:
-    """The silo kept under ``key`` (made on first use); closes the least recently used beyond ``max_alive``."""
+def _kept_silo(key: tuple, make: Callable[[], Silo], max_alive: int) -> Silo:
+    """The silo kept under ``key`` (made on first use); closes the least recently used beyond ``max_alive``.
+
+    ``key[0]`` is the Flower run id: silos kept by other runs (finished ones; one process serves
+    one run at a time) are closed, so their ranks do not outlive their run.
+    """
     with _ALIVE_LOCK:
+        evicted = [_ALIVE.pop(k) for k in list(_ALIVE) if k[0] != key[0]]
         silo = _ALIVE.pop(key, None) or make()
         _ALIVE[key] = silo
-        evicted = []
         while len(_ALIVE) > max(max_alive, 1):
             evicted.append(_ALIVE.popitem(last=False)[1])
-    for old in evicted:
+    for old in evicted:  # outside the lock: close() waits for a round in progress
         old.close()
     return silo
 

@@ -13,6 +13,7 @@ per rank), so the CV comparison does not depend on how busy the shared machine i
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from functools import partial
 
@@ -255,6 +256,76 @@ def test_a_plan_that_does_not_fit_the_silo_is_refused_before_any_rank_starts():
     assert not silo.alive
     with pytest.raises(ValueError, match=r"silo 7: ranks must be an int >= 1, got 0"):
         Silo(spec=None, ranks=0, name="7")
+
+
+class _BlockingGroup:
+    """Stands in for LocalDDPGroup: ``run_round`` waits for ``release``; records what happened when."""
+
+    def __init__(self, *args, **kwargs):
+        self.in_round = threading.Event()
+        self.release = threading.Event()
+        self.events: list[str] = []
+        _BlockingGroup.made.append(self)
+
+    def run_round(self, plan):
+        self.events.append("round")
+        self.in_round.set()
+        self.release.wait(30)
+        self.events.append("round done")
+        return []
+
+    def get_state(self):
+        return None
+
+    def close(self):
+        self.events.append("close")
+
+
+def test_closing_a_silo_mid_round_waits_for_the_round_to_end(monkeypatch):
+    import clients.silo as silo_mod
+
+    # Prepare: a round that runs until released
+    _BlockingGroup.made = []
+    monkeypatch.setattr(silo_mod, "LocalDDPGroup", _BlockingGroup)
+    silo = silo_mod.Silo(spec=None, ranks=2, name="4")
+    trainer = threading.Thread(target=silo.train, args=([5, 5], 5), daemon=True)
+    trainer.start()
+    group = _BlockingGroup.made[0] if _BlockingGroup.made else None
+    assert group is not None and group.in_round.wait(30)
+    # Execute: close from another thread (what eviction and close_silos do), then end the round
+    closer = threading.Thread(target=silo.close, daemon=True)
+    closer.start()
+    closer.join(0.5)
+    closed_early = "close" in group.events
+    group.release.set()
+    trainer.join(30)
+    closer.join(30)
+    # Assert: the ranks were stopped only after the round ended
+    assert not closed_early and group.events == ["round", "round done", "close"]
+    assert not silo.alive and not closer.is_alive()
+
+
+class _FakeSilo:
+    def __init__(self, name):
+        self.name, self.closed = name, 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_kept_silos_of_an_earlier_run_are_closed_when_a_new_run_asks_for_one(monkeypatch):
+    import clients.silo as silo_mod
+    from collections import OrderedDict
+
+    # Prepare: two silos kept by run 1
+    monkeypatch.setattr(silo_mod, "_ALIVE", OrderedDict())
+    old = [silo_mod._kept_silo((1, str(p), 2, "gloo"), lambda p=p: _FakeSilo(p), max_alive=4) for p in range(2)]
+    # Execute: run 2's first silo; then run 2 asks for the same silo again
+    new = silo_mod._kept_silo((2, "0", 2, "gloo"), lambda: _FakeSilo("0"), max_alive=4)
+    again = silo_mod._kept_silo((2, "0", 2, "gloo"), lambda: _FakeSilo("other"), max_alive=4)
+    # Assert: run 1's silos are stopped and forgotten; run 2's is kept and reused
+    assert [s.closed for s in old] == [1, 1]
+    assert again is new and new.closed == 0 and list(silo_mod._ALIVE) == [(2, "0", 2, "gloo")]
 
 
 def test_silo_train_without_a_budget_from_the_server_or_the_caller_says_what_to_do(monkeypatch):
