@@ -108,8 +108,6 @@ class SiloRound:
         Index-stream positions before and after the round (``end`` is the next round's start).
     wall_s : float
         Wall seconds of the whole call, rank start-up included.
-    started_ranks : bool
-        Whether this call had to start the ranks (no kept group).
     """
 
     quotas: list[int]
@@ -118,7 +116,6 @@ class SiloRound:
     start: int
     end: int
     wall_s: float
-    started_ranks: bool = False
 
     @property
     def samples(self) -> int:
@@ -297,7 +294,7 @@ class Silo:
             raise ValueError(f"silo {self.name}: {err}") from None
         with self._lock:
             began = time.perf_counter()
-            started = self.start()
+            self.start()
             group = self._group
             assert group is not None
             try:
@@ -314,7 +311,7 @@ class Silo:
             wall = time.perf_counter() - began
         end = plan.start + sum(t.samples for t in telemetry)
         return SiloRound(quotas=list(plan.quotas), telemetry=telemetry, state=trained, start=plan.start, end=end,
-                         wall_s=wall, started_ranks=started)
+                         wall_s=wall)
 
     def close(self) -> None:
         """Stop the ranks (idempotent); a round in progress (another thread) is finished first."""

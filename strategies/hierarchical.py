@@ -254,7 +254,11 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         return {node: self.silo_budget(silo) for node, silo in zip(node_ids, silo_keys)}
 
     def rank_quotas(self, node_id: Hashable) -> list[int] | None:
-        """The per-rank quotas sent to ``node_id`` this round (``None``: it splits evenly)."""
+        """The per-rank quotas ``configure_train`` sends ``node_id`` this round (``None``: it splits evenly).
+
+        Override to change or drop a silo's plan; replies are screened and recorded against what
+        it returns.
+        """
         plan = self._rank_plan.get(node_id)
         return None if plan is None else list(plan)
 
@@ -290,12 +294,16 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                         grid: Grid) -> Iterable[Message]:
         """The base messages (one budget per silo) plus the step count and each silo's rank quotas."""
         messages = list(super().configure_train(server_round, arrays, config, grid))
+        sent: dict[Hashable, list[int]] = {}
         for msg in messages:
+            plan = self.rank_quotas(msg.metadata.dst_node_id)
+            if plan is not None:
+                sent[msg.metadata.dst_node_id] = [int(q) for q in plan]
             for record in msg.content.config_records.values():
                 record[keys.DDP_STEPS] = self.steps
-                plan = self._rank_plan.get(msg.metadata.dst_node_id)
                 if plan is not None:
-                    record[keys.RANK_QUOTAS] = list(plan)
+                    record[keys.RANK_QUOTAS] = list(sent[msg.metadata.dst_node_id])
+        self._rank_plan = sent  # what was sent: the replies are screened and recorded against it
         return messages
 
     def screen_train_replies(self, server_round: int, replies: list[Message]

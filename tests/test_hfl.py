@@ -172,6 +172,29 @@ def test_a_silo_whose_rank_count_changes_is_replanned_and_the_round_completes(ca
     assert len(fourth[1][1]) == 2 and sum(fourth[1][1]) == 600
 
 
+def test_a_subclass_rank_quotas_hook_decides_what_each_silo_is_sent():
+    from flwr.serverapp.strategy import FedAvg
+
+    from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+
+    # Prepare: a subclass that lets silo 1 split evenly on its own
+    class EvenSilo1(HierarchicalAdaptiveStrategy):
+        def rank_quotas(self, node_id):
+            return None if node_id == 1001 else super().rank_quotas(node_id)
+
+    strategy = EvenSilo1(FedAvg(fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=2,
+                                train_metrics_aggr_fn=aggregate_silo_metrics), budget=600, steps=10, deadband=0.0)
+    costs = {0: [0.001, 0.003], 1: [0.001, 0.003]}
+    play(strategy, 1, costs)
+    # Execute
+    second, _, _ = play(strategy, 2, costs)
+    # Assert: silo 0 gets the learned split, silo 1 none, and its ranks are recorded without quotas
+    assert second[0][1] == [450, 150] and second[1][1] is None
+    ranks = strategy.rank_history
+    silo1 = ranks[(ranks["round"] == 2) & (ranks["partition_id"] == 1)]
+    assert silo1["quota"].isna().all() and list(silo1["samples"]) == [300, 300]
+
+
 @pytest.mark.parametrize("extra, match", [
     ({keys.RANK_TIME_S: [0.1]}, "one entry per rank"),
     ({keys.RANK_SAMPLES: [300, 200]}, "add up to"),
