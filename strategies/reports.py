@@ -5,7 +5,7 @@ Contract
 ``parse_report(node_id, metrics, quota)`` turns one reply's metrics (a Flower ``MetricRecord`` or
 a legacy ``FitRes.metrics`` dict) into a :class:`ClientReport`, or raises ``ValueError`` naming
 the node, the key and the value when the telemetry is missing or invalid (non-finite, negative
-time, zero samples, wrong type). The strategies skip such a reply: it is logged, not fatal.
+time, zero samples or more samples than the quota, wrong type). The strategies skip such a reply: it is logged, not fatal.
 The keys are those of :mod:`flwr_adaptive.keys`; nothing else is spelled here.
 
 Cost
@@ -110,11 +110,18 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
     Raises
     ------
     ValueError
-        A telemetry key is missing, not a finite number, or out of range.
+        A telemetry key is missing, not a finite number, or out of range (``samples`` above
+        ``quota`` included).
     """
     samples = _integer(node_id, metrics, keys.SAMPLES)
     if samples <= 0:
         raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} must be > 0, got {samples}")
+    if quota is not None and samples > quota:
+        # Budgets are exact (rounds × budget samples in all): a client may process fewer samples
+        # than its quota (capped), never more.
+        raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} = {samples} exceeds the quota of "
+                         f"{quota} it was sent; the client must train on at most its quota "
+                         "(clients.data.quota_data)")
     time_s = _number(node_id, metrics, keys.TIME_S)
     if time_s <= 0:
         raise ValueError(f"node {node_id}: telemetry {keys.TIME_S!r} must be > 0, got {time_s!r}")

@@ -138,6 +138,23 @@ def test_bad_replies_are_skipped_before_fedavg_which_would_raise_on_them():
     assert strategy.controller.estimates() == {0: (0.001, None)}
 
 
+def test_a_reply_claiming_more_samples_than_its_quota_is_invalid_and_not_counted(caplog):
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    # Prepare: node 9004 reports 150 samples for a quota of 100
+    strategy = AdaptiveStrategy(_fedavg(), budget=400)
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord(), FakeGrid(NODES)))
+    replies = [reply(m, telemetry(150 if m.metadata.dst_node_id == 9004 else 100, 0.1,
+                                  PARTS[m.metadata.dst_node_id])) for m in msgs]
+    # Execute
+    strategy.aggregate_train(1, replies)
+    # Assert: skipped as invalid with the reason named; its samples are not counted
+    status = strategy.client_history.set_index("node_id")["status"].to_dict()
+    assert status == {9001: "ok", 9002: "ok", 9003: "ok", 9004: "invalid"}
+    assert strategy.history["samples"].tolist() == [300]
+    assert any("'samples' = 150 exceeds the quota of 100" in r.getMessage() for r in caplog.records)
+
+
 def test_timed_out_nodes_are_skipped_and_probe_next_round():
     from flwr.app import ArrayRecord, ConfigRecord
 
@@ -180,16 +197,16 @@ def test_a_strategy_without_probation_gives_a_failed_node_its_usual_share_and_ob
     assert core.client_history.set_index(["round", "node_id"]).loc[(2, 1001), "status"] == "ok"
 
 
-@pytest.mark.parametrize("weighting, expected", [("samples", (1 * 300 + 2 * 100) / 400),
+@pytest.mark.parametrize("weighting, expected", [("samples", (1 * 200 + 2 * 120) / 320),
                                                   ("data-size", (1 * 50 + 2 * 150) / 200)])
 def test_aggregation_weights_follow_the_weighting(weighting, expected):
     from flwr.app import ArrayRecord, ConfigRecord
 
-    # Prepare: node A processed 300 samples of its 50 (cycling), node B 100 of its 150
+    # Prepare: quotas of 200; node A processed 200 samples of its 50 (cycling), node B 120 of its 150
     strategy = AdaptiveStrategy(_fedavg(2), budget=400, weighting=weighting, allow_cycling=True)
     msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord(), FakeGrid([1, 2])))
-    replies = [reply(msgs[0], telemetry(300, 0.3, 0, data_size=50), value=1.0),
-               reply(msgs[1], telemetry(100, 0.1, 1, data_size=150), value=2.0)]
+    replies = [reply(msgs[0], telemetry(200, 0.2, 0, data_size=50), value=1.0),
+               reply(msgs[1], telemetry(120, 0.1, 1, data_size=150), value=2.0)]
     # Execute
     arrays, _ = strategy.aggregate_train(1, replies)
     # Assert
