@@ -78,3 +78,13 @@ def quiet_flower() -> None:
 def weighted_mean(values, weights) -> float:
     values, weights = np.asarray(values, float), np.asarray(weights, float)
     return float((values * weights).sum() / weights.sum())
+
+
+class FakeGrid:
+    """The part of Flower's ``Grid`` a strategy's ``configure_train`` asks: the node ids."""
+
+    def __init__(self, node_ids):
+        self.node_ids = list(node_ids)
+
+    def get_node_ids(self):
+        return list(self.node_ids)

@@ -24,13 +24,7 @@ from flwr_adaptive.controller import Report
 from flwr_adaptive.static import StaticProfilingController
 
 
-@pytest.fixture(autouse=True)
-def flower_identity(monkeypatch):
-    """Messages need a run identity; the ServerApp runtime sets it, tests do here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
-        monkeypatch.setattr(TaskIdentity, attr, value)
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
 
 class SimGrid:

@@ -19,25 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flwr_adaptive import keys
+from adaptive_support import FakeGrid
 from hfl_support import once_per_session
 
 
 # --------------------------------------------------------------------------- fabricated replies
-@pytest.fixture(autouse=True)
-def flower_identity(monkeypatch):
-    """Messages need a run identity; the ServerApp runtime sets it, unit tests do here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
-        monkeypatch.setattr(TaskIdentity, attr, value)
-
-
-class FakeGrid:
-    def __init__(self, node_ids):
-        self.node_ids = list(node_ids)
-
-    def get_node_ids(self):
-        return list(self.node_ids)
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
 
 def silo_reply(msg, partition, rank_costs, *, value=0.0, rank_quotas=None, extra=None):

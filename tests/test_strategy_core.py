@@ -13,25 +13,12 @@ from hypothesis import strategies as st
 from flwr_adaptive import keys
 
 import adaptive_support as sup
+from adaptive_support import FakeGrid
 from strategies import AdaptiveStrategy, ClientReport, LegacyAdaptiveStrategy
 from strategies.core import STATE_FILE, AdaptiveCore
 
 
-@pytest.fixture(autouse=True)
-def flower_identity(monkeypatch):
-    """Messages need a run identity; the ServerApp runtime sets it, tests do here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
-        monkeypatch.setattr(TaskIdentity, attr, value)
-
-
-class FakeGrid:
-    def __init__(self, node_ids):
-        self.node_ids = list(node_ids)
-
-    def get_node_ids(self):
-        return list(self.node_ids)
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
 
 def telemetry(samples, time_s, partition, *, energy=-1.0, data_size=10_000, idle_w=2.0, capped=0, virtual=1):

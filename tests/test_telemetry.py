@@ -19,13 +19,6 @@ from clients.data import QuotaWindow, close_window, current_window, open_window,
 from clients.telemetry import TelemetryClient, telemetry_train
 
 
-@pytest.fixture
-def flower_identity(monkeypatch):
-    """Messages need a run identity; the ServerApp / ClientApp runtimes set it, tests do here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
-        monkeypatch.setattr(TaskIdentity, attr, value)
 
 
 def _train_message(config: dict, node_id: int = 7):

@@ -1,0 +1,14 @@
+"""Fixtures shared by the test files (``tests/`` is on ``sys.path``, see ``adaptive_support``)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def flower_identity(monkeypatch):
+    """Messages need a run identity; the ServerApp / ClientApp runtimes set it, unit tests do here."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
