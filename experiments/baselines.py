@@ -38,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.compare import REPO, run_policies
+from experiments.compare import REPO, add_run_arguments, run_policies
 from flwr_adaptive.devices import get_testbed
 from strategies.registry import LABELS
 
@@ -160,17 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", default=",".join(POLICY_ORDER),
                     help="comma-separated, must include equal (the target's reference): " + ", ".join(POLICY_ORDER))
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--budget", type=int, default=2200, help="samples per round (per round-equivalent for FedAsync)")
-    ap.add_argument("--clients", type=int, default=11, help="emulated devices (testbed device = id %% 11)")
-    ap.add_argument("--task", default="mnist")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jitter", type=float, default=0.05, help="lognormal sigma of each device's time factor")
+    add_run_arguments(ap, out=REPO / "results" / "baselines", run_timeout_s=900.0,
+                      budget_help="samples per round (per round-equivalent for FedAsync)")
     ap.add_argument("--target-at", type=float, default=0.8, help="target = Equal's holdout loss after this share of its rounds")
-    ap.add_argument("--cpus-per-client", type=int, default=2,
-                    help="Ray CPUs per client: 2 on a 2-core machine = one client actor (least memory)")
-    ap.add_argument("--out", default=str(REPO / "results" / "baselines"), help="folder for CSVs, JSONs and logs")
-    ap.add_argument("--run-timeout", type=float, default=900.0, help="seconds before one flwr run is killed")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in policies if p not in LABELS]

@@ -381,21 +381,27 @@ def comparison_table(out_dir: Path, summaries: dict[str, dict[str, Any]]) -> pd.
     return pd.DataFrame(rows).set_index("policy")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--policies", default=",".join(POLICIES),
-                    help="comma-separated: equal, time, low-energy, energy, static, oort, fedasync "
-                         "(first one is the baseline)")
+def add_run_arguments(ap: argparse.ArgumentParser, out: Path, run_timeout_s: float, budget_help: str) -> None:
+    """The options every ``flwr run`` comparison command shares (this one, ``experiments.baselines``)."""
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--budget", type=int, default=2200, help="samples per round, split among the clients")
+    ap.add_argument("--budget", type=int, default=2200, help=budget_help)
     ap.add_argument("--clients", type=int, default=11, help="emulated devices (testbed device = id %% 11)")
     ap.add_argument("--task", default="mnist")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jitter", type=float, default=0.05, help="lognormal sigma of each device's time factor")
     ap.add_argument("--cpus-per-client", type=int, default=2,
                     help="Ray CPUs per client: 2 on a 2-core machine = one client actor (least memory)")
-    ap.add_argument("--out", default=str(REPO / "results" / "flower"), help="folder for CSVs, JSONs and logs")
-    ap.add_argument("--run-timeout", type=float, default=600.0, help="seconds before one flwr run is killed")
+    ap.add_argument("--out", default=str(out), help="folder for CSVs, JSONs and logs")
+    ap.add_argument("--run-timeout", type=float, default=run_timeout_s, help="seconds before one flwr run is killed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma-separated: equal, time, low-energy, energy, static, oort, fedasync "
+                         "(first one is the baseline)")
+    add_run_arguments(ap, out=REPO / "results" / "flower", run_timeout_s=600.0,
+                      budget_help="samples per round, split among the clients")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in policies if p not in LABELS]
