@@ -6,6 +6,7 @@ workers the driver's ``sys.path``, which holds ``tests/``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 
@@ -70,9 +71,16 @@ def adaptive_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "[adaptive]" in r.getMessage()]
 
 
-def quiet_flower() -> None:
-    """Keep Flower's per-round INFO lines out of the test output (warnings stay)."""
-    logging.getLogger("flwr").setLevel(logging.WARNING)
+@contextlib.contextmanager
+def quiet_flower():
+    """Keep Flower's per-round INFO lines out of the test output (warnings stay), then restore."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def weighted_mean(values, weights) -> float:

@@ -76,8 +76,8 @@ def runs():
 
     done: dict = {}
     server, client = _apps(done)
-    sup.quiet_flower()
-    run_simulation(server, client, num_supernodes=N, backend_config={"client_resources": {"num_cpus": 1}})
+    with sup.quiet_flower():
+        run_simulation(server, client, num_supernodes=N, backend_config={"client_resources": {"num_cpus": 1}})
     return done
 
 

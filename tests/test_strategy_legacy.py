@@ -61,8 +61,8 @@ def legacy_run():
 
     box: list = []
     server, client = _apps(box)
-    sup.quiet_flower()
-    run_simulation(server, client, num_supernodes=N, backend_config={"client_resources": {"num_cpus": 1}})
+    with sup.quiet_flower():
+        run_simulation(server, client, num_supernodes=N, backend_config={"client_resources": {"num_cpus": 1}})
     return box[0]
 
 

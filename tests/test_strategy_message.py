@@ -85,9 +85,9 @@ def dropin_run(tmp_path_factory):
                 return super().start(grid, initial_arrays, *args, **kwargs)
 
         server.AdaptiveStrategy = Recording
-        sup.quiet_flower()
-        run_simulation(server.app, client.app, num_supernodes=len(sup.SLOWDOWNS),
-                       backend_config={"client_resources": {"num_cpus": 1}})
+        with sup.quiet_flower():
+            run_simulation(server.app, client.app, num_supernodes=len(sup.SLOWDOWNS),
+                           backend_config={"client_resources": {"num_cpus": 1}})
         yield diffs, created[0], server.app
     finally:
         sys.path.remove(str(root))
@@ -242,8 +242,8 @@ def fault_run():
     strategy = AdaptiveStrategy(FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
                                 budget=FAULT_BUDGET)
     server, client = _fault_apps(strategy)
-    sup.quiet_flower()
-    run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}})
+    with sup.quiet_flower():
+        run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}})
     return strategy
 
 
