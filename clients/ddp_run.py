@@ -122,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank == 0 and args.json:
             with open(args.json, "w") as fh:
                 json.dump({"world": world, "backend": backend, "policy": args.policy, "rounds": log}, fh)
+        # A non-root rank returns from the last gather before rank 0 has received it; tearing its
+        # gloo pairs down then aborted it once ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
