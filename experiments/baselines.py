@@ -38,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.compare import REPO, add_run_arguments, run_policies
+from experiments.compare import REPO, add_run_arguments, fresh_out_dir, require_positive, run_policies
 from flwr_adaptive.devices import get_testbed
 from strategies.registry import LABELS
 
@@ -169,18 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad or "equal" not in policies:
         ap.error(f"--policies must include equal and name only {', '.join(POLICY_ORDER)}; got {policies}")
     policies = ["equal"] + [p for p in policies if p != "equal"]
-    for name in ("rounds", "budget", "clients", "cpus_per_client"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(ap, args, ("rounds", "budget", "clients", "cpus_per_client"))
     if args.jitter < 0 or not 0 < args.target_at <= 1:
         ap.error(f"--jitter must be >= 0 and --target-at in (0, 1]; got {args.jitter} and {args.target_at}")
 
     started = time.perf_counter()
-    out_dir = Path(args.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*-*.*"):
-        if old.name.startswith(("summary-", "history-", "flwr-run-")):
-            old.unlink()
+    out_dir = fresh_out_dir(args.out)
     print(f"== Baselines: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds of "
           f"{args.budget} samples, task {args.task} (offline), seed {args.seed}, jitter {args.jitter} ==", flush=True)
     summaries, memory, left = run_policies(policies, args, out_dir)

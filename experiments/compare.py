@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 import psutil
@@ -381,6 +381,23 @@ def comparison_table(out_dir: Path, summaries: dict[str, dict[str, Any]]) -> pd.
     return pd.DataFrame(rows).set_index("policy")
 
 
+def require_positive(ap: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str]) -> None:
+    """Exit with a usage error naming the first option in ``names`` that is below 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+
+
+def fresh_out_dir(path: str | Path) -> Path:
+    """``path`` created, without the per-policy files of an earlier run (their policies may differ)."""
+    out_dir = Path(path).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*-*.*"):
+        if old.name.startswith(("summary-", "history-", "flwr-run-")):
+            old.unlink()
+    return out_dir
+
+
 def add_run_arguments(ap: argparse.ArgumentParser, out: Path, run_timeout_s: float, budget_help: str) -> None:
     """The options every ``flwr run`` comparison command shares (this one, ``experiments.baselines``)."""
     ap.add_argument("--rounds", type=int, default=10)
@@ -409,16 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown policies {bad}; choose from {', '.join(LABELS)}")
     if args.jitter < 0:
         ap.error(f"--jitter must be >= 0, got {args.jitter}")
-    for name in ("rounds", "budget", "clients", "cpus_per_client"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(ap, args, ("rounds", "budget", "clients", "cpus_per_client"))
 
     started = time.perf_counter()
-    out_dir = Path(args.out).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*-*.*"):
-        if old.name.startswith(("summary-", "history-", "flwr-run-")):
-            old.unlink()
+    out_dir = fresh_out_dir(args.out)
     print(f"== Flower comparison: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds, "
           f"budget {args.budget} samples/round, task {args.task} (offline) ==", flush=True)
     summaries, memory, left = run_policies(policies, args, out_dir)

@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import pandas as pd
 
-    from experiments.compare import run_policies
+    from experiments.compare import require_positive, run_policies
 
     ap = argparse.ArgumentParser(description="HFL-DDP through `flwr run apps/hfl` on a private SuperLink, offline: "
                                  "per policy, the CV of the ranks' compute time inside every silo.")
@@ -270,9 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies or any(p not in POLICIES for p in policies):
         ap.error(f"--policies must name some of {', '.join(POLICIES)}, got {args.policies!r}")
-    for name in ("rounds", "silos", "budget", "steps", "cpus_per_client"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(ap, args, ("rounds", "silos", "budget", "steps", "cpus_per_client"))
     try:
         for pid in range(args.silos):
             silo_ranks(args.ranks, pid)
@@ -301,10 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame(rows).set_index("policy")
     table.to_csv(out_dir / "comparison.csv")
     pd.set_option("display.width", 220)
-    print(f"\n== Mean CV of the ranks' compute time inside the silos, per round (VIRTUAL clock: ranks' CPU "
-          f"seconds x emulated slowdown) ==")
+    print("\n== Mean CV of the ranks' compute time inside the silos, per round (VIRTUAL clock: ranks' CPU "
+          "seconds x emulated slowdown) ==")
     print(pd.DataFrame(cv_rounds).to_string(float_format=lambda v: f"{v:.3f}"))
-    print(f"\n== Result (makespan: VIRTUAL clock, summed over rounds; run wall_s: WALL clock) ==")
+    print("\n== Result (makespan: VIRTUAL clock, summed over rounds; run wall_s: WALL clock) ==")
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"\nThis command: {time.perf_counter() - started:.1f} s wall clock; peak resident memory of the run's "
           f"processes {memory.peak_bytes / 2**30:.2f} GB (sum of RSS over {memory.peak_procs} processes, DDP ranks "
