@@ -96,3 +96,18 @@ class FakeGrid:
 
     def get_node_ids(self):
         return list(self.node_ids)
+
+
+def start_every_node(grid, n: int) -> list:
+    """Wait until ``n`` nodes are connected and send each one query (the ClientApp must answer it).
+
+    Starting every simulation actor first keeps actor start-up out of the rounds under test.
+    """
+    import time
+
+    from flwr.app import Message, RecordDict
+
+    while len(nodes := list(grid.get_node_ids())) < n:
+        time.sleep(0.1)
+    grid.send_and_receive([Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes])
+    return nodes

@@ -22,8 +22,6 @@ PLAN = (("static", 3), ("oort", 4), ("fedasync", 2))
 
 
 def _apps(done: dict):
-    import time
-
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
@@ -55,10 +53,7 @@ def _apps(done: dict):
 
     @server.main()
     def main(grid, context):
-        while len(nodes := list(grid.get_node_ids())) < N:
-            time.sleep(0.1)
-        # Start every actor first: actor start-up is not what is under test.
-        grid.send_and_receive([Message(RecordDict(), dst_node_id=n, message_type="query") for n in nodes])
+        sup.start_every_node(grid, N)
         for policy, rounds in PLAN:
             strategy = build_strategy(policy, budget=BUDGET, num_nodes=N, seed=1,
                                       inner=FedAvg(fraction_train=1.0, fraction_evaluate=0.0,

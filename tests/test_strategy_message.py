@@ -221,10 +221,7 @@ def _fault_apps(strategy):
 
     @server.main()
     def main(grid, context):
-        # Start every actor before the timed rounds: actor start-up is not what is under test.
-        while len(nodes := list(grid.get_node_ids())) < 6:
-            time.sleep(0.1)
-        grid.send_and_receive([Message(RecordDict(), dst_node_id=n, message_type="query") for n in nodes])
+        sup.start_every_node(grid, 6)
         strategy.final = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=4,
                                         timeout=FAULT_TIMEOUT_S)
 
