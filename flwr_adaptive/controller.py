@@ -28,7 +28,11 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["AllocationController", "Report", "Policy", "POLICIES", "ParticipantId"]
+from flwr_adaptive import estimation
+from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
+
+__all__ = ["AllocationController", "Report", "Policy", "POLICIES", "ParticipantId", "OBJECTIVES",
+           "COST_MODELS", "DEADBAND_RULES"]
 
 ParticipantId = Hashable  # str or int; both survive ``state_dict`` with their type
 _STATE_VERSION = 1
@@ -63,17 +67,42 @@ class Report:
         object.__setattr__(self, "samples", samples)
 
 
+OBJECTIVES = ("weighted", "min-energy")
+COST_MODELS = ("per-sample", "affine")
+DEADBAND_RULES = ("tv", "gain")
+
+#: The estimation and deadband the paper uses; ``from_policy(..., paper=True)`` applies it.
+PAPER_SETTINGS: dict[str, Any] = {"cost_model": "per-sample", "drift": None, "deadband_rule": "tv"}
+
+
 @dataclass(frozen=True)
 class Policy:
-    """A named weighting of time and energy (the policies the paper compares).
+    """A named controller configuration: the paper's weightings of time and energy, and beyond.
 
-    ``w_time == w_energy == 0`` is the Equal policy: costs are ignored and the budget is split
-    evenly (bounds and groups still apply).
+    ``w_time == w_energy == 0`` with ``objective="weighted"`` is the Equal policy: costs are
+    ignored and the budget is split evenly (bounds and groups still apply). The remaining fields
+    are the controller arguments of the same names (see :class:`AllocationController`).
     """
 
     name: str
     w_time: float
     w_energy: float
+    objective: str = "weighted"
+    slack: float = 0.1
+    cost_model: str = "per-sample"
+    drift: float | None = None
+    deadband_rule: str = "tv"
+    deadband: float | None = None  # None: the controller's default
+
+    def controller_kwargs(self, paper: bool = False) -> dict[str, Any]:
+        """The controller arguments of this policy; ``paper=True`` swaps in ``PAPER_SETTINGS``."""
+        kwargs = dict(w_time=self.w_time, w_energy=self.w_energy, objective=self.objective, slack=self.slack,
+                      cost_model=self.cost_model, drift=self.drift, deadband_rule=self.deadband_rule)
+        if self.deadband is not None and not paper:
+            kwargs["deadband"] = self.deadband
+        if paper:
+            kwargs.update(PAPER_SETTINGS)
+        return kwargs
 
 
 POLICIES: dict[str, Policy] = {
@@ -81,6 +110,11 @@ POLICIES: dict[str, Policy] = {
     "time": Policy("time", 1.0, 0.0),
     "low-energy": Policy("low-energy", 0.75, 0.25),
     "energy": Policy("energy", 0.0, 1.0),
+    # Beyond the paper: the least active + idle energy within rounds at most 10 % longer than the
+    # shortest possible, on fitted fixed + per-sample costs that follow a step change at once; the
+    # split is kept while re-splitting gains < 2 % (or less than the reports' own jitter fakes).
+    "min-energy": Policy("min-energy", 0.0, 0.0, objective="min-energy", slack=0.1, cost_model="affine",
+                         drift=0.3, deadband_rule="gain", deadband=0.02),
 }
 
 
@@ -129,6 +163,31 @@ class AllocationController:
         Each term's ratio to its median is clipped to ``[1/cost_clip, cost_clip]`` so that a
         single absurd report cannot take the whole budget. Default 100: wider than any real
         device spread we measured, narrow enough to bound a bogus 1e-9 s report.
+    objective : {"weighted", "min-energy"}
+        ``"weighted"`` (the paper): equalise the weighted cost above. ``"min-energy"``: minimise
+        the round's energy, every participant's active energy plus its idle draw
+        (``set_idle_power``) until the slowest finishes, subject to a makespan at most
+        ``(1 + slack)`` times the smallest possible; exact for integer quotas within bounds and
+        groups. ``w_time`` / ``w_energy`` are then unused. Participants without energy figures
+        get the median power of those with them; with none at all it is the minimum makespan.
+    slack : float
+        Allowed makespan excess of ``"min-energy"``: 0 is the minimum makespan (Time-only, the
+        energy breaking ties), ``math.inf`` unconstrained minimum energy. Default 0.1.
+    cost_model : {"per-sample", "affine"}
+        ``"per-sample"`` (the paper): time and energy proportional to samples, smoothed per
+        sample. ``"affine"``: ``t_i(n) = a_i + b_i·n`` (and the same for energy) fitted online
+        from the participant's recent rounds (``flwr_adaptive.estimation``), the per-sample
+        model while the fixed cost is not identified; the split then equalises
+        ``a_i + b_i·n_i`` exactly (integers, within bounds).
+    drift : float or None
+        Step-change detection: an observation more than a factor ``1 + drift`` away from what
+        the participant's estimate predicts re-estimates it at once (its history is rescaled by
+        the observed ratio instead of being smoothed in). ``None`` (the paper) disables.
+    deadband_rule : {"tv", "gain"}
+        ``"tv"`` (the paper): the total-variation rule of ``deadband`` above. ``"gain"``: keep
+        the current split while re-splitting would improve the predicted objective (makespan
+        of the weighted cost per group, or the round energy of ``"min-energy"``) by less than
+        a fraction ``deadband``.
     """
 
     def __init__(
@@ -143,6 +202,11 @@ class AllocationController:
         groups: Mapping[ParticipantId, Hashable] | None = None,
         forget_after: int = 3,
         cost_clip: float = 100.0,
+        objective: str = "weighted",
+        slack: float = 0.1,
+        cost_model: str = "per-sample",
+        drift: float | None = None,
+        deadband_rule: str = "tv",
     ) -> None:
         for name, w in (("w_time", w_time), ("w_energy", w_energy)):
             if not isinstance(w, _REAL_TYPES) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
@@ -153,6 +217,21 @@ class AllocationController:
             raise ValueError(f"deadband must lie in [0, 1), got {deadband!r}")
         if not isinstance(cost_clip, _REAL_TYPES) or not cost_clip >= 1.0:
             raise ValueError(f"cost_clip must be a number >= 1, got {cost_clip!r}")
+        for name, value, allowed in (("objective", objective, OBJECTIVES), ("cost_model", cost_model, COST_MODELS),
+                                     ("deadband_rule", deadband_rule, DEADBAND_RULES)):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, allowed))}")
+        if isinstance(slack, bool) or not isinstance(slack, _REAL_TYPES) or math.isnan(slack) or slack < 0:
+            raise ValueError(f"slack must be a number >= 0 (math.inf: no makespan limit), got {slack!r}")
+        if drift is not None and (isinstance(drift, bool) or not isinstance(drift, _REAL_TYPES)
+                                  or not 0.0 < drift < math.inf):
+            raise ValueError(f"drift must be a number > 0 (e.g. 0.3) or None to disable, got {drift!r}")
+        self.objective = objective
+        self.slack = float(slack)
+        self.cost_model = cost_model
+        self.drift = None if drift is None else float(drift)
+        self.deadband_rule = deadband_rule
+        self.drift_count = 0  # observations flagged as a step change so far (not saved in the state)
         self.forget_after = _check_int("forget_after", forget_after, minimum=1)
         self.w_time = float(w_time)
         self.w_energy = float(w_energy)
@@ -197,15 +276,24 @@ class AllocationController:
         self._cur_hi = np.empty(0, dtype=np.int64)
         self._cur_budget: Any = None
         self._cur_groups: list[Hashable] | None = None  # each current participant's group
+        # Beyond the paper (cost_model="affine", drift, min-energy): grown lazily to len(_ids).
+        self._hist = np.empty((0, estimation.WINDOW, 3))  # last (samples, seconds, joules), NaN = none
+        self._fit = np.empty((0, 4))  # last identified (a, b, c, d) of t = a + b·n, e = c + d·n
+        self._idle_w: dict[ParticipantId, float] = {}
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def from_policy(cls, policy: str, budget: int | Mapping[Hashable, int], **kwargs: Any) -> "AllocationController":
-        """Build a controller with the weights of a named policy (see ``POLICIES``)."""
+    def from_policy(cls, policy: str, budget: int | Mapping[Hashable, int], paper: bool = False,
+                    **kwargs: Any) -> "AllocationController":
+        """Build a controller with the settings of a named policy (see ``POLICIES``).
+
+        ``paper=True`` uses the paper's estimation and deadband (``PAPER_SETTINGS``: per-sample
+        costs, no drift detection, the total-variation deadband) whatever the policy's defaults;
+        explicit ``kwargs`` override both.
+        """
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-        p = POLICIES[policy]
-        return cls(budget, w_time=p.w_time, w_energy=p.w_energy, **kwargs)
+        return cls(budget, **{**POLICIES[policy].controller_kwargs(paper=paper), **kwargs})
 
     @staticmethod
     def _parse_bound(name: str, value: Any, default: int | None) -> tuple[int | None, dict]:
@@ -249,6 +337,22 @@ class AllocationController:
         elif group not in self.budget:
             raise ValueError(f"group {group!r} has no budget: pass set_group(..., budget=samples)")
         self.groups[participant] = group
+
+    def set_idle_power(self, participant: ParticipantId, watts: float | None) -> None:
+        """Set (or with ``None`` forget) the watts ``participant`` draws while it waits for others.
+
+        Used by ``objective="min-energy"``; participants without a figure get the median of
+        those with one (0 W when nobody has one).
+        """
+        if not _is_id(participant):
+            raise ValueError(f"participant id must be str or int, got {participant!r}")
+        if watts is None:
+            self._idle_w.pop(participant, None)
+            return
+        if isinstance(watts, bool) or not isinstance(watts, _REAL_TYPES) or not 0.0 <= watts < math.inf:
+            raise ValueError(f"participant {participant!r}: idle watts must be a finite number >= 0, "
+                             f"got {watts!r}; pass None when unknown")
+        self._idle_w[participant] = float(watts)
 
     def _max_of(self, participant: ParticipantId) -> int:
         bound = self._max_map.get(participant, self._default_max)
@@ -354,13 +458,130 @@ class AllocationController:
             layer[order] = np.arange(len(order)) - group_start
             layers = [layer == k for k in range(int(layer.max()) + 1)]
         a = self.smoothing
+        tracks_history = self.cost_model == "affine" or self.drift is not None
+        if tracks_history:
+            self._grow_model()
         for sel in layers:
             s = slots[sel]
+            if tracks_history:
+                self._record(s, obs[sel, 3], obs[sel, 1], obs[sel, 2])
             for est, new_obs in ((self._tau, tau_obs[sel]), (self._eps, eps_obs[sel])):
                 old = est[s]
                 updated = np.where(np.isnan(old), new_obs, a * new_obs + (1.0 - a) * old)
                 est[s] = np.where(np.isnan(new_obs), old, updated)
         self._last_report[slots] = self._round
+
+    # ------------------------------------------------------------------ beyond the paper: estimation
+    def _grow_model(self) -> None:
+        """Extend the history and fit arrays to every registered participant."""
+        grow = len(self._ids) - len(self._hist)
+        if grow > 0:
+            self._hist = np.concatenate([self._hist, np.full((grow, estimation.WINDOW, 3), np.nan)])
+            self._fit = np.concatenate([self._fit, np.full((grow, 4), np.nan)])
+
+    def _predict(self, s: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds and joules that participants ``s`` are expected to need for ``n`` samples."""
+        fit = self._fit[s]
+        use_fit = self.cost_model == "affine"
+        t = np.where(use_fit & ~np.isnan(fit[:, 1]), fit[:, 0] + fit[:, 1] * n, self._tau[s] * n)
+        e = np.where(use_fit & ~np.isnan(fit[:, 3]), fit[:, 2] + fit[:, 3] * n, self._eps[s] * n)
+        return t, e
+
+    def _record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
+        """Detect a step change, then append one observation to each of ``s`` (slots unique)."""
+        if self.drift is not None:
+            pred_t, pred_e = self._predict(s, n)
+            last_n = self._hist[s, -1, 0]
+            # A per-sample prediction far from the last quota is an extrapolation (a fixed cost
+            # shows up as "drift" there): only trust it near the quota it was measured at.
+            near = (self.cost_model == "affine") & ~np.isnan(self._fit[s, 1]) | (np.abs(n / last_n - 1.0) <= 0.25)
+            jump = near & (estimation.drifted(t, pred_t, self.drift) | estimation.drifted(e, pred_e, self.drift))
+            if jump.any():
+                j = s[jump]
+                scale_t = (t / pred_t)[jump]
+                scale_e = np.where(np.isfinite(e / pred_e), e / pred_e, 1.0)[jump]
+                self._hist[j, :, 1] *= scale_t[:, None]
+                self._hist[j, :, 2] *= scale_e[:, None]
+                self._fit[j, 0:2] *= scale_t[:, None]
+                self._fit[j, 2:4] *= scale_e[:, None]
+                self._tau[j] = np.nan  # the EMA restarts from this observation
+                self._eps[j] = np.nan
+                self.drift_count += int(jump.sum())
+        self._hist[s, :-1] = self._hist[s, 1:]
+        self._hist[s, -1] = np.stack([n, t, e], axis=1)
+
+    def _forget_model(self, gone: np.ndarray) -> None:
+        """Drop the history and fits of participants whose estimate is dropped."""
+        if len(self._hist):
+            gone = gone[gone < len(self._hist)]
+            self._hist[gone] = np.nan
+            self._fit[gone] = np.nan
+
+    def _affine_estimates(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(a, b, c, d)`` per participant from its window; the last identified line re-levelled
+        when the window does not identify one, the per-sample estimate before that."""
+        self._grow_model()
+        hist = self._hist[slots]
+        n, t, e = hist[..., 0], hist[..., 1], hist[..., 2]
+        out = []
+        for col, y, per_sample in ((0, t, self._tau[slots]), (2, e, self._eps[slots])):
+            a, b, identified, _ = estimation.fit_affine(n, y)
+            stored_a, stored_b = self._fit[slots, col], self._fit[slots, col + 1]
+            has_stored = ~np.isnan(stored_b)
+            filled = ~(np.isnan(n) | np.isnan(y))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                level = np.where(filled, y, 0.0).sum(axis=1) / np.where(
+                    filled, stored_a[:, None] + stored_b[:, None] * n, 0.0).sum(axis=1)
+            relevel = ~identified & has_stored & np.isfinite(level) & (level > 0)
+            a = np.where(identified, a, np.where(relevel, stored_a * level, 0.0))
+            b = np.where(identified, b, np.where(relevel, stored_b * level, per_sample))
+            keep = identified | relevel
+            self._fit[slots[keep], col] = a[keep]
+            self._fit[slots[keep], col + 1] = b[keep]
+            out += [a, b]
+        return tuple(out)
+
+    def _noise_floor(self, slots: np.ndarray) -> float:
+        """The predicted gain that jitter alone produces: 3 × the median relative scatter of the
+        participants' recent times around their model, over √(window); capped at 0.1."""
+        if not len(self._hist):
+            return 0.0  # no history kept (cost_model="per-sample" without drift detection)
+        self._grow_model()
+        hist = self._hist[slots]
+        noise = estimation.fit_affine(hist[..., 0], hist[..., 1])[3]
+        if not np.isfinite(noise).any():
+            return 0.0
+        return min(0.1, 3.0 * float(np.nanmedian(noise)) / math.sqrt(estimation.WINDOW))
+
+    def _model(self, slots: np.ndarray, known: np.ndarray, budget_total: int) -> tuple[np.ndarray, ...]:
+        """Time ``a + b·n`` and active energy ``c + d·n`` of each participant (``d`` NaN: no energy
+        figures anywhere), with the unknowns and the clipping rules of the weighted cost."""
+        if self.cost_model == "affine":
+            a, b, c, d = self._affine_estimates(slots)
+        else:
+            a, b = np.zeros(len(slots)), self._tau[slots].copy()
+            c, d = np.zeros(len(slots)), self._eps[slots].copy()
+        if not known.any():
+            ones = np.ones(len(slots))
+            return 0.0 * ones, ones, 0.0 * ones, np.full(len(slots), np.nan)
+        a, b, c, d = (np.where(known, x, np.nan) for x in (a, b, c, d))
+        med_b = float(np.nanmedian(b[known]))
+        if not med_b > 0:
+            raise ValueError(f"median time per sample is {med_b!r} (must be > 0); check the reports")
+        b = np.clip(np.where(known, b, med_b), med_b / self.cost_clip, med_b * self.cost_clip)
+        share = med_b * budget_total / max(len(slots), 1)  # the median participant's equal-share time
+        a = np.clip(np.where(known, a, float(np.nanmedian(a[known]))), 0.0, self.cost_clip * share)
+        measured = known & ~np.isnan(d)
+        if not measured.any():
+            return a, b, c, np.full(len(slots), np.nan)
+        power = float(np.median(d[measured] / b[measured]))  # watts of the median participant
+        if not power >= 0:
+            raise ValueError(f"median active power is {power!r} W (must be >= 0); check energy_j")
+        d = np.where(measured, d, power * b)
+        c = np.where(measured, c, power * a)
+        d = np.clip(d, power * b / self.cost_clip, power * b * self.cost_clip)
+        c = np.clip(c, 0.0, power * a * self.cost_clip + power * share)
+        return a, b, c, d
 
     def estimates(self) -> dict[ParticipantId, tuple[float, float | None]]:
         """Smoothed ``(seconds per sample, joules per sample)`` of every participant with an estimate."""
@@ -407,6 +628,7 @@ class AllocationController:
             return ~np.isnan(self._tau[slots]) & ~stale
         if stale.any():
             gone = slots[stale]
+            self._forget_model(gone)
             self._tau[gone] = np.nan
             self._eps[gone] = np.nan
             self._last_report[gone] = -1
@@ -471,20 +693,26 @@ class AllocationController:
         if len(bad):
             i = int(bad[0])
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
-        weight = 1.0 / self._cost(slots, known)
         codes, names = self._group_codes(participants)
         budgets = [self.budget] if self.groups is None else [self.budget[g] for g in names]
-        quotas = np.zeros(len(participants), dtype=np.int64)
-        if len(names) == 1:
-            if len(participants):
-                quotas = _bounded_split(budgets[0], weight, lo, hi, names[0])
+        if self.objective == "weighted" and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0):
+            cost = self._cost(slots, known)
+            weight = 1.0 / cost
+            quotas = np.zeros(len(participants), dtype=np.int64)
+            if len(names) == 1:
+                if len(participants):
+                    quotas = _bounded_split(budgets[0], weight, lo, hi, names[0])
+            else:
+                for k, g in enumerate(names):
+                    idx = np.flatnonzero(codes == k)
+                    quotas[idx] = _bounded_split(budgets[k], weight[idx], lo[idx], hi[idx], g)
+            fixed = np.zeros(len(participants))
+            predicted = lambda q: _group_makespans(fixed, cost, q, codes, len(budgets))  # noqa: E731
         else:
-            for k, g in enumerate(names):
-                idx = np.flatnonzero(codes == k)
-                quotas[idx] = _bounded_split(budgets[k], weight[idx], lo[idx], hi[idx], g)
+            quotas, predicted = self._solve(participants, slots, known, lo, hi, codes, names, budgets)
 
         group_of = None if self.groups is None else [names[c] for c in codes.tolist()]
-        kept = self._kept_split(slots, lo, hi, quotas, codes, budgets, group_of)
+        kept = self._kept_split(slots, lo, hi, quotas, codes, budgets, group_of, predicted)
         if kept is not None:
             quotas = kept
         else:
@@ -494,7 +722,50 @@ class AllocationController:
             self._cur_groups = group_of
         return dict(zip(participants, quotas.tolist()))
 
-    def _kept_split(self, slots, lo, hi, proposed, codes, budgets, group_of) -> np.ndarray | None:
+    def _solve(self, participants, slots, known, lo, hi, codes, names, budgets):
+        """The split of the options beyond the paper, and its predicted objective (for the deadband)."""
+        for k, g in enumerate(names):
+            idx = codes == k
+            _check_fits(budgets[k], lo[idx], hi[idx], g)
+        a, b, c, d = self._model(slots, known, int(sum(budgets)))
+        if self.objective == "weighted":  # the weighted cost, affine: equalise A_i + B_i·n_i
+            A, B = np.zeros(len(slots)), np.zeros(len(slots))
+            if self.w_time > 0:
+                scale = float(np.median(b))
+                A, B = A + self.w_time * a / scale, B + self.w_time * b / scale
+            if self.w_energy > 0:
+                if np.isnan(d).any():
+                    raise ValueError("energy is unmeasured for some participants but w_energy > 0: report "
+                                     "energy_j from every participant or use a policy with w_energy=0")
+                scale = float(np.median(d))
+                if not scale > 0:
+                    raise ValueError(f"median energy per sample is {scale!r} (must be > 0 to normalise); "
+                                     "check the reports or set w_energy=0")
+                A, B = A + self.w_energy * c / scale, B + self.w_energy * d / scale
+            quotas = np.zeros(len(slots), dtype=np.int64)
+            for k in range(len(names)):
+                idx = np.flatnonzero(codes == k)
+                quotas[idx] = min_makespan_split(budgets[k], A[idx], B[idx], lo[idx], hi[idx])[0]
+            return quotas, lambda q: _group_makespans(A, B, q, codes, len(budgets))
+        # min-energy
+        slack = self.slack
+        if np.isnan(d).all():  # no energy figures anywhere: the minimum makespan (Time-only)
+            c, d, idle, slack = np.zeros(len(slots)), np.zeros(len(slots)), np.zeros(len(slots)), 0.0
+        else:
+            given = [self._idle_w.get(p) for p in participants]
+            known_idle = [w for w in given if w is not None]
+            fill = float(np.median(known_idle)) if known_idle else 0.0
+            idle = np.array([fill if w is None else w for w in given], dtype=float)
+        quotas, t_min = min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack)
+        t_limit = (1.0 + slack) * t_min
+
+        def predicted(q: np.ndarray) -> np.ndarray:
+            T, E = round_energy(q, a, b, c, d, idle)
+            return np.array([E, max(T, t_limit) if math.isfinite(t_limit) else 0.0])
+
+        return quotas, predicted
+
+    def _kept_split(self, slots, lo, hi, proposed, codes, budgets, group_of, predicted) -> np.ndarray | None:
         """The current split aligned to ``slots`` if the deadband keeps it, else ``None``."""
         if self.deadband <= 0 or self._cur_budget is None or self._cur_budget != self.budget:
             return None
@@ -513,6 +784,12 @@ class AllocationController:
             return None
         if group_of is not None and [self._cur_groups[i] for i in aligned.tolist()] != group_of:
             return None  # a participant changed group
+        if self.deadband_rule == "gain":
+            # Keep the split while re-splitting improves the predicted objective by < deadband,
+            # or by less than the participants' own jitter can fake.
+            band = max(self.deadband, self._noise_floor(slots))
+            keep = predicted(current) <= (1.0 + band) * predicted(proposed)
+            return current if bool(np.all(keep)) else None
         change = np.abs(proposed - current)
         # The total-variation rule alone can hold a split in which one small participant carries
         # twice its fair load (a 2× slowdown of an 11 % participant moves only ~4 % of the
@@ -550,6 +827,12 @@ class AllocationController:
             # set_group may have changed both since construction
             "groups": None if self.groups is None else [[p, g] for p, g in self.groups.items()],
             "budget": list(self.budget.items()) if isinstance(self.budget, dict) else self.budget,
+            # beyond the paper: the fit windows, identified lines and idle watts
+            "model": {
+                "history": [[nan_to_none(obs) for obs in rows] for rows in self._hist],
+                "fit": [nan_to_none(row) for row in self._fit],
+                "idle_w": [[p, w] for p, w in self._idle_w.items()],
+            },
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -580,6 +863,14 @@ class AllocationController:
         budget = cur["budget"]
         self._cur_budget = {g: b for g, b in budget} if isinstance(budget, list) else budget
         self._cur_groups = cur.get("groups")
+        model = state.get("model") or {}
+        hist = np.array([[[math.nan if x is None else float(x) for x in obs] for obs in rows]
+                         for rows in model.get("history", [])], dtype=float).reshape(-1, estimation.WINDOW, 3)
+        fit = np.array([[math.nan if x is None else float(x) for x in row] for row in model.get("fit", [])],
+                       dtype=float).reshape(-1, 4)
+        self._hist, self._fit = hist[: len(ids)], fit[: len(ids)]
+        self._idle_w = {p: float(w) for p, w in model.get("idle_w", [])}
+        self._grow_model()
         if self.groups is not None and state.get("groups") is not None:
             self.groups = {p: g for p, g in state["groups"]}
             self.budget = {g: int(b) for g, b in state["budget"]}
@@ -591,14 +882,7 @@ def _bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarr
     Solves ``Σ clip(λ·w, lo, hi) = budget`` for λ exactly (the left side is piecewise linear in λ
     with breakpoints ``lo/w`` and ``hi/w``), then rounds by largest remainder.
     """
-    where = "" if group is None else f"group {group!r}: "
-    lo_sum, hi_sum = int(lo.sum()), int(hi.astype(object).sum())
-    if budget < lo_sum:
-        raise ValueError(f"{where}budget {budget} is below the sum of min_quota {lo_sum} over "
-                         f"{len(lo)} participants; lower min_quota or raise the budget")
-    if budget > hi_sum:
-        raise ValueError(f"{where}budget {budget} is above the sum of max_quota {hi_sum} over "
-                         f"{len(hi)} participants; raise max_quota (or cycle data) or lower the budget")
+    lo_sum, hi_sum = _check_fits(budget, lo, hi, group)
     if budget == lo_sum:
         return lo.copy()
     if budget == hi_sum:
@@ -636,6 +920,27 @@ def _bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarr
         lam = lam0 + (budget - f[k - 1]) / slope[0]
     x = np.clip(lam * weight, lo_f, hi_f)
     return _round_to_budget(x, budget, lo, hi)
+
+
+def _check_fits(budget: int, lo: np.ndarray, hi: np.ndarray, group: Hashable) -> tuple[int, int]:
+    """``(Σlo, Σhi)``; raises when the bounds cannot hold ``budget``."""
+    where = "" if group is None else f"group {group!r}: "
+    lo_sum, hi_sum = int(lo.sum()), int(hi.astype(object).sum())
+    if budget < lo_sum:
+        raise ValueError(f"{where}budget {budget} is below the sum of min_quota {lo_sum} over "
+                         f"{len(lo)} participants; lower min_quota or raise the budget")
+    if budget > hi_sum:
+        raise ValueError(f"{where}budget {budget} is above the sum of max_quota {hi_sum} over "
+                         f"{len(hi)} participants; raise max_quota (or cycle data) or lower the budget")
+    return lo_sum, hi_sum
+
+
+def _group_makespans(fixed: np.ndarray, per_sample: np.ndarray, quotas: np.ndarray, codes: np.ndarray,
+                     groups: int) -> np.ndarray:
+    """``max_{i∈g} fixed_i + per_sample_i·n_i`` of each group (0 for an empty group)."""
+    out = np.zeros(groups)
+    np.maximum.at(out, codes, fixed + per_sample * quotas)
+    return out
 
 
 def _round_to_budget(x: np.ndarray, budget: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

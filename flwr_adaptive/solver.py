@@ -1,0 +1,270 @@
+"""Exact integer splits of a sample budget for affine per-participant costs.
+
+Contract
+--------
+Participant ``i`` processing ``n_i`` samples takes ``t_i(n) = a_i + b_i·n`` seconds (``a_i ≥ 0``,
+``b_i > 0``) and spends ``e_i(n) = c_i + d_i·n`` joules of active energy; while it waits for the
+slowest participant of the round it draws ``p_i ≥ 0`` idle watts. Every participant takes part
+in the round (its fixed cost ``a_i`` counts even at ``n_i = 0``). Quotas are integers with
+``lo_i ≤ n_i ≤ hi_i`` and, per group ``g``, ``Σ_{i∈g} n_i = budget_g`` exactly. The round's
+makespan is ``T = max_i t_i(n_i)`` over all groups (the round ends when the last one finishes).
+
+- :func:`min_makespan_split` minimises ``T`` for one group.
+- :func:`min_energy_split` minimises the round's energy
+  ``E = Σ_i e_i(n_i) + p_i·(T − t_i(n_i))`` subject to ``T ≤ (1 + slack)·T_min``, where ``T_min``
+  is the smallest makespan any split reaches. ``slack=0`` is the minimum makespan (the energy
+  decides only among its ties), ``slack=inf`` is unconstrained minimum energy.
+- :func:`round_energy` evaluates ``(T, E)`` of any split.
+
+Cost
+----
+``min_makespan_split``: O(P log P) for P participants (a sort over the bounds' breakpoints for
+the continuous round length, then at most P heap steps to round it). ``min_energy_split``: one
+``min_makespan_split`` per group, a sort by marginal energy, then one heap step per sample moved
+away from the minimum-makespan split (at most the budget, in practice the few percent of it that
+the slack allows), O((P + M) log P).
+
+Why it is exact: for a fixed round length ``T`` each participant can take at most
+``cap_i(T) = min(hi_i, ⌊(T − a_i)/b_i⌋)`` samples, and ``E = const + Σ g_i·n_i + (Σ p)·T`` with
+the marginal energy ``g_i = d_i − p_i·b_i`` (a sample adds its active joules and shortens the
+participant's idle wait). For fixed ``T`` the integer minimum of a linear objective under box
+constraints and one sum is the greedy fill in increasing ``g_i`` order. That minimum only changes
+when some ``cap_i`` grows, i.e. at ``T = a_i + b_i·k``; between those events ``E`` grows with
+``T``. So sweeping ``T`` upwards from ``T_min`` through the events that can move a sample, and
+keeping the best, visits the optimum.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+__all__ = ["min_makespan_split", "min_energy_split", "round_energy", "caps_at"]
+
+_REL = 1e-12  # relative tolerance when a round length is compared with t_i(n) = a_i + b_i·n
+_ABS = 1e-9
+
+
+def caps_at(T: float, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Most samples each participant can process within ``T`` seconds, clipped to its bounds."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        k = np.floor((T - a) / b * (1.0 + _REL) + _ABS)
+    k = np.nan_to_num(k, nan=-np.inf)
+    k = np.clip(np.clip(k, -(2.0**62), 2.0**62), lo.astype(float), hi.astype(float))
+    return np.minimum(k, 2.0**62).astype(np.int64)
+
+
+def _continuous_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """The real ``T`` with ``Σ clip((T − a)/b, lo, hi) = budget`` (piecewise linear in ``T``)."""
+    lo_f, hi_f = lo.astype(float), hi.astype(float)
+    start = a + b * lo_f  # below: the participant sits at lo
+    stop = a + b * hi_f  # above: it sits at hi (inf when unbounded)
+    cand = np.unique(np.concatenate([start, stop[np.isfinite(stop)]]))
+    s_order, e_order = np.argsort(start), np.argsort(stop)
+    s_sorted, e_sorted = start[s_order], stop[e_order]
+    slope_s = np.r_[0.0, np.cumsum(1.0 / b[s_order])]
+    off_s = np.r_[0.0, np.cumsum(a[s_order] / b[s_order])]
+    lo_cum = np.r_[0.0, np.cumsum(lo_f[s_order])]
+    slope_e = np.r_[0.0, np.cumsum(1.0 / b[e_order])]
+    off_e = np.r_[0.0, np.cumsum(a[e_order] / b[e_order])]
+    hi_cum = np.r_[0.0, np.cumsum(np.where(np.isfinite(e_sorted), hi_f[e_order], 0.0))]
+
+    def total(T: np.ndarray) -> np.ndarray:
+        k_s = np.searchsorted(s_sorted, T, side="left")  # start_i < T: above lo
+        k_e = np.searchsorted(e_sorted, T, side="right")  # stop_i <= T: at hi
+        slope = slope_s[k_s] - slope_e[k_e]
+        offset = off_s[k_s] - off_e[k_e]
+        return (lo_cum[-1] - lo_cum[k_s]) + hi_cum[k_e] + T * slope - offset
+
+    f = total(cand)
+    k = int(np.searchsorted(f, budget, side="left"))
+    if k < len(cand) and f[k] == budget:
+        return float(cand[k])
+    if k == 0:
+        return float(cand[0])
+    t0 = float(cand[k - 1])
+    t1 = float(cand[k]) if k < len(cand) else t0 + 1.0
+    f1 = float(f[k]) if k < len(cand) else float(total(np.array([t1]))[0])
+    return t0 + (budget - float(f[k - 1])) * (t1 - t0) / (f1 - float(f[k - 1]))
+
+
+def min_makespan_split(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray,
+                       hi: np.ndarray) -> tuple[np.ndarray, float]:
+    """Integer quotas minimising ``max_i a_i + b_i·n_i`` with ``Σn = budget``, ``lo ≤ n ≤ hi``.
+
+    Returns the quotas and their makespan. The caller guarantees ``Σlo ≤ budget ≤ Σhi``.
+    Among equal makespans the participants with the earliest next finish take the remainder.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    if len(a) == 0:
+        return np.zeros(0, dtype=np.int64), 0.0
+    T = _continuous_makespan(budget, a, b, lo, hi)
+    # The integer optimum is >= the continuous one, so these caps lie below an optimal split.
+    n = caps_at(T, a, b, lo, hi)
+    short = budget - int(n.sum())
+    if short > 0:
+        heap = [(float(a[i] + b[i] * (n[i] + 1)), i) for i in np.flatnonzero(n < hi).tolist()]
+        heapq.heapify(heap)
+        for _ in range(short):
+            t, i = heapq.heappop(heap)
+            n[i] += 1
+            if n[i] < hi[i]:
+                heapq.heappush(heap, (t + float(b[i]), i))
+    elif short < 0:  # only through floating-point ties at T
+        heap = [(-float(a[i] + b[i] * n[i]), i) for i in np.flatnonzero(n > lo).tolist()]
+        heapq.heapify(heap)
+        for _ in range(-short):
+            t, i = heapq.heappop(heap)
+            n[i] -= 1
+            if n[i] > lo[i]:
+                heapq.heappush(heap, (t + float(b[i]), i))
+    return n, float(np.max(a + b * n))
+
+
+def round_energy(n: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray,
+                 idle_w: np.ndarray) -> tuple[float, float]:
+    """``(makespan, active + idle energy)`` of the split ``n`` for one synchronised round."""
+    n = np.asarray(n, dtype=float)
+    t = a + b * n
+    T = float(t.max()) if len(t) else 0.0
+    return T, float(np.sum(c + d * n) + np.sum(idle_w * (T - t)))
+
+
+def min_energy_split(budgets: list[int], codes: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                     d: np.ndarray, idle_w: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     slack: float) -> tuple[np.ndarray, float]:
+    """Integer quotas minimising the round's active + idle energy within the makespan slack.
+
+    Parameters
+    ----------
+    budgets : list of int
+        Budget of each group; ``codes[i]`` is participant ``i``'s group index.
+    codes : np.ndarray
+        Group index of each participant.
+    a, b : np.ndarray
+        Time model ``t_i(n) = a_i + b_i·n`` (``a ≥ 0``, ``b > 0``).
+    c, d : np.ndarray
+        Active energy model ``e_i(n) = c_i + d_i·n``.
+    idle_w : np.ndarray
+        Idle watts of each participant while it waits for the slowest.
+    lo, hi : np.ndarray
+        Integer bounds (``Σlo ≤ budget_g ≤ Σhi`` per group, checked by the caller).
+    slack : float
+        ``T ≤ (1 + slack)·T_min``; ``0`` is the minimum makespan, ``inf`` no constraint.
+
+    Returns
+    -------
+    tuple
+        The quotas and ``T_min``, the smallest makespan of any split.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    P = len(a)
+    if P == 0:
+        return np.zeros(0, dtype=np.int64), 0.0
+    # 1. The minimum makespan over all groups (the round ends with its slowest group).
+    T_min = 0.0
+    members = [np.flatnonzero(codes == k) for k in range(len(budgets))]
+    for k, idx in enumerate(members):
+        if len(idx):
+            _, T_k = min_makespan_split(budgets[k], a[idx], b[idx], lo[idx], hi[idx])
+            T_min = max(T_min, T_k)
+    T_max = math.inf if math.isinf(slack) else T_min * (1.0 + slack) * (1.0 + _REL) + _ABS
+    idle_total = float(np.sum(idle_w))
+    g = np.asarray(d, dtype=float) - np.asarray(idle_w, dtype=float) * b  # marginal energy per sample
+
+    # 2. Greedy fill at T_min, per group in increasing g (ties by index): prefix at cap,
+    #    one marginal participant partly filled, the rest at lo.
+    order = np.lexsort((np.arange(P), g, codes))  # by group, then g, then index
+    pos = np.empty(P, dtype=np.int64)
+    n = _greedy_at(T_min, budgets, codes, order, a, b, lo, hi)
+    cap = caps_at(T_min, a, b, lo, hi)
+    group_start = np.searchsorted(codes[order], np.arange(len(budgets)), side="left")
+    pos[order] = np.arange(P)
+    # the marginal of each group: the last participant (in order) above its lower bound
+    marginal = np.full(len(budgets), -1, dtype=np.int64)
+    for k, idx in enumerate(members):
+        above = idx[n[idx] > lo[idx]]
+        if len(above):
+            marginal[k] = int(above[np.argmax(pos[above])])
+
+    # 3. Sweep T upwards through the cap events of participants before their group's marginal.
+    energy_lower = _lower_bound(budgets, members, g, lo, hi)  # Σ g·n with caps = hi
+    best_F = float(np.dot(g, n)) + idle_total * T_min
+    best_T = T_min
+    F = best_F
+    heap = [(float(a[i] + b[i] * (cap[i] + 1)), i) for i in range(P)
+            if cap[i] < hi[i] and marginal[codes[i]] >= 0 and pos[i] < pos[marginal[codes[i]]]]
+    heapq.heapify(heap)
+    T_prev = T_min
+    n_sweep = n.copy()
+    while heap:
+        T, i = heapq.heappop(heap)
+        if T > T_max or idle_total * T + energy_lower >= best_F - 1e-12 * abs(best_F):
+            break
+        k = int(codes[i])
+        m = int(marginal[k])
+        if m < 0 or pos[i] >= pos[m]:
+            continue  # i is no longer cheaper than its group's marginal: its caps never matter again
+        cap[i] += 1
+        if cap[i] < hi[i]:
+            heapq.heappush(heap, (T + float(b[i]), i))
+        # i was at its cap (everything before the marginal is): one sample moves m -> i.
+        n_sweep[i] += 1
+        n_sweep[m] -= 1
+        F += float(g[i] - g[m]) + idle_total * (T - T_prev)
+        T_prev = T
+        if n_sweep[m] == lo[m]:
+            # the marginal moves back to the previous participant of the group above its bound
+            p = int(pos[m]) - 1
+            start = int(group_start[k])
+            while p >= start and n_sweep[order[p]] <= lo[order[p]]:
+                p -= 1
+            marginal[k] = int(order[p]) if p >= start else -1
+        if F < best_F - 1e-12 * abs(best_F):
+            best_F, best_T = F, T
+    return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min
+
+
+def _greedy_at(T: float, budgets: list[int], codes: np.ndarray, order: np.ndarray, a: np.ndarray,
+               b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Each group's budget filled in ``order`` up to ``caps_at(T)``, starting from ``lo``."""
+    cap = caps_at(T, a, b, lo, hi)
+    n = lo.copy()
+    sorted_codes = codes[order]
+    room = (cap - lo)[order]
+    for k, budget in enumerate(budgets):
+        s, e = np.searchsorted(sorted_codes, [k, k + 1], side="left")
+        if s == e:
+            continue
+        left = budget - int(lo[order[s:e]].sum())
+        cum = np.cumsum(room[s:e])
+        take = np.minimum(room[s:e], np.maximum(left - (cum - room[s:e]), 0))
+        if int(take.sum()) != left:
+            raise AssertionError(f"round length {T!r} cannot hold group {k}'s budget {budget}")
+        n[order[s:e]] += take
+    return n
+
+
+def _lower_bound(budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray) -> float:
+    """``min Σ g·n`` with no makespan limit (every cap at ``hi``): no round length does better."""
+    total = 0.0
+    for k, idx in enumerate(members):
+        if not len(idx):
+            continue
+        o = idx[np.argsort(g[idx], kind="stable")]
+        left = budgets[k] - int(lo[o].sum())
+        room = (hi[o] - lo[o]).astype(float)
+        cum = np.cumsum(room)
+        take = np.minimum(room, np.maximum(left - (cum - room), 0.0))
+        total += float(np.dot(g[o], lo[o] + take))
+    return total
