@@ -492,9 +492,9 @@ class AllocationController:
         if self.drift is not None:
             pred_t, pred_e = self._predict(s, n)
             last_n = self._hist[s, -1, 0]
-            # A per-sample prediction far from the last quota is an extrapolation (a fixed cost
-            # shows up as "drift" there): only trust it near the quota it was measured at.
-            near = (self.cost_model == "affine") & ~np.isnan(self._fit[s, 1]) | (np.abs(n / last_n - 1.0) <= 0.25)
+            # Far from the last quota a prediction extrapolates (a fixed cost, or a fitted line's
+            # noise, looks like drift there): only judge observations near the quota measured last.
+            near = np.abs(n / last_n - 1.0) <= 0.25
             jump = near & (estimation.drifted(t, pred_t, self.drift) | estimation.drifted(e, pred_e, self.drift))
             if jump.any():
                 j = s[jump]
@@ -561,9 +561,6 @@ class AllocationController:
         else:
             a, b = np.zeros(len(slots)), self._tau[slots].copy()
             c, d = np.zeros(len(slots)), self._eps[slots].copy()
-        if not known.any():
-            ones = np.ones(len(slots))
-            return 0.0 * ones, ones, 0.0 * ones, np.full(len(slots), np.nan)
         a, b, c, d = (np.where(known, x, np.nan) for x in (a, b, c, d))
         med_b = float(np.nanmedian(b[known]))
         if not med_b > 0:
@@ -695,7 +692,9 @@ class AllocationController:
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
         codes, names = self._group_codes(participants)
         budgets = [self.budget] if self.groups is None else [self.budget[g] for g in names]
-        if self.objective == "weighted" and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0):
+        if not known.any() or (self.objective == "weighted"
+                                and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0)):
+            # the paper's split (and, with nothing measured yet, the equal split for every option)
             cost = self._cost(slots, known)
             weight = 1.0 / cost
             quotas = np.zeros(len(participants), dtype=np.int64)

@@ -6,7 +6,8 @@ Each participant keeps its last :data:`WINDOW` observations ``(samples, seconds,
 :func:`fit_affine` turns them into ``t(n) = a + b·n`` (and ``e(n) = c + d·n``) per participant:
 a least-squares line with one robust re-weighting step (an outlier is down-weighted, not trusted),
 ``a`` clamped at 0 (then ``b`` is the proportional fit). The line is *identified* only when the
-window's quotas spread by at least :data:`MIN_SPREAD` of their mean: quotas move between rounds
+window's quotas spread by at least :data:`MIN_SPREAD` of their mean, or (3+ points) when the
+slope's standard error is below :data:`MAX_SLOPE_ERROR` of the slope: quotas move between rounds
 while the controller converges, which identifies both terms; once the split settles, the last
 identified line is kept and re-levelled to the recent observations (its fixed share stays).
 
@@ -29,7 +30,8 @@ import numpy as np
 __all__ = ["WINDOW", "MIN_SPREAD", "fit_affine", "drifted"]
 
 WINDOW = 6  # observations kept per participant
-MIN_SPREAD = 0.2  # (max n − min n) / mean n needed to identify the fixed cost
+MIN_SPREAD = 0.2  # (max n − min n) / mean n that identifies the fixed cost from any 2 points
+MAX_SLOPE_ERROR = 0.2  # or, from 3+ points, a slope whose standard error is below this share of it
 _MAX_FIXED_SHARE = 0.95  # the fixed cost may explain at most this share of the mean observation
 
 
@@ -78,7 +80,12 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     ok = np.isfinite(a2) & np.isfinite(b2)
     a = np.where(ok, a2, a)
     b = np.where(ok, b2, b)
-    identified = (count >= 2) & (spread >= MIN_SPREAD) & np.isfinite(b) & (b > 0)
+    # Identified: a wide spread of quotas, or (with 3+ points) a slope the scatter cannot fake.
+    resid = np.where(filled, y0 - (a[:, None] + b[:, None] * n0), 0.0)
+    snn = np.where(filled, (n0 - mean_n[:, None]) ** 2, 0.0).sum(axis=1)
+    slope_error = np.sqrt((resid ** 2).sum(axis=1) / np.maximum(count - 2, 1) / snn)
+    precise = (count >= 3) & (spread >= 0.01) & (slope_error < MAX_SLOPE_ERROR * b)
+    identified = (count >= 2) & ((spread >= MIN_SPREAD) | precise) & np.isfinite(b) & (b > 0)
     # A negative intercept means no measurable fixed cost: the proportional model.
     neg = identified & (a < 0)
     a = np.where(neg, 0.0, a)

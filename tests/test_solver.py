@@ -1,0 +1,136 @@
+"""flwr_adaptive.solver: exact integer splits for affine costs, checked against enumeration."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
+
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def all_splits(budgets, codes, lo, hi):
+    """Every integer split within the bounds that meets each group's budget (small cases only)."""
+    groups = [np.flatnonzero(codes == k) for k in range(len(budgets))]
+    ranges = [range(int(lo[i]), int(min(hi[i], budgets[codes[i]])) + 1) for i in range(len(lo))]
+    for combo in itertools.product(*ranges):
+        n = np.array(combo)
+        if all(n[idx].sum() == budgets[k] for k, idx in enumerate(groups)):
+            yield n
+
+
+@st.composite
+def small_instances(draw):
+    P = draw(st.integers(1, 4))
+    G = draw(st.integers(1, min(2, P)))
+    codes = np.array([draw(st.integers(0, G - 1)) for _ in range(P)])
+    real = st.floats(0.05, 5.0)
+    b = np.array([draw(real) for _ in range(P)])
+    a = np.array([draw(st.sampled_from([0.0, 0.5, 1.7])) * draw(real) for _ in range(P)])
+    power = np.array([draw(st.floats(2.0, 65.0)) for _ in range(P)])
+    idle = power * np.array([draw(st.floats(0.15, 0.5)) for _ in range(P)])
+    lo = np.array([draw(st.integers(0, 2)) for _ in range(P)])
+    hi = lo + np.array([draw(st.integers(0, 8)) for _ in range(P)])
+    budgets = []
+    for k in range(G):
+        idx = codes == k
+        budgets.append(draw(st.integers(int(lo[idx].sum()), int(hi[idx].sum()))) if idx.any() else 0)
+    slack = draw(st.sampled_from([0.0, 0.05, 0.25, math.inf]))
+    return budgets, codes, a, b, power * a, power * b, idle, lo, hi, slack
+
+
+# ----------------------------------------------------------------------------- hand-computed
+def test_min_makespan_hand_computed():
+    # Prepare: t_0 = 2 + 1·n, t_1 = 0 + 2·n, budget 10. n = (6, 4) gives max(8, 8) = 8; no split is shorter.
+    a, b = np.array([2.0, 0.0]), np.array([1.0, 2.0])
+    # Execute
+    n, T = min_makespan_split(10, a, b, np.zeros(2, dtype=np.int64), np.full(2, 100))
+    # Assert
+    assert n.tolist() == [6, 4] and T == 8.0
+
+
+def test_min_energy_hand_computed_trades_makespan_for_energy_within_slack():
+    # Prepare: equal speed (1 s/sample), budget 10; device 0 draws 10 W active, device 1 50 W,
+    # no idle draw. Minimum makespan 5 s at (5, 5); a 20 % slack allows T = 6, so device 0 takes 6.
+    a, b = np.zeros(2), np.ones(2)
+    c, d = np.zeros(2), np.array([10.0, 50.0])
+    lo, hi = np.zeros(2, dtype=np.int64), np.full(2, 10)
+    codes = np.zeros(2, dtype=np.int64)
+    # Execute
+    n_tight, t_min = min_energy_split([10], codes, a, b, c, d, np.zeros(2), lo, hi, slack=0.0)
+    n_slack, _ = min_energy_split([10], codes, a, b, c, d, np.zeros(2), lo, hi, slack=0.2)
+    n_free, _ = min_energy_split([10], codes, a, b, c, d, np.zeros(2), lo, hi, slack=math.inf)
+    # Assert
+    assert t_min == 5.0 and n_tight.tolist() == [5, 5]
+    assert n_slack.tolist() == [6, 4]
+    assert n_free.tolist() == [10, 0]
+
+
+def test_idle_draw_makes_waiting_expensive():
+    # Prepare: same as above but device 1 idles at 45 W: every second device 1 waits costs 45 J,
+    # so moving a sample to device 0 (saves 40 J active) lengthens the round and costs more idle.
+    a, b = np.zeros(2), np.ones(2)
+    c, d, idle = np.zeros(2), np.array([10.0, 50.0]), np.array([0.0, 45.0])
+    lo, hi = np.zeros(2, dtype=np.int64), np.full(2, 10)
+    # Execute
+    n, _ = min_energy_split([10], np.zeros(2, dtype=np.int64), a, b, c, d, idle, lo, hi, slack=math.inf)
+    # Assert: E(5,5) = 300; E(6,4) = 60 + 200 + 45·2 = 350; the balanced split is the minimum.
+    assert n.tolist() == [5, 5]
+    assert round_energy(n, a, b, c, d, idle) == (5.0, 300.0)
+
+
+# ----------------------------------------------------------------------------- properties
+@PROPERTY
+@given(small_instances())
+def test_min_energy_is_the_exact_optimum_within_the_slack(instance):
+    budgets, codes, a, b, c, d, idle, lo, hi, slack = instance
+    # Execute
+    n, t_min = min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack)
+    # Assert: feasibility
+    assert all(n[codes == k].sum() == budgets[k] for k in range(len(budgets)))
+    assert (n >= lo).all() and (n <= hi).all()
+    # Assert: against enumeration of every split
+    scored = [round_energy(m, a, b, c, d, idle) for m in all_splits(budgets, codes, lo, hi)]
+    best_T = min(T for T, _ in scored)
+    assert math.isclose(t_min, best_T, rel_tol=1e-9, abs_tol=1e-9)
+    limit = math.inf if math.isinf(slack) else (1 + slack) * best_T * (1 + 1e-9) + 1e-9
+    T, E = round_energy(n, a, b, c, d, idle)
+    assert T <= limit
+    assert E <= min(E2 for T2, E2 in scored if T2 <= limit) + 1e-7 * max(1.0, abs(E))
+
+
+@PROPERTY
+@given(small_instances())
+def test_min_makespan_is_the_exact_optimum(instance):
+    budgets, codes, a, b, *_ , lo, hi, _slack = instance
+    group = int(codes[0])  # a group with at least one member
+    idx = np.flatnonzero(codes == group)
+    # Execute
+    n, T = min_makespan_split(budgets[group], a[idx], b[idx], lo[idx], hi[idx])
+    # Assert
+    assert n.sum() == budgets[group] and (n >= lo[idx]).all() and (n <= hi[idx]).all()
+    assert math.isclose(T, float(np.max(a[idx] + b[idx] * n)))
+    best = min(float(np.max(a[idx] + b[idx] * m))
+               for m in all_splits([budgets[group]], np.zeros(len(idx), dtype=np.int64), lo[idx], hi[idx]))
+    assert math.isclose(T, best, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
+    # Prepare: 200 participants, budget 10^6, unbounded max_quota (int64 max).
+    rng = np.random.default_rng(3)
+    P = 200
+    a, b = rng.uniform(0, 1, P), rng.lognormal(-6, 1, P)
+    power = rng.uniform(2, 65, P)
+    lo, hi = np.ones(P, dtype=np.int64), np.full(P, np.iinfo(np.int64).max)
+    # Execute
+    n, t_min = min_energy_split([10**6], np.zeros(P, dtype=np.int64), a, b, power * a, power * b,
+                                0.3 * power, lo, hi, slack=0.1)
+    # Assert
+    T, _ = round_energy(n, a, b, power * a, power * b, 0.3 * power)
+    assert n.sum() == 10**6 and (n >= 1).all()
+    assert T <= 1.1 * t_min * (1 + 1e-9)
