@@ -1,8 +1,8 @@
-"""The baselines side by side: ``flwr run .`` once per policy on the emulated testbed, one table.
+"""The baselines side by side: ``flwr run apps/pma`` once per policy on the emulated testbed, one table.
 
 Contract
 --------
-``python -m experiments.baselines`` runs the repository's Flower App (``experiments/pma_app.py``,
+``python -m experiments.baselines`` runs the repository's Flower App (``apps/pma``,
 the emulated 11-device PMA federation) through the real ``flwr run`` path (private SuperLink,
 offline: :mod:`experiments.compare`) once per policy — Equal, Static, Oort-like, FedAsync,
 Time-only, Low-energy, Energy-only, all processing ``budget`` samples per round (per
@@ -40,7 +40,7 @@ import pandas as pd
 
 from experiments.compare import REPO, add_run_arguments, fresh_out_dir, require_positive, run_policies
 from flwr_adaptive.devices import get_testbed
-from strategies.registry import LABELS
+from flwr_adaptive.strategies.registry import LABELS
 
 __all__ = ["POLICY_ORDER", "LABELS", "target_loss", "baseline_table", "oort_selection_table", "main"]
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     out_dir = fresh_out_dir(args.out)
-    print(f"== Baselines: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds of "
+    print(f"== Baselines: `flwr run apps/pma` per policy, {args.clients} emulated devices, {args.rounds} rounds of "
           f"{args.budget} samples, task {args.task} (offline), seed {args.seed}, jitter {args.jitter} ==", flush=True)
     summaries, memory, left = run_policies(policies, args, out_dir)
     histories, clients = {}, {}

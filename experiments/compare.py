@@ -1,9 +1,9 @@
-"""The Flower comparison: ``flwr run .`` once per policy, offline, and one table.
+"""The Flower comparison: ``flwr run apps/pma`` once per policy, offline, and one table.
 
 Contract
 --------
-``python -m experiments.compare`` runs the Flower App of this repository (the emulated 11-device
-PMA federation, ``experiments/pma_app.py``) through the real ``flwr run`` path, once per policy
+``python -m experiments.compare`` runs the PMA Flower App of this repository (the emulated 11-device
+PMA federation, ``apps/pma``) through the real ``flwr run`` path, once per policy
 (default Equal, Time-only, Low-energy), and prints one table: makespan and energy summed over the
 rounds (virtual clock: device time from the profiles), final holdout loss / accuracy, and the
 wall time of each run. It then prints what the whole command cost: its wall time and the peak
@@ -48,9 +48,10 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import psutil
 
-from strategies.registry import LABELS
+from flwr_adaptive.strategies.registry import LABELS
 
 REPO = Path(__file__).resolve().parent.parent
+PMA_APP = REPO / "apps" / "pma"
 POLICIES = ("equal", "time", "low-energy")
 _ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
 
@@ -243,12 +244,12 @@ def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeo
 
 
 def pma_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[str]:
-    """``flwr run .`` (the PMA app at the repository root) for ``policy`` on the ``local`` SuperLink."""
+    """``flwr run apps/pma`` (the PMA app) for ``policy`` on the ``local`` SuperLink."""
     run_config = (f"policy='{policy}' num-server-rounds={args.rounds} budget={args.budget} "
                   f"task='{args.task}' seed={args.seed} jitter={float(args.jitter)} out-dir='{out_dir}'")
     federation = f"num-supernodes={args.clients} client-resources-num-cpus={args.cpus_per_client}"
     config_args = ["-c", run_config, "-c", f"num-clients={args.clients}"]
-    return [console_script("flwr"), "run", str(REPO), "local", "--stream", *config_args,
+    return [console_script("flwr"), "run", str(PMA_APP), "local", "--stream", *config_args,
             "--federation-config", federation]
 
 
@@ -305,11 +306,11 @@ def run_policy(link: LocalSuperLink, memory: MemoryPeak, policy: str, args: argp
 
 def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path, *,
                  command: CommandBuilder = pma_command, progress: ProgressLine = pma_progress,
-                 app_label: str = ".") -> tuple[dict[str, dict[str, Any]], MemoryPeak, int]:
+                 app_label: str = "apps/pma") -> tuple[dict[str, dict[str, Any]], MemoryPeak, int]:
     """``flwr run`` once per policy on a private SuperLink; then stop every process of the run.
 
     ``command`` and ``progress`` choose the App and its progress lines (see ``run_policy``;
-    default: the PMA app at the repository root); ``app_label`` names the App in the printed
+    default: the PMA app, ``apps/pma``); ``app_label`` names the App in the printed
     ``flwr run`` lines.
 
     Returns ``(summaries, memory, left)``: each policy's summary (see ``run_policy``), the memory
@@ -430,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     out_dir = fresh_out_dir(args.out)
-    print(f"== Flower comparison: `flwr run .` per policy, {args.clients} emulated devices, {args.rounds} rounds, "
+    print(f"== Flower comparison: `flwr run apps/pma` per policy, {args.clients} emulated devices, {args.rounds} rounds, "
           f"budget {args.budget} samples/round, task {args.task} (offline) ==", flush=True)
     summaries, memory, left = run_policies(policies, args, out_dir)
     table = comparison_table(out_dir, summaries)

@@ -37,12 +37,12 @@ from typing import Sequence
 
 import pandas as pd
 
-from clients.ddp_driver import DDP_POLICIES, RoundDriver, round_summary
-from clients.ddp_launch import LocalDDPGroup
-from clients.ddp_run import load_task
-from clients.ddp_worker import relative_slowdowns
+from flwr_adaptive.clients.ddp.driver import DDP_POLICIES, RoundDriver, round_summary
+from flwr_adaptive.clients.ddp.launch import LocalDDPGroup
+from flwr_adaptive.clients.ddp.run import load_task
+from flwr_adaptive.clients.ddp.worker import relative_slowdowns
 
-# Not strategies.registry.LABELS: the DDP benchmark compares other policies (EMA batch sizing, no
+# Not flwr_adaptive.strategies.registry.LABELS: the DDP benchmark compares other policies (EMA batch sizing, no
 # Flower baselines) and names the adaptive ones as such.
 POLICY_LABELS = {"equal": "Equal", "time": "adaptive (time)", "low-energy": "adaptive (low-energy)",
                  "energy": "adaptive (energy)", "ema": "EMA batch sizing"}
@@ -68,7 +68,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--budget", type=int, default=4000, help="samples per round over all ranks")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per round, the same on every rank")
-    p.add_argument("--task", default="clients.ddp_toy:cnn_task", help="module:factory returning a WorkerSpec")
+    p.add_argument("--task", default="flwr_adaptive.clients.ddp.toy:cnn_task", help="module:factory returning a WorkerSpec")
     p.add_argument("--deadband", type=float, default=0.02, help="controller deadband")
     p.add_argument("--smoothing", type=float, default=1.0,
                    help="controller EMA weight of the newest round (1: the compute clock here is CPU time, "

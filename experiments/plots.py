@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from flwr_adaptive.devices import get_testbed
-from strategies.registry import LABELS
+from flwr_adaptive.strategies.registry import LABELS
 
 
 def load_histories(folder: Path) -> dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]:

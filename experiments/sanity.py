@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clients.tasks import get_task
+from flwr_adaptive.clients.tasks import get_task
 
 DEFAULT_EPOCHS = {"mnist": 3, "weather": 3, "sentiment": 2, "fashion-mnist": 1}
 WALL_LIMIT_S = 60.0

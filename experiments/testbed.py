@@ -2,7 +2,7 @@
 
 Each round every device's per-sample cost is ``base_s × slowdown_at(device, round) × jitter``
 (the virtual clock of :mod:`flwr_adaptive.devices`); the controller's split decides how many
-samples each device processes; :func:`~flwr_adaptive.devices.account_round` prices the round;
+samples each device processes; :func:`~flwr_adaptive.accounting.account_round` prices the round;
 the devices report device time and active energy back to the controller as a
 :class:`~flwr_adaptive.controller.Report`. The jitter draws depend only on (seed, round,
 device), so every policy faces the same realised costs.
@@ -10,7 +10,7 @@ device), so every policy faces the same realised costs.
 Two yardsticks per round, both computed without the controller:
 
 - ``optimal_s``: the exact integer optimum for the round's *realised* per-sample costs
-  (:func:`~flwr_adaptive.devices.optimal_makespan`) — it knows this round's jitter.
+  (:func:`~flwr_adaptive.accounting.optimal_makespan`) — it knows this round's jitter.
 - ``floor``: the makespan of the optimal split for the *expected* costs (slowdown, drift
   included, jitter not), divided by ``optimal_s`` — what a controller that knew every device's
   true speed but not this round's draw would get. No controller can expect to beat it.
@@ -25,14 +25,8 @@ import numpy as np
 import pandas as pd
 
 from flwr_adaptive.controller import AllocationController, Report
-from flwr_adaptive.devices import (
-    DeviceProfile,
-    account_round,
-    device_time,
-    optimal_makespan,
-    optimal_split,
-    slowdown_at,
-)
+from flwr_adaptive.accounting import account_round, optimal_makespan, optimal_split
+from flwr_adaptive.devices import DeviceProfile, device_time, slowdown_at
 
 POLICY_NAMES = ("equal", "time", "low-energy")
 

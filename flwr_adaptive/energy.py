@@ -427,7 +427,7 @@ class EmulatedMeter(Meter):
     torch limited to one thread) become device seconds ``cpu × slowdown_at(round) × jitter``
     and active joules ``active_w × device seconds`` (see :mod:`flwr_adaptive.devices`).
     ``Measurement.clock`` is ``"virtual"``. Idle energy while waiting for others is not part of
-    a window: :func:`flwr_adaptive.devices.account_round` adds it per round.
+    a window: :func:`flwr_adaptive.accounting.account_round` adds it per round.
 
     The round matters for drift: pass it per window (``begin_window(name, round=r)``) or once
     per round with :meth:`set_round`; without either the round is 1.

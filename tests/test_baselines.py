@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import Report
-from flwr_adaptive.static import StaticProfilingController
+from flwr_adaptive.static_profiling_controller import StaticProfilingController
 
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
@@ -129,8 +129,8 @@ def flwr_level(level):
 
 # =========================================================================== static profiling
 def test_static_split_never_changes_after_the_profiling_round_while_adaptive_follows_drift(tmp_path, caplog):
-    from strategies import AdaptiveStrategy
-    from strategies.static_profiling import StaticProfilingStrategy
+    from flwr_adaptive.strategies import AdaptiveStrategy
+    from flwr_adaptive.strategies.static_profiling_strategy import StaticProfilingStrategy
 
     # Prepare: 4 devices, 1:2:4:4 seconds per sample; device 0 becomes 16x slower from round 2 on.
     # state_dir on: the state is saved (and the controller flushed) after every round.
@@ -188,7 +188,7 @@ def test_static_counts_profiling_rounds_by_reports_not_by_allocations():
 
 
 def test_static_rejects_a_policy_without_cost_weights():
-    from strategies.static_profiling import StaticProfilingStrategy
+    from flwr_adaptive.strategies.static_profiling_strategy import StaticProfilingStrategy
 
     with pytest.raises(ValueError, match="policy must be one of time, low-energy, energy, got 'equal'"):
         StaticProfilingStrategy(budget=10, policy="equal")
@@ -199,7 +199,7 @@ SPEEDS = [2.0 ** -10 * f for f in (1.0, 1.0, 1.25, 1.25, 1.5, 1.5, 1.75, 2.0, 2.
 
 
 def test_oort_selects_k_splits_equally_and_excludes_the_slowest_but_still_explores(caplog):
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     # Prepare: 11 devices, the last one 16x slower than the fastest; 60 % = 7 selected per round.
     quiet(caplog)
@@ -226,7 +226,7 @@ def test_oort_selects_k_splits_equally_and_excludes_the_slowest_but_still_explor
 
 
 def test_oort_utility_is_samples_times_the_reported_loss(caplog):
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     # Prepare: equal speeds; partitions 0-4 report loss 2.0, partitions 5-9 loss 0.5.
     quiet(caplog)
@@ -246,7 +246,7 @@ def test_oort_utility_is_samples_times_the_reported_loss(caplog):
 
 
 def test_oort_without_loss_metric_scores_by_samples_and_warns(caplog):
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     # Prepare
     grid = SimGrid([2.0 ** -10] * 5, loss=[None] * 5)
@@ -278,7 +278,7 @@ class BrokenClockGrid(SimGrid):
 
 
 def test_oort_explores_by_the_data_size_nodes_reported(caplog):
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     # Prepare: 6 equal nodes, 3 per round; round 1's three replies are unusable (NaN time) so
     # nobody is explored yet, but the three reported 50,000 local samples.
@@ -316,7 +316,7 @@ class FirstRoundFailGrid(SimGrid):
 
 
 def test_oort_retries_a_failed_node_with_an_equal_share_and_learns_its_real_duration(caplog):
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     # Prepare: the 16x slower device fails in round 1; every node is selected every round
     quiet(caplog)
@@ -333,13 +333,13 @@ def test_oort_retries_a_failed_node_with_an_equal_share_and_learns_its_real_dura
 
 @pytest.mark.parametrize("fraction, n, k", [(0.6, 11, 7), (0.6, 5, 3), (0.01, 5, 1), (1.0, 4, 4)])
 def test_oort_k_is_the_rounded_fraction(fraction, n, k):
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     assert OortStrategy(budget=10, fraction=fraction).k_for(n) == k
 
 
 def test_oort_rejects_bad_fraction():
-    from strategies.oort import OortStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
     with pytest.raises(ValueError, match=r"fraction must lie in \(0, 1\]"):
         OortStrategy(budget=10, fraction=0.0)
@@ -351,7 +351,7 @@ ASYNC_COSTS = [2.0 ** -10, 2.0 ** -9, 2.0 ** -8]
 
 
 def _fedasync(**kw):
-    from strategies.fedasync import FedAsyncStrategy
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
 
     return FedAsyncStrategy(budget=384, min_nodes=3, **kw)
 
@@ -425,7 +425,7 @@ def test_fedasync_failing_node_is_dropped_and_the_others_do_its_work(caplog):
 
 
 def test_fedasync_rejects_bad_settings():
-    from strategies.fedasync import FedAsyncStrategy
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
 
     with pytest.raises(ValueError, match="unknown staleness function 'linear'"):
         FedAsyncStrategy(budget=10, staleness="linear")
@@ -453,7 +453,7 @@ def _reference_replay(durations: list[float], jobs_total: int) -> list[tuple[flo
 @given(st.lists(st.integers(0, 6), min_size=2, max_size=6), st.integers(1, 4))
 def test_property_fedasync_mix_order_time_and_energy_match_an_independent_replay(exponents, rounds):
     # Prepare: per-sample costs 2^-(10 - e): exact durations; budget = 64 per node.
-    from strategies.fedasync import FedAsyncStrategy
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
 
     n = len(exponents)
     costs = [2.0 ** (e - 10) for e in exponents]
@@ -485,11 +485,11 @@ def test_property_fedasync_mix_order_time_and_energy_match_an_independent_replay
 
 # =========================================================================== registry
 def test_registry_builds_every_policy_and_rejects_unknown_names():
-    from strategies import AdaptiveStrategy
-    from strategies.fedasync import FedAsyncStrategy
-    from strategies.oort import OortStrategy
-    from strategies.registry import POLICY_NAMES, build_strategy
-    from strategies.static_profiling import StaticProfilingStrategy
+    from flwr_adaptive.strategies import AdaptiveStrategy
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
+    from flwr_adaptive.strategies.registry import POLICY_NAMES, build_strategy
+    from flwr_adaptive.strategies.static_profiling_strategy import StaticProfilingStrategy
 
     # Execute
     built = {p: build_strategy(p, budget=100, num_nodes=3, oort_fraction=0.5, fedasync_alpha=0.3) for p in POLICY_NAMES}
@@ -509,12 +509,13 @@ def test_flower_app_defaults_equal_the_pyproject_app_config_and_name_every_polic
     import tomllib
     from pathlib import Path
 
-    from experiments.pma_app import DEFAULTS
+    from experiments import APPS_DIR
+    from pma_app.task import DEFAULTS
 
     # Prepare: flwr run refuses -c keys that pyproject.toml's app config does not declare.
-    config = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    config = tomllib.loads((APPS_DIR / "pma" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     # Assert: same keys and the same defaults (a value changed in one place only would make a
-    # plain `flwr run .` and the tests' direct calls of the app disagree)
+    # plain `flwr run apps/pma` and the tests' direct calls of the app disagree)
     assert DEFAULTS == config
     assert {"oort-fraction", "fedasync-alpha", "fedasync-staleness"} <= set(config)
 

@@ -2,7 +2,7 @@
 
 Six emulated devices (``adaptive_support.PROFILES``: slowdowns 1–6) on a fake CPU clock, so
 device times are exact: a client that reads ``q`` samples reports ``q × COST_S × slowdown``.
-The ServerApp builds each strategy from its policy name (``strategies.registry``, as the Flower
+The ServerApp builds each strategy from its policy name (``flwr_adaptive.strategies.registry``, as the Flower
 App does from ``policy=``) and runs Static for 3 rounds, Oort-like for 4, FedAsync for 2
 round-equivalents, one after the other on the same nodes.
 """
@@ -27,9 +27,9 @@ def _apps(done: dict):
     from flwr.serverapp import ServerApp
     from flwr.serverapp.strategy import FedAvg
 
-    from clients.telemetry import quota_data, telemetry_train
+    from flwr_adaptive.clients.telemetry import quota_data, telemetry_train
     from flwr_adaptive import keys
-    from strategies.registry import build_strategy
+    from flwr_adaptive.strategies.registry import build_strategy
 
     client = ClientApp()
 
@@ -56,7 +56,7 @@ def _apps(done: dict):
         sup.start_every_node(grid, N)
         for policy, rounds in PLAN:
             strategy = build_strategy(policy, budget=BUDGET, num_nodes=N, seed=1,
-                                      inner=FedAvg(fraction_train=1.0, fraction_evaluate=0.0,
+                                      strategy=FedAvg(fraction_train=1.0, fraction_evaluate=0.0,
                                                    min_train_nodes=N, min_available_nodes=N))
             result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=rounds,
                                     timeout=60.0)

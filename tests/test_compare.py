@@ -108,7 +108,7 @@ def test_the_hfl_driver_kills_a_silent_run_with_its_children_and_records_every_p
         tmp_path, monkeypatch, capsys):
     import json
 
-    from experiments import hfl_app
+    from experiments import hfl as hfl_app
 
     # Prepare: a "flwr" that prints one [hfl] round line, starts a child, then both hang silently
     fake = tmp_path / "flwr"

@@ -17,10 +17,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from clients.ddp_driver import RoundDriver, equal_quotas, round_summary
-from clients.ddp_launch import LocalDDPGroup, run_ddp_round
-from clients.ddp_toy import tiny_task
-from clients.ddp_worker import DDPRank, GradientAllReduce, RankTelemetry, RoundPlan, WorkerSpec, relative_slowdowns
+from flwr_adaptive.clients.ddp.driver import RoundDriver, equal_quotas, round_summary
+from flwr_adaptive.clients.ddp.launch import LocalDDPGroup, run_ddp_round
+from flwr_adaptive.clients.ddp.toy import tiny_task
+from flwr_adaptive.clients.ddp.worker import DDPRank, GradientAllReduce, RankTelemetry, RoundPlan, WorkerSpec, relative_slowdowns
 from flwr_adaptive.schedule import IndexStream
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,8 +285,8 @@ def test_a_meter_that_cannot_be_built_leaves_energy_unmeasured_and_training_goin
 
 def test_a_project_task_runs_as_a_ddp_spec_with_the_tasks_own_training_step(single_rank_group):
     # Prepare: one rank, one step of 16 MNIST samples: the mean-loss step of Task.train
-    from clients.ddp_tasks import task_spec
-    from clients.tasks import get_task
+    from flwr_adaptive.clients.ddp.tasks import task_spec
+    from flwr_adaptive.clients.tasks import get_task
 
     rank = DDPRank(task_spec("mnist", seed=3), device=torch.device("cpu"))
     start = rank.state_dict()
@@ -430,7 +430,7 @@ def test_torchrun_entry_point_runs_adaptive_rounds_with_equal_step_counts(tmp_pa
     # Prepare
     out = tmp_path / "rounds.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "clients.ddp_run", "--task", "clients.ddp_toy:tiny_task", "--rounds", "2", "--budget", "24",
+           "-m", "flwr_adaptive.clients.ddp", "--task", "flwr_adaptive.clients.ddp.toy:tiny_task", "--rounds", "2", "--budget", "24",
            "--steps", "4", "--slowdowns", "1,2", "--backend", "gloo", "--timeout-s", "30", "--json", str(out)]
     # Execute
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -451,7 +451,7 @@ def test_torchrun_entry_point_runs_adaptive_rounds_with_equal_step_counts(tmp_pa
 def test_default_backend_needs_one_gpu_per_rank(monkeypatch, gpus, ranks, expected):
     import torch
 
-    from clients.ddp_worker import default_backend
+    from flwr_adaptive.clients.ddp.worker import default_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)

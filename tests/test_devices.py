@@ -11,17 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.testbed import VirtualRun, realised_costs, simulate
+from flwr_adaptive.accounting import account_round, optimal_makespan, optimal_split
 from flwr_adaptive.devices import (
     HOST_7ZIP_SINGLE_MIPS,
     TESTBED,
     DeviceProfile,
-    account_round,
     device_time,
-    jitter_factor,
-    optimal_makespan,
-    optimal_split,
-    slowdown_at,
     get_testbed,
+    jitter_factor,
+    slowdown_at,
 )
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flwr_adaptive.fedasync import FedAsyncMixer, VirtualClockQueue, staleness_weight
+from flwr_adaptive.fedasync_mixer import FedAsyncMixer, VirtualClockQueue, staleness_weight
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """The hierarchical strategy (HFL-DDP): its rules with fabricated silo replies, then the whole
 hierarchy in Flower's simulation engine (``run_simulation``).
 
-In the simulation, four silos (SuperNodes) of the HFL app (``experiments/hfl_app.py``): silos 0–2 run DDP groups of
+In the simulation, four silos (SuperNodes) of the HFL app (``apps/hfl``): silos 0–2 run DDP groups of
 2, 3 and 2 emulated testbed devices on their own MNIST partitions; silo 3's ranks cannot start
 (its data volume is "not mounted": every rank raises while loading it). One Ray actor serves
 all silos and keeps their ranks between rounds.
@@ -31,7 +31,7 @@ def silo_reply(msg, partition, rank_costs, *, value=0.0, rank_quotas=None, extra
     """What a silo sends back: rank i processed its quota at ``rank_costs[i]`` seconds per sample."""
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-    from clients.silo import split_budget
+    from flwr_adaptive.clients.silo import split_budget
 
     config = msg.content["config"]
     quotas = rank_quotas or split_budget(config[keys.QUOTA], len(rank_costs), config.get(keys.RANK_QUOTAS))
@@ -69,7 +69,7 @@ def play(strategy, rnd, costs, *, fail=(), value_of=None):
 def hierarchical(n, **kw):
     from flwr.serverapp.strategy import FedAvg
 
-    from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
 
     kw.setdefault("budget", 600)
     kw.setdefault("steps", 10)
@@ -162,7 +162,7 @@ def test_a_silo_whose_rank_count_changes_is_replanned_and_the_round_completes(ca
 def test_a_subclass_rank_quotas_hook_decides_what_each_silo_is_sent():
     from flwr.serverapp.strategy import FedAvg
 
-    from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
 
     # Prepare: a subclass that lets silo 1 split evenly on its own
     class EvenSilo1(HierarchicalAdaptiveStrategy):
@@ -212,7 +212,7 @@ def test_a_silo_with_bad_rank_lists_is_skipped_and_the_others_aggregated(extra, 
 def test_silo_metrics_with_different_rank_counts_are_aggregated_silo_by_silo():
     from flwr.app import MetricRecord, RecordDict
 
-    from strategies.hierarchical import aggregate_silo_metrics
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import aggregate_silo_metrics
 
     # Prepare: replies arrive silo 2 first; silo 2 has 3 ranks, silo 0 two
     records = [RecordDict({"m": MetricRecord({keys.PARTITION_ID: 2, "num-examples": 300, "loss": 1.0,
@@ -231,7 +231,7 @@ def test_silo_metrics_with_different_rank_counts_are_aggregated_silo_by_silo():
 def test_an_inner_strategy_with_flowers_default_metric_aggregation_gets_the_silo_one():
     from flwr.serverapp.strategy import FedAvg, FedProx
 
-    from strategies.hierarchical import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
 
     # Prepare
     custom = lambda records, key: None  # noqa: E731
@@ -239,8 +239,8 @@ def test_an_inner_strategy_with_flowers_default_metric_aggregation_gets_the_silo
     default = HierarchicalAdaptiveStrategy(FedProx(proximal_mu=0.1), budget=100, steps=5)
     kept = HierarchicalAdaptiveStrategy(FedAvg(train_metrics_aggr_fn=custom), budget=100, steps=5)
     # Assert
-    assert default.inner.train_metrics_aggr_fn is aggregate_silo_metrics
-    assert kept.inner.train_metrics_aggr_fn is custom
+    assert default.strategy.train_metrics_aggr_fn is aggregate_silo_metrics
+    assert kept.strategy.train_metrics_aggr_fn is custom
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -249,7 +249,7 @@ def test_an_inner_strategy_with_flowers_default_metric_aggregation_gets_the_silo
     ({"budget": 100, "steps": 5, "min_rank_quota": -1}, "min_rank_quota"),
 ])
 def test_bad_settings_are_refused_naming_the_value(kwargs, match):
-    from strategies.hierarchical import HierarchicalAdaptiveStrategy
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy
 
     with pytest.raises(ValueError, match=match):
         HierarchicalAdaptiveStrategy(**kwargs)
@@ -294,7 +294,7 @@ def _simulate(tmp_path_factory):
 
     from flwr.simulation import run_simulation
 
-    from experiments.hfl_app import make_apps, task_silo_spec
+    from hfl_app.task import make_apps, task_silo_spec
 
     def silo_spec(partition_id, num_partitions, cfg):
         spec = task_silo_spec(partition_id, num_partitions, cfg)

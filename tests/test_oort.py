@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from flwr_adaptive.oort import OortSelector, statistical_utility
+from flwr_adaptive.oort_selector import OortSelector, statistical_utility
 
 
 def run_rounds(selector: OortSelector, durations: dict, rounds: int, k: int, utility: float = 100.0) -> list[list]:

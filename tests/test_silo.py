@@ -2,7 +2,7 @@
 simulation engine, the hierarchical strategy and real silos exchanging messages in-process.
 
 In the slow part, the strategy's ``configure_train`` / ``aggregate_train`` and the silo ClientApp body
-(``clients.silo.silo_train``) exchange real Flower messages; each silo runs real DDP ranks
+(``flwr_adaptive.clients.silo.silo_train``) exchange real Flower messages; each silo runs real DDP ranks
 (spawned processes, gloo) on its own MNIST partition, with emulated per-rank slowness that
 drifts from round ``DRIFT_ROUND`` on. The same kept ranks serve an Equal run and an adaptive
 (time-only) run, so both see the same devices.
@@ -65,10 +65,10 @@ def _run_hierarchy(tmp_path_factory):
     from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from clients.ddp_tasks import task_spec
-    from clients.silo import audit_reads, close_silos, read_audit, silo_train
-    from clients.tasks import get_task
-    from strategies.hierarchical import HierarchicalAdaptiveStrategy
+    from flwr_adaptive.clients.ddp.tasks import task_spec
+    from flwr_adaptive.clients.silo import audit_reads, close_silos, read_audit, silo_train
+    from flwr_adaptive.clients.tasks import get_task
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy
 
     task = get_task("mnist", source="offline")
     partitions = {pid: task.load(pid, SILOS, seed=0)[0] for pid in range(SILOS)}
@@ -198,7 +198,7 @@ def test_silo_models_are_averaged_by_samples_into_one_global_model(hierarchy):
 
 # --------------------------------------------------------------------------- without processes
 def telemetry(rank, samples, time_s, step_compute, energy=None, world=2):
-    from clients.ddp_worker import RankTelemetry
+    from flwr_adaptive.clients.ddp.worker import RankTelemetry
 
     return RankTelemetry(rank=rank, world=world, steps=len(step_compute[0]), samples=samples, time_s=time_s,
                          energy_j=energy, wait_s=0.01 * (rank + 1), wall_s=1.0, clock="process", slowdown=1.0,
@@ -207,7 +207,7 @@ def telemetry(rank, samples, time_s, step_compute, energy=None, world=2):
 
 
 def test_a_silo_round_reports_the_silo_telemetry_and_one_list_per_rank():
-    from clients.silo import SiloRound
+    from flwr_adaptive.clients.silo import SiloRound
 
     # Prepare: two ranks, two steps; rank 1 is the slower one at step 0, rank 0 at step 1
     steps = [[0.3, 0.5], [0.4, 0.2]]
@@ -226,7 +226,7 @@ def test_a_silo_round_reports_the_silo_telemetry_and_one_list_per_rank():
 
 
 def test_one_unmeasured_rank_leaves_the_silo_energy_unmeasured():
-    from clients.silo import SiloRound
+    from flwr_adaptive.clients.silo import SiloRound
 
     steps = [[0.3], [0.4]]
     result = SiloRound(quotas=[1, 1], telemetry=[telemetry(0, 1, 0.3, steps, 1.0), telemetry(1, 1, 0.4, steps)],
@@ -240,7 +240,7 @@ def test_one_unmeasured_rank_leaves_the_silo_energy_unmeasured():
 @given(st.integers(0, 10_000), st.integers(1, 6),
        st.one_of(st.none(), st.lists(st.integers(0, 3000), min_size=0, max_size=7)))
 def test_property_the_rank_split_always_sums_to_the_silo_budget(budget, ranks, rank_quotas):
-    from clients.silo import split_budget
+    from flwr_adaptive.clients.silo import split_budget
 
     # Execute
     q = split_budget(budget, ranks, rank_quotas)
@@ -251,7 +251,7 @@ def test_property_the_rank_split_always_sums_to_the_silo_budget(budget, ranks, r
 
 
 def test_a_plan_that_does_not_fit_the_silo_is_refused_before_any_rank_starts():
-    from clients.silo import Silo
+    from flwr_adaptive.clients.silo import Silo
 
     silo = Silo(spec=None, ranks=2, name="7")  # the spec is not used: nothing starts
     with pytest.raises(ValueError, match=r"silo 7: quotas has 3 entries for 2 ranks"):
@@ -287,7 +287,7 @@ class _BlockingGroup:
 
 
 def test_closing_a_silo_mid_round_waits_for_the_round_to_end(monkeypatch):
-    import clients.silo as silo_mod
+    import flwr_adaptive.clients.silo as silo_mod
 
     # Prepare: a round that runs until released
     _BlockingGroup.made = []
@@ -319,7 +319,7 @@ class _FakeSilo:
 
 
 def test_kept_silos_of_an_earlier_run_are_closed_when_a_new_run_asks_for_one(monkeypatch):
-    import clients.silo as silo_mod
+    import flwr_adaptive.clients.silo as silo_mod
     from collections import OrderedDict
 
     # Prepare: two silos kept by run 1
@@ -337,7 +337,7 @@ def test_silo_train_without_a_budget_from_the_server_or_the_caller_says_what_to_
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from clients.silo import silo_train
+    from flwr_adaptive.clients.silo import silo_train
 
     for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
         monkeypatch.setattr(TaskIdentity, attr, value)
@@ -353,8 +353,8 @@ def test_the_audit_logs_the_ids_of_the_samples_read_and_passes_the_batch_on(tmp_
 
     import torch
 
-    from clients.ddp_worker import WorkerSpec
-    from clients.silo import audit_reads, read_audit
+    from flwr_adaptive.clients.ddp.worker import WorkerSpec
+    from flwr_adaptive.clients.silo import audit_reads, read_audit
 
     @dataclass
     class WithIds(torch.utils.data.Dataset):
@@ -393,7 +393,7 @@ def test_the_audit_logs_the_ids_of_the_samples_read_and_passes_the_batch_on(tmp_
 def test_silos_use_nccl_only_when_every_rank_can_have_its_own_gpu(monkeypatch, gpus, ranks, requested, expected):
     import torch
 
-    from clients.silo import silo_backend
+    from flwr_adaptive.clients.silo import silo_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)

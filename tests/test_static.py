@@ -7,7 +7,7 @@ import math
 import pytest
 
 from flwr_adaptive.controller import Report
-from flwr_adaptive.static import StaticProfilingController
+from flwr_adaptive.static_profiling_controller import StaticProfilingController
 
 
 def test_split_is_fixed_after_profiling_round_despite_drift():

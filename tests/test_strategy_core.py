@@ -14,8 +14,9 @@ from flwr_adaptive import keys
 
 import adaptive_support as sup
 from adaptive_support import FakeGrid
-from strategies import AdaptiveStrategy, ClientReport, LegacyAdaptiveStrategy
-from strategies.core import STATE_FILE, AdaptiveCore
+from flwr_adaptive.strategies import AdaptiveStrategy, LegacyAdaptiveStrategy
+from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.core import STATE_FILE, AdaptiveCore
 
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
@@ -402,7 +403,7 @@ def test_constructor_rejects_bad_arguments_naming_the_value():
         AdaptiveStrategy(budget=10, weighting="size")
     with pytest.raises(ValueError, match="budget must be a positive int .* got 0"):
         AdaptiveStrategy(budget=0)
-    with pytest.raises(ValueError, match="for flwr.server.strategy use strategies.LegacyAdaptiveStrategy"):
+    with pytest.raises(ValueError, match="for a flwr.server.strategy one use flwr_adaptive.strategies.LegacyAdaptiveStrategy"):
         from flwr.server.strategy import FedAvg as LegacyFedAvg
 
         AdaptiveStrategy(LegacyFedAvg(), budget=10)

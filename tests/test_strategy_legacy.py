@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flwr_adaptive.devices import optimal_makespan
+from flwr_adaptive.accounting import optimal_makespan
 
 import adaptive_support as sup
 
@@ -26,9 +26,9 @@ def _apps(strategy_box):
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.server.strategy import FedAvg
 
-    from clients.data import quota_data
-    from clients.telemetry import TelemetryClient
-    from strategies import LegacyAdaptiveStrategy
+    from flwr_adaptive.clients.data import quota_data
+    from flwr_adaptive.clients.telemetry import TelemetryClient
+    from flwr_adaptive.strategies import LegacyAdaptiveStrategy
 
     class CountingClient(NumPyClient):
         def __init__(self, data, pid):

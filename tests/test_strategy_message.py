@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flwr_adaptive.devices import optimal_makespan
+from flwr_adaptive.accounting import optimal_makespan
 
 import adaptive_support as sup
 
@@ -30,11 +30,11 @@ BUDGET = 1200  # 6 clients: 200 each when split equally
 # What a user changes in the generated app: (file, line as generated, replacement lines).
 EDITS = [
     ("server_app.py", "from flwr.serverapp.strategy import FedAvg\n",
-     "from flwr.serverapp.strategy import FedAvg\nfrom strategies import AdaptiveStrategy\n"),
+     "from flwr.serverapp.strategy import FedAvg\nfrom flwr_adaptive.strategies import AdaptiveStrategy\n"),
     ("server_app.py", "    strategy = FedAvg(fraction_train=fraction_train)\n",
      f"    strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget={BUDGET})\n"),
     ("client_app.py", "from flwr.clientapp import ClientApp\n",
-     "from flwr.clientapp import ClientApp\nfrom clients.telemetry import quota_data, telemetry_train\n"
+     "from flwr.clientapp import ClientApp\nfrom flwr_adaptive.clients import quota_data, telemetry_train\n"
      "from pytorchexample.task import CPU_CLOCK, emulated_meter  # test instrumentation: fake clock\n"),
     ("client_app.py", "@app.train()\n",
      "@app.train()\n@telemetry_train(meter=emulated_meter, cpu_clock=CPU_CLOCK, wall_clock=CPU_CLOCK)\n"),
@@ -101,11 +101,11 @@ def test_dropin_changes_only_the_strategy_line_the_wrap_and_the_data_helper(drop
     # Assert: one line replaced on the server, three lines added on the client, plus imports.
     assert diffs["server_app.py"] == [
         "-    strategy = FedAvg(fraction_train=fraction_train)",
-        "+from strategies import AdaptiveStrategy",
+        "+from flwr_adaptive.strategies import AdaptiveStrategy",
         f"+    strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget={BUDGET})",
     ] or sorted(diffs["server_app.py"]) == sorted([
         "-    strategy = FedAvg(fraction_train=fraction_train)",
-        "+from strategies import AdaptiveStrategy",
+        "+from flwr_adaptive.strategies import AdaptiveStrategy",
         f"+    strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget={BUDGET})",
     ])
     added = [line for line in diffs["client_app.py"] if line.startswith("+")]
@@ -189,7 +189,7 @@ def _fault_apps(strategy):
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
 
-    from clients.telemetry import quota_data, telemetry_train
+    from flwr_adaptive.clients.telemetry import quota_data, telemetry_train
 
     def meter(context, server_round):
         if context.node_config["partition-id"] == 1:
@@ -233,7 +233,7 @@ def fault_run():
     from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
 
-    from strategies import AdaptiveStrategy
+    from flwr_adaptive.strategies import AdaptiveStrategy
 
     n = 6
     strategy = AdaptiveStrategy(FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),

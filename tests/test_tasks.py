@@ -18,10 +18,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clients import tasks as T
-from clients.tasks import _cache, partition, sources
-from clients.tasks.images import read_idx
-from clients.tasks.sentiment import hash_ngrams, tokenize
+from flwr_adaptive.clients import tasks as T
+from flwr_adaptive.clients.tasks import _cache, partition, sources
+from flwr_adaptive.clients.tasks.images import read_idx
+from flwr_adaptive.clients.tasks.sentiment import hash_ngrams, tokenize
 
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                     HealthCheck.function_scoped_fixture])
@@ -547,8 +547,8 @@ def test_each_task_trains_exactly_its_quota_through_the_telemetry_wrapper(any_ta
 
     from flwr.client import NumPyClient
 
-    from clients.data import quota_data
-    from clients.telemetry import TelemetryClient
+    from flwr_adaptive.clients.data import quota_data
+    from flwr_adaptive.clients.telemetry import TelemetryClient
     from flwr_adaptive import keys
 
     train, _ = any_task.load(2, 8, "iid", seed=0)  # a few hundred local samples or more

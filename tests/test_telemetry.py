@@ -15,8 +15,8 @@ from flwr_adaptive.devices import DeviceProfile
 from flwr_adaptive.energy import EmulatedMeter
 
 import adaptive_support as sup
-from clients.data import QuotaWindow, close_window, current_window, open_window, quota_data, select_indices
-from clients.telemetry import TelemetryClient, telemetry_train
+from flwr_adaptive.clients.data import QuotaWindow, close_window, current_window, open_window, quota_data, select_indices
+from flwr_adaptive.clients.telemetry import TelemetryClient, telemetry_train
 
 
 

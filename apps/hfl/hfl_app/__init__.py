@@ -1,0 +1,1 @@
+"""hfl-ddp: hierarchical FL with torch DDP inside every silo (flwr-adaptive)."""

@@ -1,0 +1,1 @@
+"""pma-app: the emulated heterogeneous testbed trained with periodic model averaging (flwr-adaptive)."""

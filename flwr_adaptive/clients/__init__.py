@@ -1,0 +1,27 @@
+"""Flower client side: measure each round's training and train exactly the quota the server sent.
+
+- :func:`telemetry_train` decorates a Message-API ``@app.train()`` function (put it *under*
+  ``@app.train()``); :class:`TelemetryClient` wraps a legacy ``NumPyClient``. Both measure the
+  training (time, energy, samples) and report it in the reply's metrics.
+- :func:`quota_data` gives the training loop exactly this round's quota of the local data.
+- :func:`silo_train` runs one HFL-DDP silo round on k local DDP ranks (imports torch on first use).
+
+The DDP regime lives in :mod:`flwr_adaptive.clients.ddp`, the project's tasks in
+:mod:`flwr_adaptive.clients.tasks`.
+"""
+
+from typing import Any
+
+from flwr_adaptive.clients.telemetry import TelemetryClient, quota_data, telemetry_train
+
+__all__ = ["telemetry_train", "TelemetryClient", "quota_data", "silo_train"]
+
+
+def __getattr__(name: str) -> Any:
+    # silo_train needs torch.distributed: import it only when asked, so that a client that only
+    # decorates its train function starts without it.
+    if name == "silo_train":
+        from flwr_adaptive.clients.silo import silo_train
+
+        return silo_train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

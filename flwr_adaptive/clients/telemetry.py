@@ -1,0 +1,310 @@
+"""The client telemetry wrapper: train on the quota, measure, report under one set of keys.
+
+Contract
+--------
+Wrap a Message-API train function with :func:`telemetry_train` or a ``NumPyClient`` with
+:class:`TelemetryClient`, and call :func:`flwr_adaptive.clients.data.quota_data` where the client builds its
+training data. For each training call the wrapper
+
+1. reads the round's config: ``keys.QUOTA`` (absent without our strategy: all local data),
+   ``keys.ALLOW_CYCLING`` and ``keys.ROUND``, and opens a :class:`~flwr_adaptive.clients.data.QuotaWindow`
+   so that ``quota_data`` selects exactly the quota in a seeded order;
+2. measures the call: wall time (``time.perf_counter``), the process's own CPU time
+   (``time.process_time``) and one energy-meter window (:mod:`flwr_adaptive.energy`; the emulated
+   meter in simulation, whose seconds are device time on the virtual clock);
+3. adds the telemetry to the reply's metrics (the MetricRecord / ``fit`` metrics dict):
+
+   ===================  =====================================================================
+   ``keys.SAMPLES``     samples selected by ``quota_data`` (per pass over the data); without a
+                        ``quota_data`` call, the reply's ``num-examples``
+   ``keys.TIME_S``      the meter's seconds (virtual clock when emulated, else wall)
+   ``keys.CPU_TIME_S``  process CPU seconds of the call
+   ``keys.WALL_TIME_S`` wall seconds of the call
+   ``keys.ENERGY_J``    active joules of the call; -1.0 when unmeasured
+   ``keys.DATA_SIZE``   local data size seen by ``quota_data``; -1 when unknown
+   ``keys.PARTITION_ID`` ``node_config["partition-id"]``; -1 when absent
+   ``keys.QUOTA_CAPPED`` 1 when the quota exceeded the local data and cycling was off
+   ``keys.IDLE_W``      the device's idle watts (emulated meters know them); -1.0 when unknown
+   ``keys.VIRTUAL_CLOCK`` 1 when ``TIME_S`` / ``ENERGY_J`` are on the virtual clock
+   ``num-examples``     set to ``SAMPLES`` only when the client did not set it
+   ===================  =====================================================================
+
+The measured window is the whole wrapped call (model loading included): in a synchronous round
+that is what the others wait for, and the controller balances exactly that. A meter that fails
+gives unmeasured energy and wall time, never an exception; an exception of the train function
+itself propagates (Flower turns it into an error reply, which the strategy skips).
+
+Cost
+----
+Three clock reads and one meter window per call, plus the data helper's permutation.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+from flwr_adaptive import keys
+from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
+
+__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data"]
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+MeterSpec = Any  # None (auto_meter), a meter, or a callable (context, server_round) -> meter
+
+_AUTO_METER: list[Any] = []  # one auto-detected meter per process (detection logs its choice once)
+
+
+def _resolve_meter(spec: MeterSpec, context: Any, server_round: int) -> Any:
+    if spec is None:
+        if not _AUTO_METER:
+            from flwr_adaptive.energy import auto_meter
+
+            _AUTO_METER.append(auto_meter())
+        return _AUTO_METER[0]
+    if hasattr(spec, "begin_window"):
+        return spec
+    if callable(spec):
+        return spec(context, server_round)
+    raise ValueError(f"meter must be None, a meter (begin_window/end_window) or a callable "
+                     f"(context, server_round) -> meter; got {type(spec).__name__}")
+
+
+def _check_meter_spec(spec: MeterSpec) -> None:
+    if spec is None or hasattr(spec, "begin_window") or callable(spec):
+        return
+    raise ValueError(f"meter must be None (auto-detect), a meter with begin_window/end_window, or a "
+                     f"callable (context, server_round) -> meter; got {spec!r}")
+
+
+def _int_of(config: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    value = config.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"config {key!r} must be an int, got {value!r}")
+    return int(value)
+
+
+class Measured:
+    """The outcome of one measured training call; ``metrics()`` gives the telemetry keys."""
+
+    def __init__(self, window: QuotaWindow, partition: int | None) -> None:
+        self.window = window
+        self.partition = partition
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+        self.measurement: Any = None
+        self.idle_w: float | None = None
+
+    def metrics(self, num_examples: Any = None) -> dict[str, int | float]:
+        """The telemetry keys (see the module docstring) as plain ints and floats."""
+        m = self.measurement
+        time_s = float(m.seconds) if m is not None else self.wall_s
+        joules = m.joules if m is not None else None
+        w = self.window
+        if w.samples is not None:
+            samples = int(w.samples)
+        elif isinstance(num_examples, (int, float)) and not isinstance(num_examples, bool):
+            samples = int(num_examples)
+        else:
+            samples = 0
+        return {
+            keys.SAMPLES: samples,
+            keys.TIME_S: time_s,
+            keys.CPU_TIME_S: float(self.cpu_s),
+            keys.WALL_TIME_S: float(self.wall_s),
+            keys.ENERGY_J: keys.UNMEASURED_ENERGY if joules is None else float(joules),
+            keys.DATA_SIZE: keys.UNKNOWN if w.size is None else int(w.size),
+            keys.PARTITION_ID: keys.UNKNOWN if self.partition is None else int(self.partition),
+            keys.QUOTA_CAPPED: int(w.capped),
+            keys.IDLE_W: float(keys.UNKNOWN) if self.idle_w is None else float(self.idle_w),
+            keys.VIRTUAL_CLOCK: int(m is not None and getattr(m, "clock", "wall") == "virtual"),
+        }
+
+
+class TrainingWindow:
+    """Open the quota window and the meter window around one training call.
+
+    Parameters
+    ----------
+    config : Mapping
+        The round's config (quota, cycling, round).
+    context : flwr.app.Context or None
+        The client's context (partition id, node id for seeding and the meter factory).
+    meter : None, meter or callable
+        See :func:`telemetry_train`.
+    seed : int
+        Base seed of the sample order.
+    cpu_clock, wall_clock : callable
+        Injectable clocks (tests pass fakes so expected values are exact).
+    """
+
+    def __init__(self, config: Mapping[str, Any], context: Any, meter: MeterSpec = None, seed: int = 0,
+                 cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter) -> None:
+        node_config = getattr(context, "node_config", None) or {}
+        partition = node_config.get("partition-id")
+        partition = None if partition is None else int(partition)
+        server_round = _int_of(config, keys.ROUND, 0) or 0
+        quota = _int_of(config, keys.QUOTA, None)
+        order_key = partition if partition is not None else int(getattr(context, "node_id", 0) or 0)
+        self.window = QuotaWindow(quota, allow_cycling=bool(config.get(keys.ALLOW_CYCLING, False)),
+                                  seed=seed, partition=order_key, server_round=server_round)
+        self.result = Measured(self.window, partition)
+        self._meter_spec, self._context, self._round = meter, context, server_round
+        self._cpu, self._wall = cpu_clock, wall_clock
+        self._meter: Any = None
+        self._name = f"train-round-{server_round}"
+
+    def __enter__(self) -> Measured:
+        self._token = open_window(self.window)
+        try:
+            meter = _resolve_meter(self._meter_spec, self._context, self._round)
+            if self._round >= 1 and hasattr(meter, "set_round"):
+                meter.set_round(self._round)
+            meter.begin_window(self._name)
+            self._meter = meter
+            profile = getattr(meter, "profile", None)
+            idle = getattr(meter, "idle_w", getattr(profile, "idle_w", None))
+            self.result.idle_w = None if idle is None else float(idle)
+        except Exception as exc:  # a meter never stops training: fall back to wall time
+            log.warning("energy meter unavailable for this round (%s); reporting wall time and no energy", exc)
+            self._meter = None
+        self._c0, self._w0 = self._cpu(), self._wall()
+        return self.result
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.result.cpu_s = self._cpu() - self._c0
+        self.result.wall_s = self._wall() - self._w0
+        if self._meter is not None:
+            try:
+                self.result.measurement = self._meter.end_window(self._name)
+            except Exception as exc:
+                log.warning("energy meter failed at the end of the round (%s); no energy reported", exc)
+        close_window(self._token)
+
+
+def _config_of(content: Any) -> Mapping[str, Any]:
+    """The ConfigRecord carrying the quota (else the first one, else empty)."""
+    records = list(content.config_records.values())
+    for record in records:
+        if keys.QUOTA in record:
+            return record
+    return records[0] if records else {}
+
+
+def telemetry_train(fn: Callable | None = None, *, meter: MeterSpec = None, seed: int = 0,
+                    cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter):
+    """Wrap a Message-API train function ``(msg, context) -> Message`` with quota + telemetry.
+
+    Parameters
+    ----------
+    fn : callable
+        The train function (use as ``@telemetry_train`` or ``@telemetry_train(meter=...)``,
+        below ``@app.train()``).
+    meter : None, meter, or callable (context, server_round) -> meter
+        ``None``: the best meter of this machine (:func:`flwr_adaptive.energy.auto_meter`,
+        detected once per process). In simulation pass a factory of
+        :class:`~flwr_adaptive.energy.EmulatedMeter` for the node's device profile.
+    seed : int (default: 0)
+        Base seed of the sample order (combined with the partition id and the round).
+    cpu_clock, wall_clock : callable
+        Clocks for ``CPU_TIME_S`` / ``WALL_TIME_S`` (tests inject fakes).
+
+    Examples
+    --------
+    ::
+
+        @app.train()
+        @telemetry_train
+        def train(msg, context):
+            ...
+            trainloader = quota_data(trainloader)   # the one data helper
+            ...
+    """
+
+    _check_meter_spec(meter)
+
+    def decorate(train_fn: Callable) -> Callable:
+        @functools.wraps(train_fn)
+        def wrapper(msg: Any, context: Any) -> Any:
+            from flwr.app import MetricRecord
+
+            config = _config_of(msg.content)
+            with TrainingWindow(config, context, meter, seed, cpu_clock, wall_clock) as measured:
+                reply = train_fn(msg, context)
+            if reply.has_error():
+                return reply
+            metric_records = list(reply.content.metric_records.values())
+            if metric_records:
+                record = metric_records[0]
+            else:
+                record = MetricRecord()
+                reply.content["metrics"] = record
+            telemetry = measured.metrics(record.get(keys.NUM_EXAMPLES))
+            for key, value in telemetry.items():
+                record[key] = value
+            if keys.NUM_EXAMPLES not in record:
+                record[keys.NUM_EXAMPLES] = telemetry[keys.SAMPLES]
+            return reply
+
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _numpy_client_base():
+    from flwr.client import NumPyClient
+
+    return NumPyClient
+
+
+class TelemetryClient(_numpy_client_base()):  # type: ignore[misc]
+    """A ``NumPyClient`` that trains its wrapped client on the quota and reports telemetry.
+
+    Parameters
+    ----------
+    client : NumPyClient
+        Your client; its ``fit`` reads data built with :func:`quota_data` (a DataLoader or
+        dataset built in ``client_fn`` resolves the quota when ``fit`` reads it).
+    context : flwr.app.Context, optional
+        The context given to ``client_fn`` (partition id for the sample order and telemetry).
+    meter, seed, cpu_clock, wall_clock
+        As in :func:`telemetry_train`.
+
+    Examples
+    --------
+    ::
+
+        def client_fn(context):
+            trainloader = quota_data(load_data(...))
+            return TelemetryClient(FlowerClient(trainloader), context).to_client()
+    """
+
+    def __init__(self, client: Any, context: Any = None, *, meter: MeterSpec = None, seed: int = 0,
+                 cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter) -> None:
+        _check_meter_spec(meter)
+        self.client = client
+        self.context = context
+        self._meter, self._seed, self._cpu, self._wall = meter, seed, cpu_clock, wall_clock
+
+    def get_properties(self, config):
+        return self.client.get_properties(config)
+
+    def get_parameters(self, config):
+        return self.client.get_parameters(config)
+
+    def fit(self, parameters, config):
+        """The wrapped ``fit`` inside the quota and meter windows, plus the telemetry metrics."""
+        with TrainingWindow(config, self.context, self._meter, self._seed, self._cpu, self._wall) as measured:
+            params, num_examples, metrics = self.client.fit(parameters, config)
+        metrics = dict(metrics or {})
+        metrics.update(measured.metrics(num_examples))
+        return params, num_examples, metrics
+
+    def evaluate(self, parameters, config):
+        return self.client.evaluate(parameters, config)

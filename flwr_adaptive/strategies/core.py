@@ -1,0 +1,441 @@
+"""The API-free half of the adaptive strategy: quotas out, telemetry in, history and state kept.
+
+Contract
+--------
+:class:`AdaptiveCore` holds what both Flower strategy APIs share (``flwr_adaptive.strategies.adaptive_strategy`` and
+``flwr_adaptive.strategies.legacy_adaptive_strategy`` mix it into Flower's ``Strategy`` classes):
+
+- ``quotas_for(round, nodes)`` returns ``{node_id: samples}`` summing to ``budget`` exactly. The
+  first time it sees a set of nodes whose partitions it does not know yet (round 1 of every
+  ServerApp run) it returns the equal split keyed by node id; from then on the controller's split
+  keyed by **partition id**, which clients report and which, unlike node ids, survives a restart.
+  A node absent from the split gets no message that round: when ``budget`` cannot give every node
+  ``min_quota``, only ``budget // min_quota`` nodes train, those that waited longest first (one
+  warning says so); when it exceeds the nodes' local data (cycling off) each trains on all of it.
+- ``observe_replies(round, reports)`` learns each node's partition id, sets ``max_quota`` to the
+  local data size when cycling is off, and feeds one :class:`~flwr_adaptive.controller.Report` per
+  client to the controller. An observation the controller rejects is logged and dropped.
+- ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
+  weights" in DESIGN.md): samples processed this round, or the local data size.
+- ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
+  (all of them here; selection baselines override it).
+- Faults: a node whose reply was skipped (error, timeout, invalid telemetry) is on probation for
+  its next round (unless the class sets ``uses_probation = False``): it gets ``probe_quota()``
+  (the minimum quota) and its share is re-split among the others; its next good reply ends the
+  probation (that probe is not observed: a few samples measure overhead, not cost per sample).
+- After each round: one log line (makespan, energy, CV of busy time, min/median/max quota), one
+  history row, one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
+  the ServerApp ``context.state`` so that a restarted ServerApp resumes it.
+
+Cost
+----
+Per round: one ``allocate`` and one ``observe`` per client (see the controller: under 1 ms at
+1,000 clients), a few numpy reductions, and one small JSON write when ``state_dir`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from flwr_adaptive import keys
+from flwr_adaptive.controller import POLICIES, AllocationController
+from flwr_adaptive.accounting import account_round
+from flwr_adaptive.strategies.history import HistoryMixin
+from flwr_adaptive.strategies.reports import ClientReport
+
+__all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
+
+WEIGHTINGS = ("samples", "data-size")
+STATE_FILE = "adaptive-state.json"
+CONTEXT_STATE_KEY = "flwr-adaptive"
+_STATE_VERSION = 1
+
+
+def log(level: int, msg: str, *args: Any) -> None:
+    """Log on Flower's logger: the line lands next to Flower's own round lines (and in caplog).
+
+    Flower is imported on the first call, so importing this module does not import it.
+    """
+    from flwr.common.logger import log as flwr_log
+
+    flwr_log(level, msg, *args)
+
+
+class AdaptiveCore(HistoryMixin):
+    """Quota allocation, telemetry bookkeeping and state shared by both strategy APIs.
+
+    Parameters
+    ----------
+    budget : int
+        Samples per round, split among the participating clients (sums to it exactly).
+    policy : str (default: "time")
+        One of ``flwr_adaptive.controller.POLICIES``: ``"equal"`` (no adaptation), ``"time"``,
+        ``"low-energy"``, ``"energy"``. Energy policies need clients that measure energy.
+    smoothing : float (default: 0.5)
+        EMA weight of the newest per-sample cost.
+    deadband : float (default: 0.05)
+        Keep the previous split when it would move less than this fraction of the budget.
+    weighting : str (default: "samples")
+        Aggregation weight of each update: ``"samples"`` processed this round (FedAvg; right when
+        any client may take any sample) or ``"data-size"``, the client's local data size (keeps
+        the federated objective unchanged when quotas move between owners of non-IID data).
+    allow_cycling : bool (default: False)
+        Let a client whose quota exceeds its local data cycle through it again. When False the
+        strategy caps each client's quota at the data size it reports.
+    min_quota : int (default: 1)
+        Smallest quota any client gets.
+    forget_after, cost_clip : see ``AllocationController``.
+    state_dir : str or Path, optional
+        Folder where the controller state is saved after every round (``adaptive-state.json``)
+        and from which a restarted ServerApp resumes it.
+    context : flwr.app.Context, optional
+        The ServerApp context: the state is also kept in ``context.state`` and resumed from it.
+    """
+
+    #: Whether a node whose reply was skipped is put on probation (``probe_quota()`` samples, its
+    #: share re-split among the others) for its next round. Strategies whose shares cannot move
+    #: between nodes (silos) or that split equally (selection baselines) turn it off: a failed
+    #: node then simply gets its usual share next time.
+    uses_probation: bool = True
+
+    def __init__(
+        self,
+        budget: int,
+        policy: str = "time",
+        *,
+        smoothing: float = 0.5,
+        deadband: float = 0.05,
+        weighting: str = "samples",
+        allow_cycling: bool = False,
+        min_quota: int = 1,
+        forget_after: int = 3,
+        cost_clip: float = 100.0,
+        state_dir: str | os.PathLike | None = None,
+        context: Any = None,
+    ) -> None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+            raise ValueError(f"budget must be a positive int (samples per round), got {budget!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+        self.budget = int(budget)
+        self.policy = policy
+        self.weighting = weighting
+        self.allow_cycling = bool(allow_cycling)
+        self.min_quota = min_quota
+        self._controller_kwargs = dict(smoothing=smoothing, deadband=deadband, min_quota=min_quota,
+                                       forget_after=forget_after, cost_clip=cost_clip)
+        self.controller = self.make_controller()
+        self.state_path = None if not state_dir else Path(state_dir) / STATE_FILE
+        self.context = context
+        self._partition_of: dict[Hashable, int] = {}  # node id -> partition id (this run)
+        self._owner: dict[int, Hashable] = {}  # partition id -> the node keyed by it (see _keys)
+        self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
+        self._caps: dict[Hashable, int] = {}  # controller id -> local data size (cycling off)
+        self._probation: set[Hashable] = set()  # node ids that failed in their last round
+        self._last_trained: dict[Hashable, int] = {}  # node id -> last round it was sent a quota
+        self._round_rows: list[dict[str, Any]] = []
+        self._client_rows: list[dict[str, Any]] = []
+        self._rounds_done = 0  # rounds observed, across resumptions
+        self._warned: set[str] = set()
+        self._resume()
+
+    # ------------------------------------------------------------------ overridable hooks
+    def make_controller(self) -> AllocationController:
+        """The controller for ``self.policy`` (baselines override this or the hooks below)."""
+        return AllocationController.from_policy(self.policy, self.budget, **self._controller_kwargs)
+
+    def participants(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
+        """Who trains this round among the nodes the inner strategy sampled: all of them."""
+        return list(node_ids)
+
+    def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
+        """``{node_id: quota}`` summing to ``budget``; nodes left out of it get no train message.
+
+        The equal split while no partition is known (round 1), the controller's split after. A
+        node that failed last round is on probation: it gets ``probe_quota()`` samples and its
+        share is re-split among the others; one good reply lifts the probation. When the budget
+        cannot give every node ``min_quota`` (see ``trainers``) only some nodes train; when it
+        exceeds all their local data (cycling off) every node trains on all of it.
+        """
+        node_ids = self.trainers(server_round, list(node_ids))
+        if not node_ids:
+            return {}
+        probe = self.probe_quota()
+        probation = [n for n in node_ids if n in self._probation]
+        if len(probation) == len(node_ids):
+            probation = []  # nobody healthy to take the share: everyone tries again, observed
+            self._probation -= set(node_ids)
+        known = any(n in self._partition_of for n in node_ids)
+        ids = self._keys(node_ids) if known else node_ids
+        caps = [probe if n in probation else (self._caps.get(k) if known else None)
+                for n, k in zip(node_ids, ids)]
+        if all(c is not None for c in caps) and self.budget > sum(caps):
+            split = self._all_local_data(node_ids, caps)
+        elif not known:
+            equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
+                                         min_quota=self.min_quota,
+                                         max_quota={n: probe for n in probation})
+            split = equal.allocate(node_ids)
+        else:
+            for k, c in zip(ids, caps):
+                self.controller.set_max_quota(k, c)
+            by_key = self.controller.allocate(ids)
+            split = {n: by_key[k] for n, k in zip(node_ids, ids)}
+        quotas = {n: q for n, q in split.items() if q > 0}  # a zero quota trains nothing: no message
+        for n in quotas:
+            self._last_trained[n] = server_round
+        return quotas
+
+    def trainers(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
+        """The nodes that train this round: all of them, unless the budget is too small.
+
+        ``budget`` samples give at most ``budget // max(min_quota, 1)`` nodes their minimum
+        quota. With more nodes than that, the ones that trained least recently are picked (ties
+        in node-id order), so each node trains, and is measured, every few rounds; the others
+        sit the round out (no message, no probation).
+        """
+        floor = max(self._min_of(), 1)
+        room = self.budget // floor
+        if len(node_ids) <= room:
+            return list(node_ids)
+        self._warn_once("too-small", "[adaptive] budget %d samples cannot give each of the %d nodes "
+                        "min_quota %d: %d nodes train per round, the ones that waited longest first, "
+                        "the others sit the round out; raise the budget to at least %d or lower "
+                        "min_quota to train every node every round", self.budget, len(node_ids),
+                        floor, room, len(node_ids) * floor)
+        order = sorted(range(len(node_ids)),
+                       key=lambda i: (self._last_trained.get(node_ids[i], 0),
+                                      type(node_ids[i]).__name__, node_ids[i]))
+        chosen = set(order[:room])
+        return [n for i, n in enumerate(node_ids) if i in chosen]
+
+    def note_partition(self, node_id: Hashable, metrics: Mapping[str, Any]) -> None:
+        """Learn ``node_id``'s partition from a reply even when the rest of it is unusable."""
+        value = metrics.get(keys.PARTITION_ID)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                and value >= 0 and value == int(value):
+            self._partition_of[node_id] = int(value)
+
+    def partition_of(self, node_id: Hashable) -> int | None:
+        """The partition id ``node_id`` reported this run (``None``: not known yet)."""
+        return self._partition_of.get(node_id)
+
+    def probe_quota(self) -> int:
+        """Samples given to a node on probation (it failed last round): the smallest quota."""
+        return max(self._min_of(), 1)
+
+    def observe_replies(self, server_round: int, reports: Sequence[ClientReport]) -> list[ClientReport]:
+        """Feed the controller; returns the reports it accepted.
+
+        Probes (replies of nodes on probation) are not observed; an observation the controller
+        refuses is logged and dropped (the update itself is still aggregated).
+        """
+        accepted = []
+        for r in reports:
+            if r.partition_id is not None:
+                self._partition_of[r.node_id] = r.partition_id
+            if r.node_id in self._probation:
+                continue  # a probe of min_quota samples says "alive", not what a sample costs
+            key = self._keys([r.node_id])[0]
+            if not self.allow_cycling and r.data_size is not None:
+                self._caps[key] = max(r.data_size, self._min_of())
+                self.controller.set_max_quota(key, self._caps[key])
+            try:
+                self.controller.observe(key, r.to_report())
+            except ValueError as err:
+                log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
+                     server_round, r.node_id, err)
+                continue
+            accepted.append(r)
+        return accepted
+
+    def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
+        """Aggregation weight of each kept reply, by ``weighting``."""
+        if self.weighting == "samples":
+            return {r.node_id: r.samples for r in reports}
+        out = {}
+        for r in reports:
+            if r.data_size is None:
+                self._warn_once("data-size", "[adaptive] weighting='data-size' but node %s does not "
+                                "report its data size; weighting it by samples", r.node_id)
+                out[r.node_id] = r.samples
+            else:
+                out[r.node_id] = r.data_size
+        return out
+
+    # ------------------------------------------------------------------ round bookkeeping
+    def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
+        """Remember what was assigned (the API classes call this from configure_*)."""
+        self._assigned = dict(quotas)
+
+    def assigned_quota(self, node_id: Hashable) -> int | None:
+        """What ``node_id`` was asked to process this round (``None``: nothing assigned)."""
+        return self._assigned.get(node_id)
+
+    def end_round(self, server_round: int, reports: Sequence[ClientReport],
+                  skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
+        """Account the round, log one line, append history rows and save the state.
+
+        ``reports`` are the replies aggregated this round; ``skipped`` maps the nodes left out to
+        a reason; ``unobserved`` names aggregated nodes whose observation the controller refused.
+        """
+        unobserved = set(unobserved)
+        self._rounds_done += 1
+        row = self.account(server_round, reports, skipped)
+        self._round_rows.append(row)
+        for r in reports:
+            self._client_rows.append({
+                "round": server_round, "node_id": r.node_id, "partition_id": r.partition_id,
+                "quota": r.quota, "samples": r.samples, "time_s": r.time_s,
+                "cpu_time_s": r.cpu_time_s, "wall_time_s": r.wall_time_s,
+                "energy_j": np.nan if r.energy_j is None else r.energy_j,
+                "data_size": r.data_size, "capped": r.capped,
+                "status": ("probe" if r.node_id in self._probation
+                           else "observation-dropped" if r.node_id in unobserved else "ok"),
+            })
+        for node, reason in skipped.items():
+            self._client_rows.append({
+                "round": server_round, "node_id": node, "partition_id": self._partition_of.get(node),
+                "quota": self._assigned.get(node), "samples": 0, "time_s": np.nan,
+                "cpu_time_s": np.nan, "wall_time_s": np.nan, "energy_j": np.nan,
+                "data_size": None, "capped": False, "status": reason,
+            })
+        self._probation -= {r.node_id for r in reports}
+        if self.uses_probation:
+            self._probation |= set(skipped)
+        self.log_round(row)
+        self.save_state()
+        return row
+
+    def account(self, server_round: int, reports: Sequence[ClientReport],
+                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+        """The round's figures: makespan, busy-time CV, active + idle energy, quota spread.
+
+        Makespan is the slowest kept client's own time; every other kept client idles for the
+        difference at its reported idle power. Skipped clients are counted, not timed.
+        """
+        quotas = np.array(list(self._assigned.values()), dtype=float)
+        row: dict[str, Any] = {"round": server_round, "policy": self.policy,
+                               "clients": len(reports), "skipped": len(skipped)}
+        makespan, active, idle, cv, clock = math.nan, math.nan, math.nan, math.nan, "none"
+        if reports:
+            busy = {r.node_id: r.time_s for r in reports}
+            # Unknown figures are priced at 0 and the total marked unknown (NaN) below.
+            acct = account_round(busy, active_j={r.node_id: r.energy_j or 0.0 for r in reports},
+                                 idle_w={r.node_id: r.idle_w or 0.0 for r in reports})
+            makespan, cv = acct.makespan, acct.cv_busy
+            active = acct.total_active_j if all(r.energy_j is not None for r in reports) else math.nan
+            idle = acct.total_idle_j if all(r.idle_w is not None for r in reports) else math.nan
+            clocks = {r.virtual_clock for r in reports}
+            clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")
+        row.update({
+            "makespan_s": makespan, "cv_busy": cv, "active_j": active, "idle_j": idle,
+            "energy_j": active + idle, "clock": clock,
+            "samples": int(sum(r.samples for r in reports)),
+            "quota_min": float(quotas.min()) if len(quotas) else math.nan,
+            "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
+            "quota_max": float(quotas.max()) if len(quotas) else math.nan,
+            "quota_sum": int(quotas.sum()) if len(quotas) else 0,
+        })
+        return row
+
+    def log_round(self, row: Mapping[str, Any]) -> None:
+        """The one log line per round."""
+        energy = (f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"])
+                  else f"active energy {row['active_j']:.1f} J" if math.isfinite(row["active_j"])
+                  else "energy unmeasured")
+        log(INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | CV busy %.3f | "
+             "quota min/median/max %g/%g/%g | %d clients, %d skipped",
+             row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
+             row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"])
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a restarted ServerApp needs, as JSON types (keyed by partition id)."""
+        return {"version": _STATE_VERSION, "policy": self.policy, "budget": self.budget,
+                "rounds": self._rounds_done, "controller": self.controller.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()`` output (node ids are not part of it: they change)."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported adaptive strategy state version {state.get('version')!r}; "
+                             f"this release reads version {_STATE_VERSION}: delete the state file")
+        self.controller.load_state_dict(state["controller"])
+        self._rounds_done = int(state["rounds"])
+
+    def save_state(self) -> None:
+        """Write the state to ``state_dir`` (atomically) and/or the ServerApp context."""
+        if self.state_path is None and self.context is None:
+            return
+        text = json.dumps(self.state_dict())
+        if self.state_path is not None:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".adaptive-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.state_path)
+        if self.context is not None:
+            from flwr.app import ConfigRecord
+
+            self.context.state[CONTEXT_STATE_KEY] = ConfigRecord({"json": text})
+
+    def _resume(self) -> None:
+        text = None
+        if self.context is not None and CONTEXT_STATE_KEY in self.context.state:
+            text = self.context.state[CONTEXT_STATE_KEY]["json"]
+        elif self.state_path is not None and self.state_path.exists():
+            text = self.state_path.read_text()
+        if text:
+            self.load_state_dict(json.loads(text))
+            log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done,
+                 self.state_path or "ServerApp context")
+
+    # ------------------------------------------------------------------ helpers
+    def _min_of(self) -> int:
+        return int(self.min_quota) if isinstance(self.min_quota, (int, np.integer)) else 0
+
+    def _keys(self, node_ids: Iterable[Hashable]) -> list[Hashable]:
+        """Controller ids of these nodes: the one rule, the same answer in every call of a run.
+
+        A node's key is its partition id once known, else ``"node-<id>"``. The first node keyed
+        with a partition owns it for the run; a second node claiming the same partition is keyed
+        ``"node-<id>"`` (its own estimate, quotas and cap) and a warning names both.
+        """
+        out = []
+        for n in node_ids:
+            part = self._partition_of.get(n)
+            owner = None if part is None else self._owner.setdefault(part, n)
+            if owner is not None and owner != n:
+                self._warn_once(f"dup-{part}-{n}", "[adaptive] node %s claims partition id %s, which "
+                                "node %s already has: it is kept apart as node-%s; set a distinct "
+                                "partition-id in each SuperNode's --node-config", n, part, owner, n)
+            out.append(part if owner == n else f"node-{n}")
+        return out
+
+    def _all_local_data(self, node_ids: list[Hashable], caps: list[int]) -> dict[Hashable, int]:
+        """The budget exceeds the nodes' local data (cycling off): each trains on all of it.
+
+        Only reached when every node's data size is known: a node of unknown size is unbounded,
+        so the controller can give it what the others leave and the split stays exact.
+        """
+        total = sum(caps)
+        self._warn_once("all-data", "[adaptive] budget %d samples exceeds the %d samples of local data "
+                        "of the %d training nodes (allow_cycling=False): every client trains on all its "
+                        "local data, so no time is balanced; set allow_cycling=True or a budget of at "
+                        "most %d to restore adaptation", self.budget, total, len(node_ids), total)
+        return dict(zip(node_ids, caps))
+
+    def _warn_once(self, tag: str, msg: str, *args: Any) -> None:
+        if tag not in self._warned:
+            self._warned.add(tag)
+            log(WARNING, msg, *args)

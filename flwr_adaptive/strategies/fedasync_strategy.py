@@ -1,0 +1,383 @@
+"""FedAsync baseline: asynchronous PMA over Flower's Grid, replayed on the virtual clock.
+
+Contract
+--------
+:class:`FedAsyncStrategy` runs FedAsync (Xie, Koyejo & Gupta, "Asynchronous Federated
+Optimization", arXiv:1903.03934) from a ServerApp ``main`` through the Grid; its ``start`` takes
+the arguments of Flower's ``Strategy.start`` so a ServerApp can swap it in. Every node trains on
+its equal share of ``budget`` (so one job per node is one round's worth of samples), replies, and
+restarts at once on the newest model. The server mixes each arriving update
+``x ← (1 − α_t)·x + α_t·x_new`` with ``α_t = α·s(staleness)``
+(:class:`~flwr_adaptive.fedasync_mixer.FedAsyncMixer`: constant, polynomial ``(s+1)^-a`` or hinge);
+staleness = model versions mixed since the job's model was sent.
+
+Arrival order is the **virtual clock's** (DESIGN.md, "Honest clocks"): a job that starts at
+virtual time ``t`` finishes at ``t + time_s``, the device time its client reports. The replay
+keeps finished jobs in a :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest
+finisher, mixes its update, sends that node its next job on the new model and **waits for the
+reply before popping the next event** (the next job may finish before everything queued). The
+first wave goes to every node at once. Real processes therefore run one job at a time after the
+first wave, whatever the host's contention; the virtual timeline is what an asynchronous
+deployment of those devices would see.
+
+The run processes exactly ``num_rounds × budget`` samples (the last jobs are shortened), the same
+total as ``num_rounds`` synchronous rounds. Each time the mixed samples pass a multiple of
+``budget`` a *round-equivalent* closes: ``evaluate_fn(r, arrays)`` is called, one log line and one
+history row are written with that stretch's virtual time and energy (active energy of the work
+done in it, pro-rated for jobs that straddle the boundary, plus idle power of nodes that have no
+work left: FedAsync's only idle time is at the end), so totals compare with synchronous policies.
+
+A failed job (error reply, timeout, invalid telemetry or arrays) is logged; its samples go back to
+the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
+the rest of the run. A bad client never stops the run.
+
+In a real deployment on wall-clock telemetry the same replay holds (order by reported compute
+time) but the real devices would idle while one job at a time runs: this class exists to measure
+FedAsync on the emulated testbed, not to deploy it.
+
+Cost
+----
+One message per job (``num_rounds × nodes`` jobs); one weighted sum over the model's arrays per
+update; O(log P) queue operations; the accounting keeps one small record per job.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any, Callable, Hashable, Sequence
+
+import numpy as np
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from flwr_adaptive import keys
+from flwr_adaptive.controller import AllocationController
+from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
+from flwr_adaptive.strategies.core import log
+from flwr_adaptive.strategies.history import HistoryMixin
+from flwr_adaptive.strategies.reports import ClientReport, parse_report
+
+__all__ = ["FedAsyncStrategy", "FEDASYNC"]
+
+FEDASYNC = "fedasync"  # the policy name in run configs, history rows and log lines
+
+
+@dataclass
+class _Job:
+    node: Hashable
+    index: int  # this node's job number, 1-based (sent as keys.ROUND: seeds the sample order)
+    quota: int
+    start_s: float
+    base_version: int
+    report: ClientReport | None = None
+    arrays: list[np.ndarray] | None = None
+    finish_s: float = math.nan
+    staleness: int = -1
+    alpha_t: float = math.nan
+    mixed_in: int = 0  # round-equivalent in which it was mixed
+
+
+class FedAsyncStrategy(HistoryMixin):
+    """Asynchronous PMA (FedAsync) driven over Flower's Grid on the virtual clock.
+
+    Parameters
+    ----------
+    budget : int
+        Samples of one round-equivalent; each node's job is its equal share of it.
+    alpha : float (default: 0.6)
+        Mixing weight α of a fresh update.
+    staleness : str (default: "polynomial")
+        ``"constant"``, ``"polynomial"`` or ``"hinge"``.
+    a, b : float, optional
+        Staleness-function parameters (see :class:`~flwr_adaptive.fedasync_mixer.FedAsyncMixer`).
+    allow_cycling : bool (default: False)
+        Sent to clients as ``keys.ALLOW_CYCLING`` (a share above the local data cycles it).
+    min_nodes : int (default: 1)
+        Wait until this many nodes are connected before the first wave.
+    max_failures : int (default: 2)
+        Consecutive failed jobs after which a node is dropped for the rest of the run.
+    wait_s : float (default: 600)
+        Longest wait for ``min_nodes`` nodes to connect.
+    """
+
+    def __init__(self, *, budget: int, alpha: float = 0.6, staleness: str = "polynomial",
+                 a: float | None = None, b: float = 4.0, allow_cycling: bool = False, min_nodes: int = 1,
+                 max_failures: int = 2, wait_s: float = 600.0) -> None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+            raise ValueError(f"budget must be a positive int (samples per round-equivalent), got {budget!r}")
+        if staleness not in STALENESS_FUNCTIONS:
+            raise ValueError(f"unknown staleness function {staleness!r}; choose one of {', '.join(STALENESS_FUNCTIONS)}")
+        for name, value in (("min_nodes", min_nodes), ("max_failures", max_failures)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        self.budget = int(budget)
+        self.policy = FEDASYNC
+        self.mixer = FedAsyncMixer(alpha=alpha, staleness=staleness, a=a, b=b)  # validates alpha
+        self.allow_cycling = bool(allow_cycling)
+        self.min_nodes = min_nodes
+        self.max_failures = max_failures
+        self.wait_s = float(wait_s)
+        self._round_rows: list[dict[str, Any]] = []
+        self._client_rows: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ Flower-like surface
+    def summary(self) -> None:
+        """Log the settings."""
+        m = self.mixer
+        log(INFO, "\t├──> FedAsync (virtual-clock replay): alpha=%g, staleness=%s (a=%g, b=%g), "
+             "budget=%d samples per round-equivalent, allow_cycling=%s", m.alpha, m.staleness, m.a, m.b,
+             self.budget, self.allow_cycling)
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+        """Run ``num_rounds`` round-equivalents (``num_rounds × budget`` samples) of FedAsync.
+
+        Parameters
+        ----------
+        grid : Grid
+            The ServerApp's grid.
+        initial_arrays : ArrayRecord
+            The initial model.
+        num_rounds : int
+            Round-equivalents to run.
+        timeout : float
+            Seconds to wait for one job's reply.
+        train_config : ConfigRecord, optional
+            Entries sent with every job (besides quota, cycling and the node's job number).
+        evaluate_config : ConfigRecord, optional
+            Unused (no federated evaluation); accepted for ``Strategy.start`` compatibility.
+        evaluate_fn : callable, optional
+            ``(round_equivalent, arrays) -> MetricRecord | None``: centralized evaluation at 0 and
+            at the end of every round-equivalent.
+
+        Returns
+        -------
+        Result
+            Final arrays and the centralized evaluations by round-equivalent.
+        """
+        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
+            raise ValueError(f"num_rounds must be an int >= 1, got {num_rounds!r}")
+        log(INFO, "Starting FedAsyncStrategy:")
+        self.summary()
+        self._grid, self._timeout = grid, float(timeout)
+        self._config = dict(train_config or {})
+        self._names = list(initial_arrays.keys())
+        self._model = [initial_arrays[k].numpy() for k in self._names]
+        self._queue = VirtualClockQueue()
+        self._jobs: list[_Job] = []
+        self._inflight: dict[Hashable, _Job] = {}
+        self._jobs_of: dict[Hashable, int] = {}
+        self._failures: dict[Hashable, int] = {}
+        self._dropped: set[Hashable] = set()
+        self._done_at: dict[Hashable, float] = {}  # node -> virtual time it ran out of work
+        self._idle_w: dict[Hashable, float | None] = {}
+        self._total = num_rounds * self.budget
+        self._assigned = 0  # samples in flight or processed
+        self._mixed_samples = 0
+        self._segment_start = 0.0
+        self._cum = (0.0, 0.0)  # (active J, idle J) up to the last boundary
+        self._evaluate_fn = evaluate_fn
+        result = Result()
+        self._result = result
+        if evaluate_fn is not None:
+            res = evaluate_fn(0, initial_arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+
+        nodes = self._wait_for_nodes()
+        self._share = dict(zip(nodes, AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
+                                                           min_quota=0).allocate(nodes).values()))
+        first = [j for j in (self._new_job(n, 0.0) for n in nodes) if j is not None]
+        self._send(first)
+        boundary = 1
+        while len(self._queue):
+            node, finish, job = self._queue.pop()
+            self._inflight.pop(node, None)
+            self._mix(job, boundary)
+            while boundary <= num_rounds and self._mixed_samples >= boundary * self.budget:
+                self._close(boundary, finish)
+                boundary += 1
+            nxt = self._new_job(node, finish)
+            if nxt is not None:
+                self._send([nxt])
+            else:
+                self._done_at.setdefault(node, finish)
+        if boundary <= num_rounds:
+            log(WARNING, "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
+                 "processed (every node failed or was dropped)", boundary - 1, num_rounds, self._mixed_samples,
+                 self._total)
+        result.arrays = self._record(self._model)
+        return result
+
+    # ------------------------------------------------------------------ jobs
+    def _wait_for_nodes(self) -> list[Hashable]:
+        deadline = time.monotonic() + self.wait_s
+        while len(nodes := sorted(self._grid.get_node_ids())) < self.min_nodes:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fedasync: only {len(nodes)} of min_nodes={self.min_nodes} nodes connected "
+                                   f"within {self.wait_s:.0f} s; start more SuperNodes or lower min_nodes")
+            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes),
+                 self.min_nodes)
+            time.sleep(1.0)
+        return nodes
+
+    def _new_job(self, node: Hashable, start_s: float) -> _Job | None:
+        """The node's next job starting at ``start_s``, or ``None`` when no samples are left."""
+        left = self._total - self._assigned
+        if left <= 0 or node in self._dropped:
+            return None
+        quota = min(max(self._share[node], 1), left)
+        self._assigned += quota
+        self._jobs_of[node] = self._jobs_of.get(node, 0) + 1
+        return _Job(node, self._jobs_of[node], quota, start_s, self.mixer.version)
+
+    def _message(self, job: _Job) -> Message:
+        config = ConfigRecord({**self._config, keys.QUOTA: int(job.quota), keys.ALLOW_CYCLING: self.allow_cycling,
+                               keys.ROUND: int(job.index)})
+        return Message(RecordDict({"arrays": self._record(self._model), "config": config}),
+                       dst_node_id=job.node, message_type=MessageType.TRAIN)
+
+    def _send(self, jobs: list[_Job]) -> None:
+        """Send jobs, wait for their replies, queue the good ones; failed ones are retried or dropped."""
+        while jobs:
+            replies = {m.metadata.src_node_id: m for m in
+                       self._grid.send_and_receive([self._message(j) for j in jobs], timeout=self._timeout)}
+            retry = []
+            for job in jobs:
+                reason = self._accept(job, replies.get(job.node))
+                if reason is None:
+                    self._failures[job.node] = 0
+                    self._inflight[job.node] = job
+                    self._queue.push(job.node, job.finish_s, job)
+                    continue
+                self._assigned -= job.quota  # its samples go back to the pool
+                self._failures[job.node] = self._failures.get(job.node, 0) + 1
+                self._client_rows.append(self._client_row(job, reason))
+                if self._failures[job.node] >= self.max_failures:
+                    self._dropped.add(job.node)
+                    log(WARNING, "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest "
+                         "of the run", job.node, self._failures[job.node], reason)
+                    continue
+                log(WARNING, "[adaptive] fedasync: node %s job %d failed (%s); retrying", job.node, job.index, reason)
+                self._jobs_of[job.node] -= 1
+                again = self._new_job(job.node, job.start_s)  # same start, job number and model
+                if again is not None:
+                    retry.append(again)
+            jobs = retry
+
+    def _accept(self, job: _Job, reply: Message | None) -> str | None:
+        """Fill ``job`` from its reply; returns why the reply is unusable, or ``None``."""
+        if reply is None:
+            return "no-reply"
+        if reply.has_error():
+            return f"error: {reply.error.reason}"
+        content = reply.content
+        if len(content.array_records) != 1 or len(content.metric_records) != 1:
+            return "invalid: expected one ArrayRecord and one MetricRecord"
+        try:
+            report = parse_report(job.node, next(iter(content.metric_records.values())), job.quota)
+        except ValueError as err:
+            return f"invalid: {err}"
+        record = next(iter(content.array_records.values()))
+        if list(record.keys()) != self._names:
+            return "invalid: model arrays differ from the server's"
+        arrays = [record[k].numpy() for k in self._names]
+        if any(np.shape(a) != np.shape(m) for a, m in zip(arrays, self._model)):
+            return "invalid: array shapes differ from the server's"
+        job.report, job.arrays = report, arrays
+        job.finish_s = job.start_s + report.time_s
+        self._assigned += report.samples - job.quota  # a capped job processed fewer samples
+        self._idle_w[job.node] = report.idle_w
+        return None
+
+    def _mix(self, job: _Job, boundary: int) -> None:
+        job.staleness = self.mixer.version - job.base_version
+        job.alpha_t = self.mixer.weight(job.base_version)
+        self._model = self.mixer.mix(self._model, job.arrays, job.base_version)
+        job.arrays = None  # mixed: free it
+        job.mixed_in = boundary
+        self._mixed_samples += job.report.samples
+        self._jobs.append(job)
+        self._client_rows.append(self._client_row(job, "ok"))
+
+    def _record(self, arrays: Sequence[np.ndarray]) -> ArrayRecord:
+        record = ArrayRecord()
+        for name, a in zip(self._names, arrays):
+            record[name] = Array.from_numpy_ndarray(np.ascontiguousarray(a))
+        return record
+
+    # ------------------------------------------------------------------ accounting
+    def _energy_until(self, t: float) -> tuple[float, float]:
+        """Active joules of all work up to virtual time ``t`` (pro-rated) and idle joules of nodes out of work."""
+        active = 0.0
+        for job in [*self._jobs, *self._inflight.values()]:
+            e = job.report.energy_j
+            if e is None:
+                return math.nan, math.nan
+            span = job.finish_s - job.start_s
+            share = 1.0 if span <= 0 else min(max((t - job.start_s) / span, 0.0), 1.0)
+            active += e * share
+        idle = 0.0
+        for node, done in self._done_at.items():
+            w = self._idle_w.get(node)
+            idle = math.nan if w is None else idle + w * max(t - done, 0.0)
+        return active, idle
+
+    def _close(self, r: int, t: float) -> None:
+        """Close round-equivalent ``r`` at virtual time ``t``: evaluate, one history row, one log line."""
+        arrays = self._record(self._model)
+        if self._evaluate_fn is not None:
+            res = self._evaluate_fn(r, arrays)
+            if res is not None:
+                self._result.evaluate_metrics_serverapp[r] = res
+        active, idle = self._energy_until(t)
+        seg_active, seg_idle = active - self._cum[0], idle - self._cum[1]
+        self._cum = (active, idle)
+        t0 = self._segment_start
+        mixed = [j for j in self._jobs if j.mixed_in == r]
+        busy: dict[Hashable, float] = {}
+        for job in [*self._jobs, *self._inflight.values()]:
+            overlap = min(job.finish_s, t) - max(job.start_s, t0)
+            if overlap > 0:
+                busy[job.node] = busy.get(job.node, 0.0) + overlap
+        values = np.array(list(busy.values()), dtype=float)
+        cv = float(values.std() / values.mean()) if len(values) > 1 and values.mean() > 0 else 0.0
+        clocks = {j.report.virtual_clock for j in mixed}
+        quotas = np.array([j.quota for j in mixed], dtype=float)
+        stale = np.array([j.staleness for j in mixed], dtype=float)
+        row = {
+            "round": r, "policy": FEDASYNC, "clients": len(mixed), "skipped": 0,
+            "makespan_s": t - t0, "cv_busy": cv, "active_j": seg_active, "idle_j": seg_idle,
+            "energy_j": seg_active + seg_idle,
+            "clock": "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall"),
+            "samples": int(sum(j.report.samples for j in mixed)),
+            "quota_min": float(quotas.min()) if len(quotas) else math.nan,
+            "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
+            "quota_max": float(quotas.max()) if len(quotas) else math.nan,
+            "quota_sum": int(quotas.sum()),
+            "virtual_time_s": t, "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
+            "staleness_max": int(stale.max()) if len(stale) else 0, "model_version": self.mixer.version,
+        }
+        self._round_rows.append(row)
+        self._segment_start = t
+        energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
+        log(INFO, "[adaptive] round %s (fedasync, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
+             "| CV busy %.3f | %d updates mixed, staleness mean %.2f max %d", r, row["clock"], self.budget,
+             row["makespan_s"], energy, cv, len(mixed), row["staleness_mean"], row["staleness_max"])
+
+    def _client_row(self, job: _Job, status: str) -> dict[str, Any]:
+        r = job.report
+        return {
+            "round": job.mixed_in or None, "node_id": job.node, "partition_id": r.partition_id if r else None,
+            "job": job.index, "quota": job.quota, "samples": r.samples if r else 0,
+            "start_s": job.start_s, "finish_s": job.finish_s, "time_s": r.time_s if r else math.nan,
+            "energy_j": (math.nan if r is None or r.energy_j is None else r.energy_j),
+            "base_version": job.base_version, "staleness": job.staleness, "alpha_t": job.alpha_t,
+            "status": status,
+        }

@@ -1,0 +1,400 @@
+"""The adaptive strategy in hierarchical mode (HFL-DDP): silos are the controller's groups.
+
+Contract
+--------
+:class:`HierarchicalAdaptiveStrategy` is :class:`~flwr_adaptive.strategies.adaptive_strategy.AdaptiveStrategy` for silo
+clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks on their own data:
+
+- The controller's participants are the **ranks**, with ids ``f"{partition_id}/{rank}"`` (str),
+  and its groups are the **silos**: ``groups = {rank_id: partition_id}``, ``budget = {partition_id:
+  silo_budget(partition_id)}``. A silo's budget is split only among its own ranks, so it is the
+  same every round whatever the ranks measure; no sample ever moves between silos.
+- ``configure_train`` sends every silo its budget (``keys.QUOTA``), the step count
+  (``keys.DDP_STEPS``) and, once the silo's ranks have reported, their quotas
+  (``keys.RANK_QUOTAS``, summing to the budget). Before that (round 1, or a silo seen for the
+  first time) the silo splits its budget evenly.
+- ``aggregate_train`` screens replies like the base strategy, then also the per-rank lists
+  (``keys.SILO_RANK_KEYS``: one entry per rank, samples adding up to the silo's); a silo whose
+  lists are invalid is skipped like any bad reply. A silo that replies with another number of
+  ranks than the quotas it was sent (its ranks setting changed; it split evenly) is aggregated and
+  observed as usual and re-planned for its new k from the next round. Each rank's own compute time, energy and
+  samples feed the controller; silo models are averaged by the inner strategy, weighted by
+  samples (or data size, see ``weighting``).
+- A failed silo (error reply, e.g. ranks that could not start) is skipped for that round and is
+  sent its whole budget again next round: there is no probation, because its share could not
+  go to other silos anyway.
+- Inner strategies aggregate metrics with :func:`aggregate_silo_metrics` (Flower's default zips
+  list metrics strictly and fails when silos have different k).
+- History: besides the base per-round and per-silo rows, one row per rank and round
+  (``rank_history``), and per round the CV of the ranks' compute time inside each silo
+  (``rank_cv_mean``, ``rank_cv_max``), logged on one ``[hfl]`` line.
+
+Cost
+----
+One ``allocate`` over all ranks per round (groups are solved one by one: O(R log R) for R
+ranks) and one ``observe`` per rank, plus O(ranks) list checks per reply.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Strategy
+
+from flwr_adaptive import keys
+from flwr_adaptive.controller import AllocationController, Report
+from flwr_adaptive.strategies.core import log
+from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+from flwr_adaptive.strategies.reports import ClientReport
+
+__all__ = ["HierarchicalAdaptiveStrategy", "RankReport", "parse_rank_reports", "aggregate_silo_metrics",
+           "rank_id"]
+
+
+def rank_id(silo: Hashable, rank: int) -> str:
+    """The controller id of rank ``rank`` of silo ``silo``: ``"<silo>/<rank>"``."""
+    return f"{silo}/{rank}"
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """One rank's telemetry for one round, validated (see :func:`parse_rank_reports`)."""
+
+    rank: int
+    samples: int
+    time_s: float
+    energy_j: float | None
+    wait_s: float
+
+    def to_report(self) -> Report:
+        """The controller's view: own compute seconds, active energy, samples."""
+        return Report(time_s=self.time_s, energy_j=self.energy_j, samples=self.samples)
+
+
+def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_samples: int | None = None
+                       ) -> list[RankReport]:
+    """Validate a silo's per-rank lists (``keys.SILO_RANK_KEYS``).
+
+    Raises
+    ------
+    ValueError
+        A list is missing or not a list, the lists differ in length or are empty, an entry is not
+        a finite number of the right sign (samples ints >= 0, seconds >= 0, energy >= 0 or
+        ``keys.UNMEASURED_ENERGY``), or the ranks' samples do not add up to ``silo_samples``.
+    """
+    lists = {}
+    for key in keys.SILO_RANK_KEYS:
+        if key not in metrics:
+            raise ValueError(f"node {node_id}: per-rank telemetry {key!r} is missing; a silo client "
+                             "(flwr_adaptive.clients.silo.silo_train) sends it")
+        value = metrics[key]
+        if not isinstance(value, list):
+            raise ValueError(f"node {node_id}: per-rank telemetry {key!r} must be a list, got {value!r}")
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"node {node_id}: per-rank telemetry {key!r} holds {v!r}; expected finite numbers")
+        lists[key] = value
+    lengths = {k: len(v) for k, v in lists.items()}
+    if len(set(lengths.values())) != 1 or not lengths[keys.RANK_SAMPLES]:
+        raise ValueError(f"node {node_id}: per-rank lists must have one entry per rank, got lengths {lengths}")
+    samples = lists[keys.RANK_SAMPLES]
+    if any(s != int(s) or s < 0 for s in samples):
+        raise ValueError(f"node {node_id}: {keys.RANK_SAMPLES!r} must hold whole numbers >= 0, got {samples}")
+    for key in (keys.RANK_TIME_S, keys.RANK_WAIT_S):
+        if any(v < 0 for v in lists[key]):
+            raise ValueError(f"node {node_id}: {key!r} must hold seconds >= 0, got {lists[key]}")
+    energy = lists[keys.RANK_ENERGY_J]
+    if any(e < 0 and e != keys.UNMEASURED_ENERGY for e in energy):
+        raise ValueError(f"node {node_id}: {keys.RANK_ENERGY_J!r} must hold joules >= 0 (or "
+                         f"{keys.UNMEASURED_ENERGY} for unmeasured), got {energy}")
+    if silo_samples is not None and sum(int(s) for s in samples) != silo_samples:
+        raise ValueError(f"node {node_id}: the ranks' samples {samples} add up to {sum(int(s) for s in samples)}, "
+                         f"not to the silo's {keys.SAMPLES!r} = {silo_samples}")
+    return [RankReport(rank=r, samples=int(s), time_s=float(t), energy_j=None if e < 0 else float(e),
+                       wait_s=float(w))
+            for r, (s, t, e, w) in enumerate(zip(samples, lists[keys.RANK_TIME_S], energy, lists[keys.RANK_WAIT_S]))]
+
+
+def aggregate_silo_metrics(records: list[RecordDict], weighting_metric_name: str) -> MetricRecord:
+    """Flower's weighted metric average for silo replies whose list metrics differ in length.
+
+    Scalars are averaged weighted by ``weighting_metric_name`` (as Flower's default does). List
+    metrics (the per-rank lists) are concatenated, silo after silo in ``keys.PARTITION_ID`` order
+    (reply order where that is missing), so the result holds every rank's value once.
+    Pass it as ``train_metrics_aggr_fn`` to a Message-API strategy.
+    """
+    metric_records = [next(iter(r.metric_records.values())) for r in records]
+    weights = [float(m[weighting_metric_name]) for m in metric_records]
+    total = sum(weights)
+    factors = [w / total if total > 0 else 1.0 / len(weights) for w in weights]
+    order = sorted(range(len(metric_records)),
+                   key=lambda i: (float(metric_records[i].get(keys.PARTITION_ID, math.inf)), i))
+    out: dict[str, Any] = {}
+    for i in order:
+        for key, value in metric_records[i].items():
+            if key == weighting_metric_name:
+                continue
+            if isinstance(value, list):
+                out[key] = out.get(key, []) + list(value)
+            else:
+                out[key] = out.get(key, 0.0) + float(value) * factors[i]
+    # A list that mixes int and float entries is not a valid MetricRecord value.
+    for key, value in out.items():
+        if isinstance(value, list) and any(isinstance(v, float) for v in value):
+            out[key] = [float(v) for v in value]
+    return MetricRecord(out)
+
+
+class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
+    """Adaptive per-rank quotas inside each silo; silo models averaged by the inner strategy.
+
+    Parameters
+    ----------
+    strategy : flwr.serverapp.strategy.Strategy, optional
+        The wrapped strategy: samples silos and aggregates their models (default: ``FedAvg`` with
+        :func:`aggregate_silo_metrics`). An inner strategy that uses Flower's default metric
+        aggregation gets :func:`aggregate_silo_metrics` instead (logged).
+    budget : int
+        Samples per round **of each silo** (see :meth:`silo_budget` to give silos different
+        budgets), split among the silo's ranks.
+    steps : int
+        Optimizer steps of each silo's DDP round (sent as ``keys.DDP_STEPS``).
+    policy : str (default: "time")
+        ``"equal"`` (even split inside every silo), ``"time"``, ``"low-energy"``, ``"energy"``.
+    min_rank_quota : int, optional
+        Smallest quota of a rank (default ``steps``: one sample per step, so no rank idles
+        through a step). A silo whose k ranks cannot all get it splits its budget evenly.
+    deadband : float (default: 0.02)
+        As for the controller; below the PMA default because re-splitting inside a silo moves
+        neither data nor models.
+    smoothing : float (default: 0.5)
+        EMA weight of the newest per-sample cost.
+    weighting : str (default: "samples")
+        Aggregation weight of each update: ``"samples"`` processed this round, or
+        ``"data-size"`` (each client's local data size; for private non-IID data).
+    forget_after : int (default: 3)
+        A participant that has not reported for this many of its rounds is treated as new.
+    cost_clip : float (default: 100.0)
+        Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
+    state_dir : str or Path, optional
+        Folder where the controller state is saved after every round and resumed from.
+    context : flwr.app.Context, optional
+        The ServerApp context: the state is also kept in ``context.state``.
+
+    There is no ``allow_cycling``: a silo's ranks walk an endless reshuffled stream over its
+    partition, so a budget above the partition size just spans more than one epoch.
+    """
+
+    uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
+
+    def __init__(self, strategy: Strategy | None = None, *, budget: int, steps: int, policy: str = "time",
+                 min_rank_quota: int | None = None, deadband: float = 0.02, smoothing: float = 0.5,
+                 weighting: str = "samples", forget_after: int = 3, cost_clip: float = 100.0,
+                 state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ValueError(f"steps must be an int >= 1 (optimizer steps per silo round), got {steps!r}")
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < steps:
+            raise ValueError(f"budget must be an int >= steps ({steps}): samples per silo and round, every "
+                             f"step needs at least one; got {budget!r}")
+        min_rank = int(steps) if min_rank_quota is None else min_rank_quota
+        if isinstance(min_rank, bool) or not isinstance(min_rank, (int, np.integer)) or min_rank < 0:
+            raise ValueError(f"min_rank_quota must be an int >= 0, got {min_rank_quota!r}")
+        self.steps = int(steps)
+        self._ranks_of: dict[Hashable, int] = {}  # silo key -> k, from its last reply
+        self._rank_plan: dict[Hashable, list[int]] = {}  # node id -> this round's rank quotas
+        self._rank_reports: dict[Hashable, list[RankReport]] = {}  # node id -> this round's ranks
+        self._replanned: set[Hashable] = set()  # node ids that replied with another k than planned
+        self._rank_rows: list[dict[str, Any]] = []
+        self._rank_cv: dict[Hashable, float] = {}  # this round's CV of rank compute time, per silo
+        if strategy is None:
+            strategy = FedAvg(train_metrics_aggr_fn=aggregate_silo_metrics)
+        super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, min_quota=int(min_rank),
+                         allow_cycling=True, smoothing=smoothing, weighting=weighting, forget_after=forget_after,
+                         cost_clip=cost_clip, state_dir=state_dir, context=context)
+        from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+        if getattr(self.strategy, "train_metrics_aggr_fn", None) is aggregate_metricrecords:
+            self.strategy.train_metrics_aggr_fn = aggregate_silo_metrics
+            log(INFO, "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
+                 "in length across silos)", type(self.strategy).__name__)
+
+    def summary(self) -> None:
+        """Log the hierarchical settings, then the inner strategy's summary."""
+        log(INFO, "\t├──> Hierarchical adaptive allocation (HFL-DDP): policy=%s, budget=%d samples per silo and "
+             "round, split among the silo's ranks only; %d DDP steps per round, min_rank_quota=%d, weighting=%s",
+             self.policy, self.budget, self.steps, self._min_of(), self.weighting)
+        log(INFO, "\t├──> Inner strategy: %s", type(self.strategy).__name__)
+        self.strategy.summary()
+
+    # ------------------------------------------------------------------ overridable hooks
+    def make_controller(self) -> AllocationController:
+        """One controller over all ranks, one group per silo (groups are added as silos report)."""
+        return AllocationController.from_policy(self.policy, {}, groups={}, **self._controller_kwargs)
+
+    def silo_budget(self, silo: Hashable) -> int:
+        """Samples per round of ``silo`` (its partition id, or ``"node-<id>"`` when unknown): ``budget``."""
+        return self.budget
+
+    def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
+        """``{node_id: silo budget}``; the per-rank split of each known silo is kept for the messages."""
+        node_ids = list(node_ids)
+        silo_keys = self._keys(node_ids)
+        self._rank_plan = {}
+        ranked: list[tuple[Hashable, Hashable, list[str]]] = []
+        for node, silo in zip(node_ids, silo_keys):
+            k = self._ranks_of.get(silo)
+            if k is None:
+                continue  # its ranks have not reported yet (round 1 of a run): it splits evenly
+            budget = self.silo_budget(silo)
+            if k * self._min_of() > budget:
+                self._warn_once(f"small-{silo}", "[hfl] silo %s: %d ranks × min_rank_quota %d exceed its budget "
+                                "%d; it splits its budget evenly", silo, k, self._min_of(), budget)
+                continue
+            ids = [rank_id(silo, r) for r in range(k)]
+            for rid in ids:
+                self.controller.set_group(rid, silo, budget)
+            ranked.append((node, silo, ids))
+        if ranked:
+            split = self.controller.allocate([rid for _, _, ids in ranked for rid in ids])
+            self._rank_plan = {node: [int(split[rid]) for rid in ids] for node, _, ids in ranked}
+        return {node: self.silo_budget(silo) for node, silo in zip(node_ids, silo_keys)}
+
+    def rank_quotas(self, node_id: Hashable) -> list[int] | None:
+        """The per-rank quotas ``configure_train`` sends ``node_id`` this round (``None``: it splits evenly).
+
+        Override to change or drop a silo's plan; replies are screened and recorded against what
+        it returns.
+        """
+        plan = self._rank_plan.get(node_id)
+        return None if plan is None else list(plan)
+
+    def observe_replies(self, server_round: int, reports: Sequence[ClientReport]) -> list[ClientReport]:
+        """Feed every rank's report to the controller under its rank id, in its silo's group."""
+        accepted = []
+        for r in reports:
+            if r.partition_id is not None:
+                self._partition_of[r.node_id] = r.partition_id
+            silo = self._keys([r.node_id])[0]
+            ranks = self._rank_reports.get(r.node_id, [])
+            if not ranks:
+                continue  # not screened by screen_train_replies: nothing per rank to learn from
+            self._ranks_of[silo] = len(ranks)
+            ok = True
+            for rank in ranks:
+                rid = rank_id(silo, rank.rank)
+                if self.controller.groups.get(rid) != silo:
+                    self.controller.set_group(rid, silo, self.silo_budget(silo))
+                if rank.samples == 0:
+                    continue  # an idle rank measured nothing; its estimate carries over
+                try:
+                    self.controller.observe(rid, rank.to_report())
+                except ValueError as err:
+                    ok = False
+                    log(WARNING, "[hfl] round %s: observation of rank %s dropped: %s", server_round, rid, err)
+            if ok:
+                accepted.append(r)
+        return accepted
+
+    # ------------------------------------------------------------------ Message API
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """The base messages (one budget per silo) plus the step count and each silo's rank quotas."""
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        sent: dict[Hashable, list[int]] = {}
+        for msg in messages:
+            plan = self.rank_quotas(msg.metadata.dst_node_id)
+            if plan is not None:
+                sent[msg.metadata.dst_node_id] = [int(q) for q in plan]
+            for record in msg.content.config_records.values():
+                record[keys.DDP_STEPS] = self.steps
+                if plan is not None:
+                    record[keys.RANK_QUOTAS] = list(sent[msg.metadata.dst_node_id])
+        self._rank_plan = sent  # what was sent: the replies are screened and recorded against it
+        return messages
+
+    def screen_train_replies(self, server_round: int, replies: list[Message]
+                             ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
+        """The base screening, then the per-rank lists of every kept reply."""
+        kept, reports, skipped = super().screen_train_replies(server_round, replies)
+        self._rank_reports = {}
+        self._replanned = set()
+        out_msgs, out_reports = [], []
+        for msg, report in zip(kept, reports):
+            metrics = next(iter(msg.content.metric_records.values()))
+            try:
+                ranks = parse_rank_reports(report.node_id, metrics, report.samples)
+            except ValueError as err:
+                skipped[report.node_id] = "invalid"
+                log(WARNING, "[hfl] round %s: %s; skipped", server_round, err)
+                continue
+            plan = self._rank_plan.get(report.node_id)
+            if plan is not None and len(plan) != len(ranks):
+                # Its ranks setting changed: it split evenly (flwr_adaptive.clients.silo.split_budget), so each
+                # rank's telemetry is still a good measurement; only the plan no longer applies.
+                self._replanned.add(report.node_id)
+                log(INFO, "[hfl] round %s: silo %s replied with %d ranks but was planned for %d; "
+                     "re-planning it for %d ranks from next round", server_round,
+                     self._keys([report.node_id])[0], len(ranks), len(plan), len(ranks))
+            self._rank_reports[report.node_id] = ranks
+            out_msgs.append(msg)
+            out_reports.append(report)
+        return out_msgs, out_reports, skipped
+
+    # ------------------------------------------------------------------ bookkeeping
+    def end_round(self, server_round: int, reports: Sequence[ClientReport],
+                  skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
+        """The base bookkeeping, plus one history row per rank."""
+        for r in reports:
+            plan = None if r.node_id in self._replanned else self._rank_plan.get(r.node_id)
+            for rank in self._rank_reports.get(r.node_id, []):
+                self._rank_rows.append({
+                    "round": server_round, "node_id": r.node_id, "partition_id": r.partition_id,
+                    "rank": rank.rank, "quota": None if plan is None else plan[rank.rank],
+                    "samples": rank.samples, "time_s": rank.time_s, "wait_s": rank.wait_s,
+                    "energy_j": np.nan if rank.energy_j is None else rank.energy_j,
+                    "clock": "virtual" if r.virtual_clock else "wall",
+                })
+        return super().end_round(server_round, reports, skipped, unobserved)
+
+    def account(self, server_round: int, reports: Sequence[ClientReport],
+                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+        """The base figures plus the CV of the ranks' compute time inside each silo."""
+        row = super().account(server_round, reports, skipped)
+        cvs = {}
+        for r in reports:
+            times = np.array([k.time_s for k in self._rank_reports.get(r.node_id, [])])
+            if len(times) and times.mean() > 0:
+                cvs[r.partition_id if r.partition_id is not None else r.node_id] = float(times.std() / times.mean())
+        self._rank_cv = cvs
+        row["rank_cv_mean"] = float(np.mean(list(cvs.values()))) if cvs else math.nan
+        row["rank_cv_max"] = float(np.max(list(cvs.values()))) if cvs else math.nan
+        return row
+
+    def log_round(self, row: Mapping[str, Any]) -> None:
+        """The base line, then one ``[hfl]`` line with the rank-time CV of every silo."""
+        super().log_round(row)
+        per_silo = ", ".join(f"{silo}: {cv:.3f}" for silo, cv in sorted(self._rank_cv.items(), key=lambda kv: str(kv[0])))
+        log(INFO, "[hfl] round %s (%s clock): CV of rank compute time per silo {%s} (mean %.3f)",
+             row["round"], row["clock"], per_silo, row["rank_cv_mean"])
+
+    @property
+    def rank_history(self):
+        """One row per rank and round (``pandas.DataFrame``): quota, samples, compute, waits, energy."""
+        import pandas as pd
+
+        return pd.DataFrame(self._rank_rows)
+
+    def save_history(self, path) -> None:
+        """The base CSVs, plus the per-rank rows next to them (``<stem>-ranks.csv``)."""
+        from pathlib import Path
+
+        super().save_history(path)
+        path = Path(path)
+        self.rank_history.to_csv(path.with_name(path.stem + "-ranks" + path.suffix), index=False)

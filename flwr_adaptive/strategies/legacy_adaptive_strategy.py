@@ -1,0 +1,197 @@
+"""The adaptive strategy for Flower's legacy Strategy API (``flwr.server.strategy``).
+
+Contract
+--------
+:class:`LegacyAdaptiveStrategy` wraps an inner legacy strategy (``FedAvg`` by default) and changes
+two things:
+
+- ``configure_fit`` lets the inner strategy sample clients and build its ``FitIns``, then returns a
+  **distinct** ``FitIns`` per client whose config adds its quota (``keys.QUOTA``),
+  ``keys.ALLOW_CYCLING`` and ``keys.ROUND`` to the inner strategy's config.
+- ``aggregate_fit`` reads each result's telemetry; results with invalid telemetry are logged and
+  left out, clients in ``failures`` or without a result (round timeout) are logged; the kept
+  results' ``num_examples`` is set per ``weighting`` and the inner strategy aggregates them
+  (``failures`` are passed on unchanged, so the inner ``accept_failures`` still applies to them).
+
+Node ids: ``ClientProxy.cid`` is ``str(node_id)`` in Flower ≥ 1.13; it is parsed to ``int`` when
+possible. Everything else (evaluation, ``initialize_parameters``, ``evaluate``) is the inner
+strategy's.
+
+Cost
+----
+One ``FitIns`` (a dict copy; parameters shared) per client per round; see ``flwr_adaptive.strategies.core``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from logging import WARNING
+from typing import Any, Hashable
+
+from flwr.app import Context
+from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import FedAvg, Strategy
+
+from flwr_adaptive import keys
+from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.reports import ClientReport, parse_report
+
+__all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
+
+
+def node_id_of(proxy: ClientProxy) -> Hashable:
+    """The node id behind a legacy ``ClientProxy`` (int when its cid is numeric)."""
+    try:
+        return int(proxy.cid)
+    except (TypeError, ValueError):
+        return proxy.cid
+
+
+class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
+    """Adaptive sample allocation around a legacy (``flwr.server.strategy``) strategy.
+
+    Parameters
+    ----------
+    strategy : flwr.server.strategy.Strategy, optional
+        The wrapped strategy that samples clients and aggregates (default: ``FedAvg()``).
+    budget : int
+        Samples per round, split among the sampled clients (sums to it exactly).
+    policy : str (default: "time")
+        ``"equal"``, ``"time"``, ``"low-energy"`` or ``"energy"`` (see ``POLICIES``).
+    smoothing : float (default: 0.5)
+        EMA weight of the newest per-sample cost.
+    deadband : float (default: 0.05)
+        Keep the previous split while re-splitting would move less than this fraction of the
+        budget (see ``AllocationController``); 0 re-splits every round.
+    weighting : str (default: "samples")
+        Aggregation weight of each update: ``"samples"`` processed this round, or
+        ``"data-size"`` (each client's local data size; for private non-IID data).
+    allow_cycling : bool (default: False)
+        Let a client whose quota exceeds its local data cycle through it again; when False each
+        quota is capped at the data size the client reports.
+    min_quota : int (default: 1)
+        Smallest quota any client gets.
+    forget_after : int (default: 3)
+        A participant that has not reported for this many of its rounds is treated as new.
+    cost_clip : float (default: 100.0)
+        Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
+    state_dir : str or Path, optional
+        Folder where the controller state is saved after every round and resumed from.
+    context : flwr.app.Context, optional
+        The ServerApp context: the state is also kept in ``context.state``.
+
+    Examples
+    --------
+    In a ``server_fn``::
+
+        strategy = LegacyAdaptiveStrategy(FedAvg(fraction_fit=1.0), budget=6000)
+        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=10))
+    """
+
+    def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
+                 smoothing: float = 0.5, deadband: float = 0.05, weighting: str = "samples",
+                 allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
+                 state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+        self.strategy = FedAvg() if strategy is None else strategy
+        if not isinstance(self.strategy, Strategy):
+            raise ValueError(f"strategy must be a flwr.server.strategy.Strategy, got "
+                             f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
+                             "flwr_adaptive.strategies.AdaptiveStrategy")
+        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, weighting=weighting,
+                              allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
+                              cost_clip=cost_clip, state_dir=state_dir, context=context)
+
+    def __repr__(self) -> str:
+        return f"LegacyAdaptiveStrategy({self.strategy!r}, budget={self.budget}, policy={self.policy!r})"
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        """The inner strategy's initial parameters."""
+        return self.strategy.initialize_parameters(client_manager)
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager
+                      ) -> list[tuple[ClientProxy, FitIns]]:
+        """The inner strategy's ``FitIns``, one distinct copy per client with its quota."""
+        pairs = self.strategy.configure_fit(server_round, parameters, client_manager)
+        by_node = {node_id_of(proxy): (proxy, ins) for proxy, ins in pairs}
+        chosen = self.participants(server_round, list(by_node))
+        quotas = self.quotas_for(server_round, chosen)
+        self.begin_round(server_round, quotas)
+        out = []
+        for node, q in quotas.items():
+            proxy, ins = by_node[node]
+            config = {**ins.config, keys.QUOTA: int(q), keys.ALLOW_CYCLING: self.allow_cycling,
+                      keys.ROUND: server_round}
+            out.append((proxy, FitIns(ins.parameters, config)))
+        return out
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]
+                      ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate."""
+        kept, reports, skipped = self.screen_fit_results(server_round, results, failures)
+        accepted = self.observe_replies(server_round, reports)
+        weights = self.weights(server_round, reports)
+        reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)])))
+                      for proxy, res in kept]
+        if reweighted:
+            params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
+        else:
+            params, metrics = None, {}
+        observed = {r.node_id for r in accepted}
+        self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
+        return params, metrics
+
+    def screen_fit_results(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                           failures: list[tuple[ClientProxy, FitRes] | BaseException]
+                           ) -> tuple[list[tuple[ClientProxy, FitRes]], list[ClientReport], dict[Hashable, str]]:
+        """Split results into usable ones (with reports) and skipped nodes (with a reason)."""
+        skipped: dict[Hashable, str] = {}
+        kept, reports = [], []
+        for proxy, res in results:
+            node = node_id_of(proxy)
+            if node not in self._assigned:
+                log(WARNING, "[adaptive] round %s: result from client %s that was not sent a quota "
+                     "this round: skipped", server_round, node)
+                continue
+            self.note_partition(node, res.metrics)
+            try:
+                report = parse_report(node, res.metrics, self.assigned_quota(node))
+            except ValueError as err:
+                skipped[node] = "invalid"
+                log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
+                continue
+            kept.append((proxy, res))
+            reports.append(report)
+        for failure in failures:
+            if isinstance(failure, BaseException):
+                log(WARNING, "[adaptive] round %s: a client failed: %r; skipped", server_round, failure)
+            else:
+                node = node_id_of(failure[0])
+                skipped[node] = "error"
+                log(WARNING, "[adaptive] round %s: client %s failed (%s); skipped", server_round,
+                     node, failure[1].status.message)
+        answered = {node_id_of(p) for p, _ in results}
+        for node in self._assigned:
+            if node not in answered and node not in skipped:
+                skipped[node] = "no-reply"
+                log(WARNING, "[adaptive] round %s: no result from client %s (error or timeout); "
+                     "skipped", server_round, node)
+        return kept, reports, skipped
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters,
+                           client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
+        """The inner strategy's evaluation instructions, unchanged."""
+        return self.strategy.configure_evaluate(server_round, parameters, client_manager)
+
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]
+                           ) -> tuple[float | None, dict[str, Scalar]]:
+        """The inner strategy's evaluation aggregate."""
+        return self.strategy.aggregate_evaluate(server_round, results, failures)
+
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+        """The inner strategy's centralized evaluation."""
+        return self.strategy.evaluate(server_round, parameters)

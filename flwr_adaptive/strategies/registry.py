@@ -1,0 +1,87 @@
+"""One factory from a policy name to a server strategy: the adaptive policies and the baselines.
+
+Contract
+--------
+``build_strategy(policy, budget=..., ...)`` returns an object with Flower's ``Strategy.start``
+signature plus ``history`` / ``client_history`` / ``save_history`` (one row per round, or per
+round-equivalent for FedAsync), so one ServerApp runs any policy chosen by run config:
+
+============  ============================================================  ======================
+policy        what it does                                                  class
+============  ============================================================  ======================
+equal         every node gets budget / nodes (no adaptation)                 AdaptiveStrategy
+time          split ∝ 1 / time per sample, re-measured every round          AdaptiveStrategy
+low-energy    0.75·time + 0.25·energy cost                                  AdaptiveStrategy
+energy        split ∝ 1 / energy per sample                                 AdaptiveStrategy
+static        time-only split from round 1's measurement, then fixed        StaticProfilingStrategy
+oort          Oort-like selection of ``oort_fraction`` of the nodes,       OortStrategy
+              equal split among them
+fedasync      asynchronous mixing on the virtual clock, equal-share jobs    FedAsyncStrategy
+============  ============================================================  ======================
+
+Cost: construction only.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flwr.app import Context
+from flwr.serverapp.strategy import Strategy
+
+from flwr_adaptive.controller import POLICIES
+from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
+from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
+from flwr_adaptive.strategies.static_profiling_strategy import STATIC, StaticProfilingStrategy
+
+__all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "build_strategy"]
+
+BASELINES = (STATIC, OORT, FEDASYNC)
+POLICY_NAMES = (*POLICIES, *BASELINES)
+LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
+          STATIC: "Static", OORT: "Oort-like", FEDASYNC: "FedAsync"}
+
+def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
+                   oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
+                   fedasync_staleness: str = "polynomial", smoothing: float = 0.5, deadband: float = 0.05,
+                   weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
+                   forget_after: int = 3, cost_clip: float = 100.0, state_dir: str | os.PathLike | None = None,
+                   context: Context | None = None) -> Strategy | FedAsyncStrategy:
+    """The strategy for ``policy`` (one of :data:`POLICY_NAMES`).
+
+    Parameters
+    ----------
+    policy : str
+        ``equal``, ``time``, ``low-energy``, ``energy``, ``static``, ``oort`` or ``fedasync``.
+    budget : int
+        Samples per round (per round-equivalent for FedAsync).
+    strategy : flwr.serverapp.strategy.Strategy, optional
+        The wrapped strategy: sampling and aggregation of the synchronous policies (default
+        ``FedAvg()``); FedAsync mixes on its own and ignores it.
+    num_nodes : int (default: 1)
+        Nodes FedAsync waits for before its first wave.
+    seed : int (default: 0)
+        Seed of Oort's sampling.
+    oort_fraction : float (default: 0.6)
+        Share of the nodes Oort selects per round.
+    fedasync_alpha, fedasync_staleness : float, str
+        FedAsync's mixing weight α and staleness function.
+    smoothing, deadband, weighting, allow_cycling, min_quota, forget_after, cost_clip, state_dir, context
+        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
+        ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
+        ``forget_after``).
+    """
+    if policy not in POLICY_NAMES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    if policy == FEDASYNC:
+        return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
+                                allow_cycling=allow_cycling, min_nodes=num_nodes)
+    common = dict(weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
+                  context=context)
+    if policy == OORT:
+        return OortStrategy(strategy, budget=budget, fraction=oort_fraction, seed=seed, **common)
+    costs = dict(smoothing=smoothing, deadband=deadband, cost_clip=cost_clip)
+    if policy == STATIC:
+        return StaticProfilingStrategy(strategy, budget=budget, policy="time", **costs, **common)
+    return AdaptiveStrategy(strategy, budget=budget, policy=policy, forget_after=forget_after, **costs, **common)

@@ -1,0 +1,155 @@
+"""Server-side reading of the telemetry a wrapped client sends back (see ``flwr_adaptive.clients.telemetry``).
+
+Contract
+--------
+``parse_report(node_id, metrics, quota)`` turns one reply's metrics (a Flower ``MetricRecord`` or
+a legacy ``FitRes.metrics`` dict) into a :class:`ClientReport`, or raises ``ValueError`` naming
+the node, the key and the value when the telemetry is missing or invalid (non-finite, negative
+time, zero samples or more samples than the quota, wrong type). The strategies skip such a reply: it is logged, not fatal.
+The keys are those of :mod:`flwr_adaptive.keys`; nothing else is spelled here.
+
+Cost
+----
+O(number of keys) per reply, pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Hashable, Mapping
+
+from flwr_adaptive import keys
+from flwr_adaptive.controller import Report
+
+__all__ = ["ClientReport", "parse_report"]
+
+NodeId = Hashable  # int node id (Message API, legacy cid parsed) or the legacy cid string
+
+
+@dataclass(frozen=True)
+class ClientReport:
+    """One client's telemetry for one round, validated.
+
+    Attributes
+    ----------
+    node_id : int or str
+        Flower node id of the sender (changes between runs).
+    partition_id : int or None
+        Stable id of the client across runs (``None`` when the client could not tell).
+    quota : int or None
+        Samples the strategy assigned this round (``None`` if it assigned none).
+    samples : int
+        Samples actually processed (per local epoch).
+    time_s : float
+        Seconds of its own compute: emulated device time when ``virtual_clock``, else wall time.
+    cpu_time_s, wall_time_s : float
+        Process CPU seconds and wall seconds of the training call.
+    energy_j : float or None
+        Active joules of that compute; ``None`` when unmeasured.
+    data_size : int or None
+        Local data size; ``None`` when unknown.
+    capped : bool
+        The quota exceeded the local data and cycling was not allowed: fewer samples were used.
+    idle_w : float or None
+        The device's idle power while it waits for the others; ``None`` when unknown.
+    virtual_clock : bool
+        Whether ``time_s`` and ``energy_j`` come from an emulated device (virtual clock).
+    """
+
+    node_id: NodeId
+    partition_id: int | None
+    quota: int | None
+    samples: int
+    time_s: float
+    cpu_time_s: float
+    wall_time_s: float
+    energy_j: float | None
+    data_size: int | None
+    capped: bool
+    idle_w: float | None
+    virtual_clock: bool
+
+    def to_report(self) -> Report:
+        """The controller's view of this round: own compute time, active energy, samples."""
+        return Report(time_s=self.time_s, energy_j=self.energy_j, samples=self.samples)
+
+
+def _number(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> float:
+    if key not in metrics:
+        raise ValueError(f"node {node_id}: telemetry key {key!r} is missing; wrap the client with "
+                         "flwr_adaptive.clients.telemetry (telemetry_train / TelemetryClient)")
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"node {node_id}: telemetry {key!r} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"node {node_id}: telemetry {key!r} must be finite, got {value!r}")
+    return value
+
+
+def _integer(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> int:
+    value = _number(node_id, metrics, key)
+    if value != int(value):
+        raise ValueError(f"node {node_id}: telemetry {key!r} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None) -> ClientReport:
+    """Validate one reply's telemetry.
+
+    Parameters
+    ----------
+    node_id : int or str
+        Sender's node id (for messages and for the error text).
+    metrics : Mapping
+        The reply's metrics (``MetricRecord`` or ``FitRes.metrics``).
+    quota : int or None
+        What the strategy assigned to this node this round.
+
+    Raises
+    ------
+    ValueError
+        A telemetry key is missing, not a finite number, or out of range (``samples`` above
+        ``quota`` included).
+    """
+    samples = _integer(node_id, metrics, keys.SAMPLES)
+    if samples <= 0:
+        raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} must be > 0, got {samples}")
+    if quota is not None and samples > quota:
+        # Budgets are exact (rounds × budget samples in all): a client may process fewer samples
+        # than its quota (capped), never more.
+        raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} = {samples} exceeds the quota of "
+                         f"{quota} it was sent; the client must train on at most its quota "
+                         "(flwr_adaptive.clients.data.quota_data)")
+    time_s = _number(node_id, metrics, keys.TIME_S)
+    if time_s <= 0:
+        raise ValueError(f"node {node_id}: telemetry {keys.TIME_S!r} must be > 0, got {time_s!r}")
+    cpu_s = _number(node_id, metrics, keys.CPU_TIME_S)
+    wall_s = _number(node_id, metrics, keys.WALL_TIME_S)
+    for key, value in ((keys.CPU_TIME_S, cpu_s), (keys.WALL_TIME_S, wall_s)):
+        if value < 0:
+            raise ValueError(f"node {node_id}: telemetry {key!r} must be >= 0, got {value!r}")
+    energy = _number(node_id, metrics, keys.ENERGY_J)
+    if energy < 0 and energy != keys.UNMEASURED_ENERGY:
+        raise ValueError(f"node {node_id}: telemetry {keys.ENERGY_J!r} must be >= 0 "
+                         f"(or {keys.UNMEASURED_ENERGY} for unmeasured), got {energy!r}")
+    data_size = _integer(node_id, metrics, keys.DATA_SIZE)
+    partition = _integer(node_id, metrics, keys.PARTITION_ID)
+    idle_w = _number(node_id, metrics, keys.IDLE_W)
+    capped = _integer(node_id, metrics, keys.QUOTA_CAPPED)
+    virtual = _integer(node_id, metrics, keys.VIRTUAL_CLOCK)
+    return ClientReport(
+        node_id=node_id,
+        partition_id=None if partition < 0 else partition,
+        quota=quota,
+        samples=samples,
+        time_s=time_s,
+        cpu_time_s=cpu_s,
+        wall_time_s=wall_s,
+        energy_j=None if energy < 0 else energy,
+        data_size=None if data_size < 0 else data_size,
+        capped=bool(capped),
+        idle_w=None if idle_w < 0 else idle_w,
+        virtual_clock=bool(virtual),
+    )
