@@ -44,7 +44,6 @@ This module imports only the standard library, numpy and psutil; ``pynvml`` is i
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -55,6 +54,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from flwr_adaptive.devices import DeviceProfile, device_time
+from flwr_adaptive._logging import logger as log
 
 __all__ = [
     "Measurement",
@@ -68,7 +68,6 @@ __all__ = [
     "DEFAULT_WATTS_PER_CORE",
 ]
 
-log = logging.getLogger(__name__)
 
 DEFAULT_WATTS_PER_CORE = 5.0
 """Watts per fully busy core used by :class:`PsutilMeter` when none is given.

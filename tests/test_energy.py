@@ -124,7 +124,7 @@ def test_auto_meter_falls_back_to_psutil_when_rapl_is_denied(tmp_path, monkeypat
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (_ for _ in ()).throw(
         PermissionError(13, "Permission denied", str(self))) if self.name == "energy_uj" else real_read(self, *a, **k))
     # Execute
-    with caplog.at_level(logging.INFO, logger="flwr_adaptive.energy"):
+    with caplog.at_level(logging.INFO, logger="flwr"):
         meter = auto_meter(rapl_root=tmp_path)
     # Assert: it fell back and said why and which
     assert isinstance(meter, PsutilMeter)
@@ -145,7 +145,7 @@ def test_rapl_without_powercap_tree_is_unavailable(tmp_path):
 def test_rapl_missing_requested_dram_measures_the_package_and_warns(tmp_path, caplog):
     # Prepare: no dram zone on this machine
     pkg = make_zone(tmp_path, "intel-rapl:0", "package-0", 0)
-    with caplog.at_level(logging.WARNING, logger="flwr_adaptive.energy"):
+    with caplog.at_level(logging.WARNING, logger="flwr"):
         meter, *_ = rapl(tmp_path, domains=["package-0", "dram"], attribution="none")
     meter.begin_window("w")
     set_energy(pkg, 1_500_000)

@@ -53,7 +53,6 @@ round (``keep_alive=False`` says so explicitly).
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -71,6 +70,7 @@ from flwr_adaptive import keys
 from flwr_adaptive.clients.ddp.driver import equal_quotas, round_summary
 from flwr_adaptive.clients.ddp.launch import LocalDDPGroup
 from flwr_adaptive.clients.ddp.worker import RankTelemetry, RoundPlan, WorkerSpec, default_backend
+from flwr_adaptive._logging import logger as log
 
 __all__ = [
     "Silo",
@@ -84,7 +84,6 @@ __all__ = [
     "SILO_STATE",
 ]
 
-log = logging.getLogger(__name__)
 
 SILO_STATE = "flwr-adaptive-silo"
 """Name of the ``context.state`` record in which a silo keeps its index-stream position."""

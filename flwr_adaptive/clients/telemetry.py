@@ -42,16 +42,15 @@ Three clock reads and one meter window per call, plus the data helper's permutat
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from typing import Any, Callable, Mapping
 
 from flwr_adaptive import keys
 from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
+from flwr_adaptive._logging import logger as log
 
 __all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data"]
 
-log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 MeterSpec = Any  # None (auto_meter), a meter, or a callable (context, server_round) -> meter

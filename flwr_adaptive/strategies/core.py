@@ -47,6 +47,7 @@ import numpy as np
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import POLICIES, AllocationController
+from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
@@ -60,13 +61,8 @@ _STATE_VERSION = 1
 
 
 def log(level: int, msg: str, *args: Any) -> None:
-    """Log on Flower's logger: the line lands next to Flower's own round lines (and in caplog).
-
-    Flower is imported on the first call, so importing this module does not import it.
-    """
-    from flwr.common.logger import log as flwr_log
-
-    flwr_log(level, msg, *args)
+    """Log on Flower's logger (see :mod:`flwr_adaptive._logging`), as ``flwr.common.logger.log`` does."""
+    logger.log(level, msg, *args)
 
 
 class AdaptiveCore(HistoryMixin):

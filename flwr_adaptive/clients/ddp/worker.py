@@ -45,7 +45,6 @@ need) and two copies of the gradient into and out of a flat buffer. Memory: one 
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -58,8 +57,8 @@ import torch.distributed as dist
 from flwr_adaptive.controller import Report
 from flwr_adaptive.ema_batching import EmaBatchSizer
 from flwr_adaptive.schedule import IndexStream, batch_schedule, loss_scales, step_makespan
+from flwr_adaptive._logging import logger as log
 
-log = logging.getLogger(__name__)
 
 __all__ = [
     "BALANCING",
@@ -95,7 +94,7 @@ def default_backend(ranks_per_host: int = 1) -> str:
         return "nccl"
     if (gpus, ranks_per_host) not in _WARNED_GPUS:
         _WARNED_GPUS.add((gpus, ranks_per_host))
-        logging.getLogger(__name__).warning(
+        log.warning(
             "%d ranks on this host but %d visible GPU(s): NCCL needs one GPU per rank, so the ranks run "
             "gloo on the CPUs; give the process more GPUs or pass backend= explicitly", ranks_per_host, gpus)
     return "gloo"
