@@ -60,7 +60,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -71,6 +71,9 @@ from flwr_adaptive.clients.ddp.driver import equal_quotas, round_summary
 from flwr_adaptive.clients.ddp.launch import LocalDDPGroup
 from flwr_adaptive.clients.ddp.worker import RankTelemetry, RoundPlan, WorkerSpec, default_backend
 from flwr_adaptive._logging import logger as log
+
+if TYPE_CHECKING:
+    from flwr.app import Context, Message
 
 __all__ = [
     "Silo",
@@ -367,11 +370,11 @@ def _int_config(config: Mapping[str, Any], key: str) -> int | None:
     return int(value)
 
 
-def silo_train(msg: Any, context: Any, spec: WorkerSpec | Callable[[], WorkerSpec], *, ranks: int = 2,
+def silo_train(msg: Message, context: Context, spec: WorkerSpec | Callable[[], WorkerSpec], *, ranks: int = 2,
                steps: int = 10, budget: int | None = None, slowdowns: SlowdownSpec = None,
                active_watts: Sequence[float | None] | None = None, idle_w: float | None = None,
                data_size: int | None = None, seed: int = 0, backend: str | None = None, timeout_s: float = 30.0,
-               clock: str = "auto", keep_alive: bool = True, max_alive: int = 4) -> Any:
+               clock: str = "auto", keep_alive: bool = True, max_alive: int = 4) -> Message:
     """The body of a silo's ``@app.train()``: one DDP round on the received model and quotas.
 
     Parameters
