@@ -501,7 +501,7 @@ def test_registry_builds_every_policy_and_rejects_unknown_names():
     for p in ("equal", "time", "low-energy", "energy"):
         assert type(built[p]) is AdaptiveStrategy and built[p].policy == p
     with pytest.raises(ValueError, match="unknown policy 'fedprox'; choose one of equal, time, low-energy, energy, "
-                                         "static, oort, fedasync"):
+                                         "min-energy, static, oort, fedasync"):
         build_strategy("fedprox", budget=100)
 
 

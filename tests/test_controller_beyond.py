@@ -98,6 +98,16 @@ def test_affine_split_equalises_fixed_plus_per_sample_time_exactly():
     assert best == pytest.approx(0.02 * 467)
 
 
+@pytest.mark.parametrize("name, w_time, w_energy", [("time", 1.0, 0.0), ("low-energy", 0.75, 0.25)])
+def test_named_policy_with_paper_flag_is_the_paper_controller(name, w_time, w_energy):
+    ids = ["fixed", "plain", 7]
+    a, b = np.array([4.0, 0.0, 1.0]), np.array([0.01, 0.02, 0.005])
+    paper = play(AllocationController(1000, w_time=w_time, w_energy=w_energy), ids, a, b, np.ones(3), rounds=6)
+    flagged = play(AllocationController.from_policy(name, 1000, paper=True), ids, a, b, np.ones(3), rounds=6)
+    assert [s.tolist() for s in flagged] == [s.tolist() for s in paper]
+    assert AllocationController.from_policy(name, 1000).cost_model == "affine"
+
+
 def test_paper_flag_reproduces_the_paper_controller_round_by_round():
     ids = ["fixed", "plain", 7]
     a, b = np.array([4.0, 0.0, 1.0]), np.array([0.01, 0.02, 0.005])

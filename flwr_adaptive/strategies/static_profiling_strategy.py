@@ -77,9 +77,10 @@ class StaticProfilingStrategy(AdaptiveStrategy):
                  profile_rounds: int = 1, smoothing: float = 0.5, deadband: float = 0.05, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, cost_clip: float = 100.0,
                  state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
-        if policy == "equal" or policy not in POLICIES:
+        weighted = [p for p, v in POLICIES.items() if v.objective == "weighted" and (v.w_time or v.w_energy)]
+        if policy not in weighted:
             raise ValueError(f"StaticProfilingStrategy needs cost weights: policy must be one of "
-                             f"{', '.join(p for p in POLICIES if p != 'equal')}, got {policy!r}")
+                             f"{', '.join(weighted)}, got {policy!r}")
         if isinstance(profile_rounds, bool) or not isinstance(profile_rounds, int) or profile_rounds < 1:
             raise ValueError(f"profile_rounds must be an int >= 1, got {profile_rounds!r}")
         self.profile_rounds = profile_rounds
