@@ -14,7 +14,8 @@ Contract
   warning says so); when it exceeds the nodes' local data (cycling off) each trains on all of it.
 - ``observe_replies(round, reports)`` learns each node's partition id, sets ``max_quota`` to the
   local data size when cycling is off, and feeds one :class:`~flwr_adaptive.controller.Report` per
-  client to the controller. An observation the controller rejects is logged and dropped.
+  client to the controller, with the client's idle watts when it reports them (the min-energy
+  policy prices waiting with them). An observation the controller rejects is logged and dropped.
 - ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
   weights" in DESIGN.md): samples processed this round, or the local data size.
 - ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
@@ -74,11 +75,21 @@ class AdaptiveCore(HistoryMixin):
         Samples per round, split among the participating clients (sums to it exactly).
     policy : str (default: "time")
         One of ``flwr_adaptive.controller.POLICIES``: ``"equal"`` (no adaptation), ``"time"``,
-        ``"low-energy"``, ``"energy"``. Energy policies need clients that measure energy.
+        ``"low-energy"``, ``"energy"``, ``"min-energy"``. Energy policies need clients that
+        measure energy; ``"min-energy"`` also counts the idle watts the clients report.
     smoothing : float (default: 0.5)
         EMA weight of the newest per-sample cost.
-    deadband : float (default: 0.05)
-        Keep the previous split when it would move less than this fraction of the budget.
+    deadband : float, optional
+        Hold the current split while re-splitting gains less than this (see
+        ``AllocationController``); 0 re-splits every round. ``None``: the policy's default (2 %
+        predicted gain for the named policies, a 5 % move of the budget with ``paper=True``).
+    slack : float, optional
+        ``policy="min-energy"`` only: rounds may last up to ``1 + slack`` times the shortest
+        possible (``math.inf``: no limit). ``None``: the policy's default (0.1).
+    paper : bool (default: False)
+        The paper's estimation and deadband (per-sample costs, no drift detection, the
+        total-variation deadband) instead of the named policy's (see
+        ``AllocationController.from_policy``).
     weighting : str (default: "samples")
         Aggregation weight of each update: ``"samples"`` processed this round (FedAvg; right when
         any client may take any sample) or ``"data-size"``, the client's local data size (keeps
@@ -108,7 +119,9 @@ class AdaptiveCore(HistoryMixin):
         policy: str = "time",
         *,
         smoothing: float = 0.5,
-        deadband: float = 0.05,
+        deadband: float | None = None,
+        slack: float | None = None,
+        paper: bool = False,
         weighting: str = "samples",
         allow_cycling: bool = False,
         min_quota: int = 1,
@@ -123,13 +136,22 @@ class AdaptiveCore(HistoryMixin):
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if weighting not in WEIGHTINGS:
             raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+        if slack is not None and POLICIES[policy].objective != "min-energy":
+            minimal = [p for p, v in POLICIES.items() if v.objective == "min-energy"]
+            raise ValueError(f"slack={slack!r} applies to policy {' or '.join(map(repr, minimal))} only, not "
+                             f"{policy!r}: drop slack or choose that policy")
+        if not isinstance(paper, bool):
+            raise ValueError(f"paper must be True or False, got {paper!r}")
         self.budget = int(budget)
         self.policy = policy
+        self.paper = paper
         self.weighting = weighting
         self.allow_cycling = bool(allow_cycling)
         self.min_quota = min_quota
-        self._controller_kwargs = dict(smoothing=smoothing, deadband=deadband, min_quota=min_quota,
-                                       forget_after=forget_after, cost_clip=cost_clip)
+        # deadband / slack left out when None: the policy's own default applies.
+        self._controller_kwargs = dict(smoothing=smoothing, min_quota=min_quota, forget_after=forget_after,
+                                       cost_clip=cost_clip)
+        self._controller_kwargs.update({k: v for k, v in (("deadband", deadband), ("slack", slack)) if v is not None})
         self.controller = self.make_controller()
         self.state_path = None if not state_dir else Path(state_dir) / STATE_FILE
         self.context = context
@@ -148,7 +170,7 @@ class AdaptiveCore(HistoryMixin):
     # ------------------------------------------------------------------ overridable hooks
     def make_controller(self) -> AllocationController:
         """The controller for ``self.policy`` (baselines override this or the hooks below)."""
-        return AllocationController.from_policy(self.policy, self.budget, **self._controller_kwargs)
+        return AllocationController.from_policy(self.policy, self.budget, paper=self.paper, **self._controller_kwargs)
 
     def participants(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
         """Who trains this round among the nodes the inner strategy sampled: all of them."""
@@ -252,6 +274,8 @@ class AdaptiveCore(HistoryMixin):
                 log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
                      server_round, r.node_id, err)
                 continue
+            if r.idle_w is not None:  # parse_report screened it: finite, >= 0
+                self.controller.set_idle_power(key, r.idle_w)
             accepted.append(r)
         return accepted
 

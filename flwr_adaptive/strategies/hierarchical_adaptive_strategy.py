@@ -18,7 +18,7 @@ clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks
   lists are invalid is skipped like any bad reply. A silo that replies with another number of
   ranks than the quotas it was sent (its ranks setting changed; it split evenly) is aggregated and
   observed as usual and re-planned for its new k from the next round. Each rank's own compute time, energy and
-  samples feed the controller; silo models are averaged by the inner strategy, weighted by
+  samples feed the controller (with an equal share of the silo's reported idle watts); silo models are averaged by the inner strategy, weighted by
   samples (or data size, see ``weighting``).
 - A failed silo (error reply, e.g. ranks that could not start) is skipped for that round and is
   sent its whole budget again next round: there is no probation, because its share could not
@@ -167,13 +167,21 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     steps : int
         Optimizer steps of each silo's DDP round (sent as ``keys.DDP_STEPS``).
     policy : str (default: "time")
-        ``"equal"`` (even split inside every silo), ``"time"``, ``"low-energy"``, ``"energy"``.
+        ``"equal"`` (even split inside every silo), ``"time"``, ``"low-energy"``, ``"energy"``,
+        ``"min-energy"`` (each silo's ranks: least active + idle energy within ``slack``; a
+        silo's reported idle watts are shared evenly among its ranks).
     min_rank_quota : int, optional
         Smallest quota of a rank (default ``steps``: one sample per step, so no rank idles
         through a step). A silo whose k ranks cannot all get it splits its budget evenly.
-    deadband : float (default: 0.02)
-        As for the controller; below the PMA default because re-splitting inside a silo moves
-        neither data nor models.
+    deadband : float, optional
+        As for the controller. ``None``: the policy's default (a 2 % predicted gain for the
+        named policies; a 5 % move of the budget with ``paper=True``).
+    slack : float, optional
+        ``policy="min-energy"`` only: a silo's round may last up to ``1 + slack`` times the
+        shortest possible (``math.inf``: no limit). ``None``: the policy's default (0.1).
+    paper : bool (default: False)
+        The paper's estimation and deadband (per-sample costs, no drift detection, the
+        total-variation deadband) instead of the named policy's.
     smoothing : float (default: 0.5)
         EMA weight of the newest per-sample cost.
     weighting : str (default: "samples")
@@ -195,7 +203,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int, steps: int, policy: str = "time",
-                 min_rank_quota: int | None = None, deadband: float = 0.02, smoothing: float = 0.5,
+                 min_rank_quota: int | None = None, deadband: float | None = None, slack: float | None = None,
+                 paper: bool = False, smoothing: float = 0.5,
                  weighting: str = "samples", forget_after: int = 3, cost_clip: float = 100.0,
                  state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
@@ -215,7 +224,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._rank_cv: dict[Hashable, float] = {}  # this round's CV of rank compute time, per silo
         if strategy is None:
             strategy = FedAvg(train_metrics_aggr_fn=aggregate_silo_metrics)
-        super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, min_quota=int(min_rank),
+        super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, slack=slack, paper=paper,
+                         min_quota=int(min_rank),
                          allow_cycling=True, smoothing=smoothing, weighting=weighting, forget_after=forget_after,
                          cost_clip=cost_clip, state_dir=state_dir, context=context)
         from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
@@ -236,7 +246,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     # ------------------------------------------------------------------ overridable hooks
     def make_controller(self) -> AllocationController:
         """One controller over all ranks, one group per silo (groups are added as silos report)."""
-        return AllocationController.from_policy(self.policy, {}, groups={}, **self._controller_kwargs)
+        return AllocationController.from_policy(self.policy, {}, groups={}, paper=self.paper,
+                                                **self._controller_kwargs)
 
     def silo_budget(self, silo: Hashable) -> int:
         """Samples per round of ``silo`` (its partition id, or ``"node-<id>"`` when unknown): ``budget``."""
@@ -298,6 +309,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 except ValueError as err:
                     ok = False
                     log(WARNING, "[hfl] round %s: observation of rank %s dropped: %s", server_round, rid, err)
+                    continue
+                if r.idle_w is not None:  # one figure for the silo (screened: finite, >= 0), shared evenly
+                    self.controller.set_idle_power(rid, r.idle_w / len(ranks))
             if ok:
                 accepted.append(r)
         return accepted

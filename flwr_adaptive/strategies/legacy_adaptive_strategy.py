@@ -60,12 +60,20 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     budget : int
         Samples per round, split among the sampled clients (sums to it exactly).
     policy : str (default: "time")
-        ``"equal"``, ``"time"``, ``"low-energy"`` or ``"energy"`` (see ``POLICIES``).
+        ``"equal"``, ``"time"``, ``"low-energy"``, ``"energy"`` or ``"min-energy"`` (see
+        ``POLICIES``). ``"min-energy"`` minimises active + idle energy within ``slack``.
     smoothing : float (default: 0.5)
         EMA weight of the newest per-sample cost.
-    deadband : float (default: 0.05)
-        Keep the previous split while re-splitting would move less than this fraction of the
-        budget (see ``AllocationController``); 0 re-splits every round.
+    deadband : float, optional
+        Keep the current split while re-splitting gains less than this (see
+        ``AllocationController``); 0 re-splits every round. ``None``: the policy's default
+        (a 2 % predicted gain for the named policies; a 5 % move of the budget with ``paper=True``).
+    slack : float, optional
+        ``policy="min-energy"`` only: rounds may last up to ``1 + slack`` times the shortest
+        possible (``math.inf``: no limit). ``None``: the policy's default (0.1).
+    paper : bool (default: False)
+        The paper's estimation and deadband (per-sample costs, no drift detection, the
+        total-variation deadband) instead of the named policy's.
     weighting : str (default: "samples")
         Aggregation weight of each update: ``"samples"`` processed this round, or
         ``"data-size"`` (each client's local data size; for private non-IID data).
@@ -92,7 +100,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     """
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
-                 smoothing: float = 0.5, deadband: float = 0.05, weighting: str = "samples",
+                 smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
+                 paper: bool = False, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
                  state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
@@ -100,7 +109,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
             raise ValueError(f"strategy must be a flwr.server.strategy.Strategy, got "
                              f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                              "flwr_adaptive.strategies.AdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, weighting=weighting,
+        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, slack=slack,
+                              paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
                               cost_clip=cost_clip, state_dir=state_dir, context=context)
 

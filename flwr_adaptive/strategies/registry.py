@@ -13,6 +13,7 @@ equal         every node gets budget / nodes (no adaptation)                 Ada
 time          split ∝ 1 / time per sample, re-measured every round          AdaptiveStrategy
 low-energy    0.75·time + 0.25·energy cost                                  AdaptiveStrategy
 energy        split ∝ 1 / energy per sample                                 AdaptiveStrategy
+min-energy    least active + idle energy, rounds ≤ (1 + slack) × shortest   AdaptiveStrategy
 static        time-only split from round 1's measurement, then fixed        StaticProfilingStrategy
 oort          Oort-like selection of ``oort_fraction`` of the nodes,       OortStrategy
               equal split among them
@@ -40,12 +41,13 @@ __all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "build_strategy"]
 BASELINES = (STATIC, OORT, FEDASYNC)
 POLICY_NAMES = (*POLICIES, *BASELINES)
 LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
+          "min-energy": "Min-energy",
           STATIC: "Static", OORT: "Oort-like", FEDASYNC: "FedAsync"}
 
 def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
                    oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
-                   fedasync_staleness: str = "polynomial", smoothing: float = 0.5, deadband: float = 0.05,
-                   weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
+                   fedasync_staleness: str = "polynomial", smoothing: float = 0.5, deadband: float | None = None,
+                   slack: float | None = None, paper: bool = False, weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
                    forget_after: int = 3, cost_clip: float = 100.0, state_dir: str | os.PathLike | None = None,
                    context: Context | None = None) -> Strategy | FedAsyncStrategy:
     """The strategy for ``policy`` (one of :data:`POLICY_NAMES`).
@@ -53,7 +55,8 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
     Parameters
     ----------
     policy : str
-        ``equal``, ``time``, ``low-energy``, ``energy``, ``static``, ``oort`` or ``fedasync``.
+        ``equal``, ``time``, ``low-energy``, ``energy``, ``min-energy``, ``static``, ``oort`` or
+        ``fedasync``.
     budget : int
         Samples per round (per round-equivalent for FedAsync).
     strategy : flwr.serverapp.strategy.Strategy, optional
@@ -67,10 +70,18 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
         Share of the nodes Oort selects per round.
     fedasync_alpha, fedasync_staleness : float, str
         FedAsync's mixing weight α and staleness function.
-    smoothing, deadband, weighting, allow_cycling, min_quota, forget_after, cost_clip, state_dir, context
+    deadband : float, optional
+        ``None``: the policy's default (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
+    slack : float, optional
+        ``min-energy`` only: rounds may last up to ``1 + slack`` times the shortest possible;
+        ``None``: the policy's default (0.1).
+    paper : bool (default: False)
+        The paper's estimation and deadband for ``time`` / ``low-energy`` / ``energy`` /
+        ``min-energy`` (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
+    smoothing, weighting, allow_cycling, min_quota, forget_after, cost_clip, state_dir, context
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
-        ``forget_after``).
+        ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
     """
     if policy not in POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
@@ -84,4 +95,5 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
     costs = dict(smoothing=smoothing, deadband=deadband, cost_clip=cost_clip)
     if policy == STATIC:
         return StaticProfilingStrategy(strategy, budget=budget, policy="time", **costs, **common)
-    return AdaptiveStrategy(strategy, budget=budget, policy=policy, forget_after=forget_after, **costs, **common)
+    return AdaptiveStrategy(strategy, budget=budget, policy=policy, slack=slack, paper=paper,
+                            forget_after=forget_after, **costs, **common)

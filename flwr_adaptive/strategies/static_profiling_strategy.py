@@ -53,8 +53,9 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         Rounds whose telemetry is used before the split freezes.
     smoothing : float (default: 0.5)
         EMA weight of the newest per-sample cost while profiling.
-    deadband : float (default: 0.05)
-        As for ``AdaptiveStrategy`` (applies while profiling).
+    deadband : float, optional
+        As for ``AdaptiveStrategy`` (applies while profiling); ``None``: 0, the split follows
+        the profile exactly.
     weighting : str (default: "samples")
         Aggregation weight of each update: ``"samples"`` processed this round, or
         ``"data-size"`` (each client's local data size; for private non-IID data).
@@ -74,7 +75,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     """
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
-                 profile_rounds: int = 1, smoothing: float = 0.5, deadband: float = 0.05, weighting: str = "samples",
+                 profile_rounds: int = 1, smoothing: float = 0.5, deadband: float | None = None, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, cost_clip: float = 100.0,
                  state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
         weighted = [p for p, v in POLICIES.items() if v.objective == "weighted" and (v.w_time or v.w_energy)]

@@ -55,12 +55,19 @@ __all__ = ["make_apps", "HflApps", "DEFAULTS", "silo_ranks", "silo_devices", "ta
 
 DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 5, "num-silos": 3, "silo-budget": 600, "steps": 10, "ranks": "2",
-    "task": "mnist", "smoothing": 0.5, "deadband": 0.02, "weighting": "samples", "seed": 0, "lr": 0.0,
+    "task": "mnist", "smoothing": 0.5, "deadband": -1.0, "slack": -1.0, "paper": False,
+    "weighting": "samples", "seed": 0, "lr": 0.0,
     "timeout": 600.0, "rank-timeout": 30.0, "backend": "auto", "keep-alive": True, "drift-round": 0,
     "drift-factor": 2.0, "out-dir": "", "state-dir": "", "audit-dir": "",
 }
 
 SiloSpec = Callable[[int, int, dict], WorkerSpec]
+
+
+def policy_default(value: float) -> float | None:
+    """A run-config number where a negative value stands for "the policy's default" (``None``)."""
+    value = float(value)
+    return None if value < 0 else value
 
 
 def silo_ranks(pattern: str | int, partition_id: int) -> int:
@@ -175,7 +182,8 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
             FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
                    train_metrics_aggr_fn=aggregate_silo_metrics),
             budget=int(cfg["silo-budget"]), steps=int(cfg["steps"]), policy=policy,
-            smoothing=float(cfg["smoothing"]), deadband=float(cfg["deadband"]), weighting=str(cfg["weighting"]),
+            smoothing=float(cfg["smoothing"]), deadband=policy_default(cfg["deadband"]),
+            slack=policy_default(cfg["slack"]), paper=bool(cfg["paper"]), weighting=str(cfg["weighting"]),
             state_dir=cfg["state-dir"] or None)
         apps.strategy = strategy
         model = task.make_model(seed=int(cfg["seed"]))

@@ -3,7 +3,8 @@ or a baseline) with centralized evaluation on the task's holdout after every rou
 
 With ``out-dir``: ``history-<policy>.csv`` (per round), ``history-<policy>-clients.csv`` (per
 client) and ``summary-<policy>.json``, whose ``"status"`` is ``"finished"`` only when every round
-ran (``flwr run`` exits 0 even when a run failed, so callers check that file).
+ran (``flwr run`` exits 0 even when a run failed, so callers check that file). A negative
+``deadband`` or ``slack`` (the defaults) means the policy's own default.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from pma_app.task import DEFAULTS, load_task, run_config
 app = ServerApp()
 
 
+def policy_default(value: float) -> float | None:
+    """A run-config number where a negative value stands for "the policy's default" (``None``)."""
+    value = float(value)
+    return None if value < 0 else value
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run ``num-server-rounds`` of PMA with the chosen policy."""
@@ -37,7 +44,8 @@ def main(grid: Grid, context: Context) -> None:
         budget=int(cfg["budget"]), num_nodes=n, seed=int(cfg["seed"]),
         oort_fraction=float(cfg["oort-fraction"]), fedasync_alpha=float(cfg["fedasync-alpha"]),
         fedasync_staleness=str(cfg["fedasync-staleness"]), smoothing=float(cfg["smoothing"]),
-        deadband=float(cfg["deadband"]), weighting=str(cfg["weighting"]),
+        deadband=policy_default(cfg["deadband"]), slack=policy_default(cfg["slack"]),
+        paper=bool(cfg["paper"]), weighting=str(cfg["weighting"]),
         allow_cycling=bool(cfg["allow-cycling"]), state_dir=cfg["state-dir"] or None)
     model = task.make_model(seed=int(cfg["seed"]))
 

@@ -23,7 +23,7 @@ __all__ = ["DEFAULTS", "CPU_CLOCK", "run_config", "load_task", "load_partition",
 
 DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 10, "budget": 2200, "task": "mnist", "num-clients": 11,
-    "smoothing": 0.5, "deadband": 0.05, "weighting": "samples", "allow-cycling": True, "jitter": 0.05,
+    "smoothing": 0.5, "deadband": -1.0, "slack": -1.0, "paper": False, "weighting": "samples", "allow-cycling": True, "jitter": 0.05,
     "seed": 0, "lr": 0.0, "timeout": 600.0, "out-dir": "", "state-dir": "",
     "oort-fraction": 0.6, "fedasync-alpha": 0.6, "fedasync-staleness": "polynomial",
 }
