@@ -183,3 +183,21 @@ def test_hierarchical_min_energy_shares_the_silo_idle_watts_among_its_ranks(silo
         strategy.aggregate_train(rnd, [_silo_reply(msgs[0], 0, silo_idle_w)])
     # Assert: with idle draw nobody should wait; without it the 10 W rank takes what the slack allows
     assert plans[-1] == expected
+
+
+# --------------------------------------------------------------------------- the apps' run configs
+@pytest.mark.parametrize("app, module", [("pma", "pma_app"), ("hfl", "hfl_app")])
+def test_apps_run_configs_declare_the_policy_defaults_as_negative_numbers(app, module):
+    import importlib
+    import tomllib
+
+    from experiments import APPS_DIR
+
+    # Prepare: flwr run refuses -c keys the app config does not declare
+    config = tomllib.loads((APPS_DIR / app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    task = importlib.import_module(f"{module}.task")
+    # Assert: a negative deadband / slack stands for the policy's default (None); paper is off
+    assert task.DEFAULTS == config
+    assert (config["deadband"], config["slack"], config["paper"]) == (-1.0, -1.0, False)
+    policy_default = getattr(task, "policy_default", None) or importlib.import_module(f"{module}.server_app").policy_default
+    assert policy_default(-1.0) is None and policy_default(0.0) == 0.0 and policy_default(0.3) == 0.3
