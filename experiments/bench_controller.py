@@ -3,7 +3,7 @@
 Usage: ``.venv/bin/python -m experiments.bench_controller [--repeats 7]``
 
 Prints a table (wall clock, best of ``--repeats``) for 10, 1,000, 10,000 and 100,000
-participants next to the targets of DESIGN.md (≤ 1 ms at 1,000, ≤ 100 ms at 100,000). Reports
+participants next to the targets in docs/controller.md (≤ 1 ms at 1,000, ≤ 100 ms at 100,000). Reports
 are built before timing; their construction is the client's work, not the controller's.
 """
 

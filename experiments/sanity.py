@@ -5,7 +5,7 @@ Usage: ``.venv/bin/python -m experiments.sanity [--tasks mnist weather sentiment
 
 Each task trains one model on its whole training part (a seeded shuffle per epoch, the task's
 default batch size and learning rate), evaluates on the fixed holdout after every epoch, and
-prints a table next to the targets of issue 5: MNIST ≥ 90 % holdout accuracy, sentiment ≥ 65 %
+prints a table next to the targets (docs/tasks.md): MNIST ≥ 90 % holdout accuracy, sentiment ≥ 65 %
 (and above the majority class), weather MSE below the persistence forecast, and each run
 (loading included) ≤ 60 s of **wall** time. Times are wall clock (``time.perf_counter``) and
 process CPU time (``time.process_time``), torch on ``--threads`` threads. Exit status 1 when a

@@ -33,7 +33,7 @@ POLICY_NAMES = ("equal", "time", "low-energy")
 
 @dataclass(frozen=True)
 class VirtualRun:
-    """Settings of one virtual-clock comparison (defaults are the README's main job)."""
+    """Settings of one virtual-clock comparison (defaults are those of ``./run.sh --virtual``)."""
 
     rounds: int = 10
     budget: int = 6000

@@ -12,7 +12,7 @@ model version by one; ``s`` is one of the staleness functions of Xie, Koyejo & G
 - ``hinge``:      s(t) = 1 if t ≤ b, else 1 / (a·(t − b) + 1)
 
 ``VirtualClockQueue`` orders finished jobs by their finish time on the virtual clock so that an
-asynchronous run can be replayed in emulated-device time (DESIGN.md, "Honest clocks") no matter
+asynchronous run can be replayed in emulated-device time (docs/energy.md, "The virtual clock") no matter
 in which order the real processes finished. Default values (α = 0.6, a = 0.5 for polynomial,
 a = 10 and b = 4 for hinge) are ours, inside the ranges the paper explores.
 

@@ -1,7 +1,7 @@
 """The one place where config and metric keys are named.
 
 The strategy sends config keys to clients; clients send metric keys back. Both sides import these
-names, the README documents them, and nothing else spells them out.
+names, docs/keys.md documents them, and nothing else spells them out.
 """
 
 # Server -> client (ConfigRecord / FitIns.config)

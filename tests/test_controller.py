@@ -1,4 +1,4 @@
-"""AllocationController: the algorithm of DESIGN.md, example by example and as properties."""
+"""AllocationController: the algorithm of docs/controller.md, example by example and as properties."""
 
 from __future__ import annotations
 

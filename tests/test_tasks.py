@@ -1,4 +1,4 @@
-"""clients/tasks: loaders, holdouts, partitioners, source choice, train-on-exact-indices, sanity.
+"""flwr_adaptive.clients.tasks: loaders, holdouts, partitioners, source choice, train-on-exact-indices, sanity.
 
 Offline sources only; the hub path is exercised with a fake Flower Datasets split.
 """

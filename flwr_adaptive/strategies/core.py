@@ -17,7 +17,7 @@ Contract
   client to the controller, with the client's idle watts when it reports them (the min-energy
   policy prices waiting with them). An observation the controller rejects is logged and dropped.
 - ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
-  weights" in DESIGN.md): samples processed this round, or the local data size.
+  weights" in docs/integration.md): samples processed this round, or the local data size.
 - ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
   (all of them here; selection baselines override it).
 - Faults: a node whose reply was skipped (error, timeout, invalid telemetry) is on probation for

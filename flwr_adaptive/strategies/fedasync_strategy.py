@@ -11,7 +11,7 @@ restarts at once on the newest model. The server mixes each arriving update
 (:class:`~flwr_adaptive.fedasync_mixer.FedAsyncMixer`: constant, polynomial ``(s+1)^-a`` or hinge);
 staleness = model versions mixed since the job's model was sent.
 
-Arrival order is the **virtual clock's** (DESIGN.md, "Honest clocks"): a job that starts at
+Arrival order is the **virtual clock's** (docs/energy.md, "The virtual clock"): a job that starts at
 virtual time ``t`` finishes at ``t + time_s``, the device time its client reports. The replay
 keeps finished jobs in a :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest
 finisher, mixes its update, sends that node its next job on the new model and **waits for the
