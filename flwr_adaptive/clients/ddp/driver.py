@@ -11,9 +11,9 @@ It does no I/O and knows no processes, so the local launcher, the ``torchrun`` e
 Flower silo client all use it the same way.
 
 Policies: ``"equal"`` (no controller: the budget split evenly), the controller's policies
-(``"time"``, ``"low-energy"``, ``"energy"``) and ``"ema"`` (the per-step EMA batch-sizing
-baseline; its split moves inside the round, so the driver hands out equal quotas that only fix
-each step's global batch).
+(``"time"``, ``"low-energy"``, ``"energy"``, ``"min-energy"``; see docs/controller.md) and
+``"ema"`` (the per-step EMA batch-sizing baseline; its split moves inside the round, so the
+driver hands out equal quotas that only fix each step's global batch).
 
 Cost
 ----
