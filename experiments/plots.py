@@ -71,6 +71,19 @@ def plot_comparison(folder: str | Path) -> Path:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.plots [FOLDER]``: redraw ``comparison.png`` of a comparison's results."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Redraw comparison.png from the CSVs of a comparison run.")
+    ap.add_argument("folder", nargs="?", default=str(Path(__file__).resolve().parent.parent / "results" / "flower"),
+                    help="results folder of `python -m experiments.compare` (default: results/flower)")
+    args = ap.parse_args(argv)
+    if not Path(args.folder).is_dir():
+        ap.error(f"{args.folder} is not a folder: run `python -m experiments.compare` (or ./run.sh) first")
+    print(f"plot: {plot_comparison(args.folder)}")
+    return 0
+
+
 if __name__ == "__main__":
-    target = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent.parent / "results" / "flower")
-    print(f"plot: {plot_comparison(target)}")
+    sys.exit(main())
