@@ -119,11 +119,12 @@ def test_bad_replies_are_skipped_before_fedavg_which_would_raise_on_them():
     with pytest.raises(InconsistentMessageReplies):
         plain.aggregate_train(1, [replies[0], replies[3]])
     arrays, _ = strategy.aggregate_train(1, replies)
-    # Assert: only node 1's update is aggregated; the others are logged with a reason
-    np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [1.0, 1.0])
+    # Assert: nodes 1 and 4 are aggregated (4's extra key is left out of the metric average, not
+    # the reply: consistency is what aggregation needs); the others are logged with a reason
+    np.testing.assert_array_equal(arrays.to_numpy_ndarrays()[0], [2.5, 2.5])
     status = strategy.client_history.set_index("node_id")["status"].to_dict()
-    assert status == {9001: "ok", 9002: "error", 9003: "invalid", 9004: "inconsistent"}
-    assert strategy.controller.estimates() == {0: (0.001, None)}
+    assert status == {9001: "ok", 9002: "error", 9003: "invalid", 9004: "ok"}
+    assert strategy.controller.estimates() == {0: (0.001, None), 3: (0.001, None)}
 
 
 def test_a_reply_claiming_more_samples_than_its_quota_is_invalid_and_not_counted(caplog):

@@ -42,6 +42,7 @@ Three clock reads and one meter window per call, plus the data helper's permutat
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Any, Callable, Mapping
 
@@ -89,6 +90,31 @@ def _int_of(config: Mapping[str, Any], key: str, default: int | None) -> int | N
     return int(value)
 
 
+_SAID: set[str] = set()  # fallbacks already logged in this process (said once, not every round)
+
+
+def _usable(measurement: Any) -> Any:
+    """The meter's measurement, or ``None`` (wall time, no energy) when its seconds are unusable.
+
+    A meter that returns NaN, infinite, zero or negative seconds would make every reply of the
+    node invalid (the server skips such telemetry), so the node would train at the minimum quota
+    for the whole run: its wall time is reported instead, and this is logged once per process.
+    """
+    if measurement is None:
+        return None
+    try:
+        seconds = float(measurement.seconds)
+    except (TypeError, ValueError, AttributeError):
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds > 0:
+        return measurement
+    if "bad-seconds" not in _SAID:
+        _SAID.add("bad-seconds")
+        log.warning("energy meter %s returned %r seconds; reporting wall time and no energy instead (said "
+                    "once)", getattr(measurement, "source", type(measurement).__name__), seconds)
+    return None
+
+
 class Measured:
     """The outcome of one measured training call; ``metrics()`` gives the telemetry keys."""
 
@@ -102,7 +128,7 @@ class Measured:
 
     def metrics(self, num_examples: Any = None) -> dict[str, int | float]:
         """The telemetry keys (see the module docstring) as plain ints and floats."""
-        m = self.measurement
+        m = _usable(self.measurement)
         time_s = float(m.seconds) if m is not None else self.wall_s
         joules = m.joules if m is not None else None
         w = self.window

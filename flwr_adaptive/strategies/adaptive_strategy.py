@@ -30,6 +30,7 @@ copied); screening is O(replies × keys); see ``flwr_adaptive.strategies.core`` 
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable
 from logging import INFO, WARNING
@@ -42,6 +43,8 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, describe_removed,
+                                                harmonize_metrics)
 
 __all__ = ["AdaptiveStrategy"]
 
@@ -125,7 +128,16 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         """The inner strategy's messages, each with its own ConfigRecord carrying its quota."""
-        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        messages = self._one_per_node(server_round, list(self.strategy.configure_train(server_round, arrays,
+                                                                                       config, grid)))
+        try:
+            self.note_connected(grid.get_node_ids())
+        except Exception:  # noqa: BLE001 - a grid that cannot list its nodes: ownership stays as it is
+            pass
+        try:
+            self._reference_layout: ArrayLayout | None = array_layout(arrays)
+        except Exception:  # noqa: BLE001 - an unusual model record: replies are compared with each other
+            self._reference_layout = None
         chosen = self.participants(server_round, [m.metadata.dst_node_id for m in messages])
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
@@ -134,7 +146,35 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             node = msg.metadata.dst_node_id
             if node in quotas:
                 out.append(self._with_quota(msg, quotas[node], server_round))
+        # The Grid sets each message's id in place when it sends it: replies are matched to nodes
+        # through ``reply_to`` (Flower's own error replies come from the SuperLink, not the node).
+        self._sent = {m.metadata.dst_node_id: m for m in out}
+        self._sent_at = time.time()
         return out
+
+    def _one_per_node(self, server_round: int, messages: list[Message]) -> list[Message]:
+        """The messages with one per destination: a node listed twice trains (and counts) once."""
+        seen: set[Hashable] = set()
+        out = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            if node in seen:
+                log(WARNING, "[adaptive] round %s: node %s was listed twice by the grid; it is sent one "
+                     "message", server_round, node)
+                continue
+            seen.add(node)
+            out.append(msg)
+        return out
+
+    def sender_of(self, msg: Message) -> Hashable:
+        """The node a reply answers for: by ``reply_to`` (the message we sent it), else its source.
+
+        Flower answers a message whose node went offline with an error reply from the SuperLink
+        (source node id 1) whose ``reply_to`` is our message: it is attributed to that node.
+        """
+        by_id = {m.metadata.message_id: n for n, m in getattr(self, "_sent", {}).items() if m.metadata.message_id}
+        node = by_id.get(msg.metadata.reply_to_message_id)
+        return msg.metadata.src_node_id if node is None else node
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
         extra = {keys.QUOTA: int(quota), keys.ALLOW_CYCLING: self.allow_cycling,
@@ -154,11 +194,13 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Screen the replies, observe the telemetry, set weights, let the inner aggregate."""
         kept, reports, skipped = self.screen_train_replies(server_round, list(replies))
+        self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
-        for msg in kept:
+        for msg, report in zip(kept, reports):
             metrics = next(iter(msg.content.metric_records.values()))
-            metrics[self.weighted_by_key] = weights[msg.metadata.src_node_id]
+            metrics[self.weighted_by_key] = weights[report.node_id]
+        self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
@@ -169,12 +211,18 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         """Split replies into usable ones (with their reports) and skipped ones (with a reason)."""
         skipped: dict[Hashable, str] = {}
         candidates: list[tuple[Message, ClientReport]] = []
+        answered: set[Hashable] = set()
         for msg in replies:
-            node = msg.metadata.src_node_id
+            node = self.sender_of(msg)
             if node not in self._assigned:
                 log(WARNING, "[adaptive] round %s: reply from node %s that was not sent a quota "
                      "this round: skipped", server_round, node)
                 continue
+            if node in answered:
+                log(WARNING, "[adaptive] round %s: node %s replied more than once; only its first reply "
+                     "counts", server_round, node)
+                continue
+            answered.add(node)
             if msg.has_error():
                 skipped[node] = "error"
                 log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
@@ -196,8 +244,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
                 continue
             candidates.append((msg, report))
-        kept_pairs = self._majority(server_round, candidates, skipped, train=True)
-        answered = {m.metadata.src_node_id for m in replies}
+        kept_pairs = self._usable_arrays(server_round, candidates, skipped)
         for node in self._assigned:
             if node not in answered:
                 skipped[node] = "no-reply"
@@ -205,33 +252,51 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                      "skipped", server_round, node)
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
-    def _majority(self, server_round: int, pairs: list[tuple[Message, Any]],
-                  skipped: dict[Hashable, str], train: bool) -> list[tuple[Message, Any]]:
-        """Keep the replies whose record keys match the most common key layout."""
-        if not pairs:
-            return []
+    def _usable_arrays(self, server_round: int, pairs: list[tuple[Message, ClientReport]],
+                       skipped: dict[Hashable, str]) -> list[tuple[Message, ClientReport]]:
+        """Keep the replies whose arrays match the model sent (names, shapes, dtypes) and are finite.
 
-        def layout(msg: Message) -> tuple:
-            content = msg.content
-            metric_keys = frozenset().union(*(r.keys() for r in content.metric_records.values()))
-            if train:  # the weight key is set by us on every kept reply
-                metric_keys = metric_keys | {self.weighted_by_key}
-            array_keys = tuple((name, frozenset(rec.keys())) for name, rec in content.array_records.items())
-            return (array_keys if train else (), metric_keys)
-
-        layouts = [layout(m) for m, _ in pairs]
-        common = Counter(layouts).most_common(1)[0][0]
+        Without a known model layout (``configure_train`` not called) the most common layout among
+        the replies is the reference.
+        """
+        reference = getattr(self, "_reference_layout", None)
+        if reference is None and pairs:
+            layouts = []
+            for msg, _ in pairs:
+                try:
+                    layouts.append(tuple(sorted(array_layout(next(iter(msg.content.array_records.values()))).items())))
+                except Exception:  # noqa: BLE001 - undecodable: check_arrays says why below
+                    layouts.append(())
+            reference = dict(Counter(layouts).most_common(1)[0][0])
         kept = []
-        for (msg, extra), lay in zip(pairs, layouts):
-            if lay == common:
-                kept.append((msg, extra))
-            else:
-                node = msg.metadata.src_node_id
-                skipped[node] = "inconsistent"
-                log(WARNING, "[adaptive] round %s: node %s replied with record keys that differ "
-                     "from the other nodes' (%s vs %s); skipped", server_round, node,
-                     sorted(lay[1] ^ common[1]), "the majority")
+        for msg, report in pairs:
+            reason = check_arrays(next(iter(msg.content.array_records.values())), reference)
+            if reason is None:
+                kept.append((msg, report))
+                continue
+            skipped[report.node_id] = "invalid"
+            log(WARNING, "[adaptive] round %s: node %s: %s; skipped (its update would break or corrupt "
+                 "the average)", server_round, report.node_id, reason)
         return kept
+
+    #: Whether list metrics must have one length across replies (Flower's default metric average
+    #: zips them strictly); the hierarchical strategy's per-rank lists differ in length.
+    strict_metric_lists: bool = True
+
+    def harmonize(self, server_round: int, kept: list[Message], nodes: list[Hashable], train: bool) -> None:
+        """Make the kept replies' metric keys consistent, in place, for the inner aggregation.
+
+        Consistency is decided on what aggregation needs: every reply keeps the keys all kept
+        replies carry (telemetry and the weight key were validated already); a key only some send
+        is removed from those replies with one log line. Nobody is skipped for an extra key, so a
+        colluding majority cannot get an honest minority left out.
+        """
+        required = {self.weighted_by_key, *keys.TELEMETRY_KEYS} if train else set()
+        removed = harmonize_metrics([m.content for m in kept], required, self.strict_metric_lists)
+        if removed:
+            log(WARNING, "[adaptive] round %s: metric keys not sent alike by every kept reply are left out "
+                 "of the %s metric average: %s", server_round, "train" if train else "evaluation",
+                 describe_removed(removed, nodes))
 
     # ------------------------------------------------------------------ evaluate
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -241,14 +306,19 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Drop error replies and inconsistent ones, then the inner strategy aggregates."""
-        skipped: dict[Hashable, str] = {}
-        ok = []
+        kept: list[Message] = []
+        seen: set[Hashable] = set()
         for msg in replies:
+            node = msg.metadata.src_node_id
+            if node in seen:
+                log(WARNING, "[adaptive] round %s: node %s sent more than one evaluation reply; only its "
+                     "first counts", server_round, node)
+                continue
+            seen.add(node)
             if msg.has_error() or len(msg.content.metric_records) != 1:
                 log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
-                     server_round, msg.metadata.src_node_id,
-                     msg.error.reason if msg.has_error() else "expected one MetricRecord")
+                     server_round, node, msg.error.reason if msg.has_error() else "expected one MetricRecord")
                 continue
-            ok.append((msg, None))
-        kept = [m for m, _ in self._majority(server_round, ok, skipped, train=False)]
+            kept.append(msg)
+        self.harmonize(server_round, kept, [m.metadata.src_node_id for m in kept], train=False)
         return self.strategy.aggregate_evaluate(server_round, kept) if kept else None

@@ -36,10 +36,10 @@ Per round: one ``allocate`` and one ``observe`` per client (see the controller: 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
-import tempfile
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any, Hashable, Iterable, Mapping, Sequence
@@ -52,6 +52,8 @@ from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.state_file import (StateFileError, check_state_dir, read_state, set_aside,
+                                                 write_atomic)
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
@@ -153,13 +155,14 @@ class AdaptiveCore(HistoryMixin):
                                        cost_clip=cost_clip)
         self._controller_kwargs.update({k: v for k, v in (("deadband", deadband), ("slack", slack)) if v is not None})
         self.controller = self.make_controller()
-        self.state_path = None if not state_dir else Path(state_dir) / STATE_FILE
+        self.state_path = None if not state_dir else check_state_dir(state_dir) / STATE_FILE
         self.context = context
         self._partition_of: dict[Hashable, int] = {}  # node id -> partition id (this run)
         self._owner: dict[int, Hashable] = {}  # partition id -> the node keyed by it (see _keys)
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
         self._caps: dict[Hashable, int] = {}  # controller id -> local data size (cycling off)
         self._probation: set[Hashable] = set()  # node ids that failed in their last round
+        self._unavailable: set[Hashable] = set()  # node ids whose last assigned round got no usable answer
         self._last_trained: dict[Hashable, int] = {}  # node id -> last round it was sent a quota
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows: list[dict[str, Any]] = []
@@ -266,8 +269,12 @@ class AdaptiveCore(HistoryMixin):
                 continue  # a probe of min_quota samples says "alive", not what a sample costs
             key = self._keys([r.node_id])[0]
             if not self.allow_cycling and r.data_size is not None:
-                self._caps[key] = max(r.data_size, self._min_of())
-                self.controller.set_max_quota(key, self._caps[key])
+                try:
+                    self.controller.set_max_quota(key, max(r.data_size, self._min_of()))
+                    self._caps[key] = max(r.data_size, self._min_of())
+                except (ValueError, OverflowError) as err:
+                    log(WARNING, "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
+                        server_round, r.data_size, r.node_id, err)
             try:
                 self.controller.observe(key, r.to_report())
             except ValueError as err:
@@ -386,55 +393,171 @@ class AdaptiveCore(HistoryMixin):
                 "rounds": self._rounds_done, "controller": self.controller.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state_dict()`` output (node ids are not part of it: they change)."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported adaptive strategy state version {state.get('version')!r}; "
-                             f"this release reads version {_STATE_VERSION}: delete the state file")
-        self.controller.load_state_dict(state["controller"])
-        self._rounds_done = int(state["rounds"])
+        """Resume from ``state_dict()`` output (node ids are not part of it: they change).
+
+        Raises
+        ------
+        StateFileError
+            The state is not one this strategy wrote, or its numbers cannot be computed with
+            (another version, a truncated or tampered controller state: non-positive costs,
+            quotas that do not sum to the budget…). Nothing is changed then.
+        ValueError
+            The state was saved under another policy: resuming it would apply one policy's
+            estimates to another's objective.
+        """
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            version = state.get("version") if isinstance(state, Mapping) else None
+            raise StateFileError(f"unsupported adaptive strategy state version {version!r}; this "
+                                 f"release reads version {_STATE_VERSION}")
+        if state.get("policy") != self.policy:
+            raise ValueError(f"the saved state was written under policy {state.get('policy')!r}, this "
+                             f"strategy runs policy {self.policy!r}; resume with policy="
+                             f"{state.get('policy')!r}, or use a fresh state_dir (or delete the state) to "
+                             f"start {self.policy!r} from scratch")
+        rounds = state.get("rounds")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+            raise StateFileError(f"the saved round count {rounds!r} is not an int >= 0")
+        controller = self.make_controller()
+        try:
+            controller.load_state_dict(copy.deepcopy(state["controller"]))
+        except Exception as err:  # noqa: BLE001 - any malformed field: the state is unusable
+            raise StateFileError(f"the controller state cannot be loaded ({type(err).__name__}: {err})") from None
+        self._check_controller(controller)
+        self.controller = controller
+        self._rounds_done = rounds
+
+    def _check_controller(self, controller: AllocationController) -> None:
+        """Refuse a loaded controller whose numbers cannot be computed with (``StateFileError``).
+
+        Every estimate must be a finite positive time per sample (and a finite energy >= 0), the
+        committed split must sum to its budget, and one ``allocate`` over its participants (on a
+        copy) must succeed and sum exactly: a truncated array or a tampered quota fails here, at
+        start-up, and not in round 2.
+        """
+        try:
+            for pid, (tau, eps) in controller.estimates().items():
+                if not (math.isfinite(tau) and tau > 0) or (eps is not None and not (math.isfinite(eps) and eps >= 0)):
+                    raise StateFileError(f"participant {pid!r} has cost estimates ({tau!r} s, {eps!r} J per "
+                                         "sample); they must be finite, the time > 0 and the energy >= 0")
+            current = controller.current
+            if any(isinstance(q, bool) or not isinstance(q, int) or q < 0 for q in current.values()):
+                raise StateFileError(f"the saved split holds quotas that are not ints >= 0: {current}")
+            groups = controller.groups
+            budgets = controller.budget if isinstance(controller.budget, dict) else {None: controller.budget}
+            sums: dict[Any, int] = {}
+            for pid, q in current.items():
+                group = None if groups is None else groups.get(pid)
+                sums[group] = sums.get(group, 0) + q
+            for group, total in sums.items():
+                if total not in (0, budgets.get(group)):
+                    raise StateFileError(f"the saved split gives {total} samples"
+                                         f"{'' if group is None else f' to group {group!r}'} for a budget of "
+                                         f"{budgets.get(group)}")
+            if current:
+                probe = copy.deepcopy(controller)
+                split = probe.allocate(list(current))
+                for group in sums:
+                    got = sum(q for pid, q in split.items() if (None if groups is None else groups.get(pid)) == group)
+                    if got != budgets.get(group):
+                        raise StateFileError(f"the saved state splits {got} samples for a budget of {budgets.get(group)}")
+        except StateFileError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a state that makes the controller fail is unusable
+            raise StateFileError(f"the controller fails on the saved state ({type(err).__name__}: {err})") from None
 
     def save_state(self) -> None:
-        """Write the state to ``state_dir`` (atomically) and/or the ServerApp context."""
+        """Write the state to ``state_dir`` (atomically and durably) and/or the ServerApp context."""
         if self.state_path is None and self.context is None:
             return
         text = json.dumps(self.state_dict())
         if self.state_path is not None:
-            self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".adaptive-", suffix=".json")
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.state_path)
+            write_atomic(self.state_path, text)
         if self.context is not None:
             from flwr.app import ConfigRecord
 
             self.context.state[CONTEXT_STATE_KEY] = ConfigRecord({"json": text})
 
     def _resume(self) -> None:
-        text = None
+        """Resume from the ServerApp context, else from ``state_dir``; set aside what cannot be used.
+
+        A state saved under another policy is refused (``ValueError`` at construction, with the
+        fix). A file that is empty, truncated, not this strategy's or holds numbers the controller
+        cannot compute with is renamed ``<file>.bad-<time>`` with one warning and the strategy
+        starts fresh (the costs are learned again in a round or two): never a crash in round 2,
+        never a silent use of bad numbers.
+        """
+        fix = "the strategy starts without it and learns the costs again"
         if self.context is not None and CONTEXT_STATE_KEY in self.context.state:
-            text = self.context.state[CONTEXT_STATE_KEY]["json"]
-        elif self.state_path is not None and self.state_path.exists():
-            text = self.state_path.read_text()
-        if text:
-            self.load_state_dict(json.loads(text))
-            log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done,
-                 self.state_path or "ServerApp context")
+            where = "the ServerApp context"
+            try:
+                state = json.loads(self.context.state[CONTEXT_STATE_KEY]["json"])
+                self.load_state_dict(state)
+            except StateFileError as err:
+                log(WARNING, "[adaptive] saved state in %s is unusable: %s; %s", where, err, fix)
+                del self.context.state[CONTEXT_STATE_KEY]
+                return
+            except (KeyError, TypeError, RecursionError) as err:
+                log(WARNING, "[adaptive] saved state in %s is unusable (%s); %s", where, err, fix)
+                del self.context.state[CONTEXT_STATE_KEY]
+                return
+            except ValueError as err:
+                if isinstance(err, json.JSONDecodeError):
+                    log(WARNING, "[adaptive] saved state in %s is not valid JSON (%s); %s", where, err, fix)
+                    del self.context.state[CONTEXT_STATE_KEY]
+                    return
+                raise ValueError(f"{err} (state in {where})") from None
+        elif self.state_path is not None:
+            where = str(self.state_path)
+            try:
+                state = read_state(self.state_path, fix)
+                if state is None:
+                    return
+                self.load_state_dict(state)
+            except StateFileError as err:
+                moved = set_aside(self.state_path)
+                log(WARNING, "[adaptive] state file %s is unusable: %s; it was moved to %s and %s",
+                    where, str(err).replace(f"; {fix}", ""), moved, fix)
+                return
+            except ValueError as err:
+                raise ValueError(f"{err} (state file {where})") from None
+        else:
+            return
+        log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done, where)
 
     # ------------------------------------------------------------------ helpers
     def _min_of(self) -> int:
         return int(self.min_quota) if isinstance(self.min_quota, (int, np.integer)) else 0
 
+    def note_outcomes(self, skipped: Mapping[Hashable, str], answered: Iterable[Hashable]) -> None:
+        """Remember which nodes are gone (error or no reply: e.g. Flower's NODE_UNAVAILABLE) and
+        which answered, before the round's replies are observed (see ``_keys``)."""
+        self._unavailable |= {n for n, why in skipped.items() if why in ("error", "no-reply")}
+        self._unavailable -= set(answered)
+
+    def note_connected(self, node_ids: Iterable[Hashable]) -> None:
+        """Nodes the grid no longer lists are gone (their partition may be taken over)."""
+        connected = set(node_ids)
+        self._unavailable |= {n for n in self._owner.values() if n not in connected}
+
     def _keys(self, node_ids: Iterable[Hashable]) -> list[Hashable]:
         """Controller ids of these nodes: the one rule, the same answer in every call of a run.
 
         A node's key is its partition id once known, else ``"node-<id>"``. The first node keyed
-        with a partition owns it for the run; a second node claiming the same partition is keyed
-        ``"node-<id>"`` (its own estimate, quotas and cap) and a warning names both.
+        with a partition owns it. A node that claims the partition of an owner that is gone (its
+        last assigned round ended in an error or without a reply: a SuperNode restarts with a new
+        node id) takes the partition over, with its estimate, quotas and cap (logged once). A
+        second node claiming the partition of a live owner is keyed ``"node-<id>"`` (its own
+        estimate, quotas and cap) and a warning names both.
         """
         out = []
         for n in node_ids:
             part = self._partition_of.get(n)
             owner = None if part is None else self._owner.setdefault(part, n)
+            if owner is not None and owner != n and owner in self._unavailable:
+                log(INFO, "[adaptive] node %s takes over partition %s from node %s, which is gone (no usable "
+                    "answer in its last round): it continues that partition's estimate", n, part, owner)
+                self._owner[part] = owner = n
+                self._probation.discard(n)
             if owner is not None and owner != n:
                 self._warn_once(f"dup-{part}-{n}", "[adaptive] node %s claims partition id %s, which "
                                 "node %s already has: it is kept apart as node-%s; set a distinct "

@@ -78,14 +78,15 @@ class RankReport:
         return Report(time_s=self.time_s, energy_j=self.energy_j, samples=self.samples)
 
 
-def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_samples: int | None = None
-                       ) -> list[RankReport]:
+def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_samples: int | None = None,
+                       max_ranks: int | None = None) -> list[RankReport]:
     """Validate a silo's per-rank lists (``keys.SILO_RANK_KEYS``).
 
     Raises
     ------
     ValueError
-        A list is missing or not a list, the lists differ in length or are empty, an entry is not
+        A list is missing or not a list, longer than ``max_ranks`` (checked before any entry is
+        read), the lists differ in length or are empty, an entry is not
         a finite number of the right sign (samples ints >= 0, seconds >= 0, energy >= 0 or
         ``keys.UNMEASURED_ENERGY``), or the ranks' samples do not add up to ``silo_samples``.
     """
@@ -97,6 +98,9 @@ def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_sampl
         value = metrics[key]
         if not isinstance(value, list):
             raise ValueError(f"node {node_id}: per-rank telemetry {key!r} must be a list, got {value!r}")
+        if max_ranks is not None and len(value) > max_ranks:
+            raise ValueError(f"node {node_id}: per-rank telemetry {key!r} has {len(value)} entries, more than "
+                             f"the {max_ranks} ranks this silo's budget can plan")
         for v in value:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"node {node_id}: per-rank telemetry {key!r} holds {v!r}; expected finite numbers")
@@ -201,6 +205,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     """
 
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
+    strict_metric_lists = False  # per-rank lists differ in length across silos (aggregate_silo_metrics)
+    #: Most ranks one silo may report (its per-rank lists are screened against it before they are read).
+    max_silo_ranks_limit: int = 1024
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int, steps: int, policy: str = "time",
                  min_rank_quota: int | None = None, deadband: float | None = None, slack: float | None = None,
@@ -277,6 +284,13 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             self._rank_plan = {node: [int(split[rid]) for rid in ids] for node, _, ids in ranked}
         return {node: self.silo_budget(silo) for node, silo in zip(node_ids, silo_keys)}
 
+    def max_silo_ranks(self, silo: Hashable) -> int:
+        """Most ranks ``silo`` may report: what its budget can plan (each rank at least
+        ``min_rank_quota``), at most ``max_silo_ranks_limit``. Longer per-rank lists are screened
+        (the reply is skipped, nothing of it is stored): a silo that restarts with more ranks
+        within this bound is re-planned, a hostile list cannot grow the state."""
+        return max(1, min(self.max_silo_ranks_limit, self.silo_budget(silo) // max(self._min_of(), 1)))
+
     def rank_quotas(self, node_id: Hashable) -> list[int] | None:
         """The per-rank quotas ``configure_train`` sends ``node_id`` this round (``None``: it splits evenly).
 
@@ -343,7 +357,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         for msg, report in zip(kept, reports):
             metrics = next(iter(msg.content.metric_records.values()))
             try:
-                ranks = parse_rank_reports(report.node_id, metrics, report.samples)
+                ranks = parse_rank_reports(report.node_id, metrics, report.samples,
+                                           max_ranks=self.max_silo_ranks(self._keys([report.node_id])[0]))
             except ValueError as err:
                 skipped[report.node_id] = "invalid"
                 log(WARNING, "[hfl] round %s: %s; skipped", server_round, err)

@@ -30,7 +30,7 @@ from logging import WARNING
 from typing import Any, Hashable
 
 from flwr.app import Context
-from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar
+from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
@@ -38,6 +38,7 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
@@ -125,7 +126,17 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                       ) -> list[tuple[ClientProxy, FitIns]]:
         """The inner strategy's ``FitIns``, one distinct copy per client with its quota."""
         pairs = self.strategy.configure_fit(server_round, parameters, client_manager)
-        by_node = {node_id_of(proxy): (proxy, ins) for proxy, ins in pairs}
+        try:
+            self._reference_layout: ArrayLayout | None = ndarray_layout(parameters_to_ndarrays(parameters))
+        except Exception:  # noqa: BLE001 - parameters of another tensor type: results are compared with each other
+            self._reference_layout = None
+        by_node: dict[Hashable, tuple[ClientProxy, FitIns]] = {}
+        for proxy, ins in pairs:
+            if node_id_of(proxy) in by_node:
+                log(WARNING, "[adaptive] round %s: client %s was sampled twice; it is sent one FitIns",
+                    server_round, node_id_of(proxy))
+                continue
+            by_node[node_id_of(proxy)] = (proxy, ins)
         chosen = self.participants(server_round, list(by_node))
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
@@ -142,6 +153,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                       ) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate."""
         kept, reports, skipped = self.screen_fit_results(server_round, results, failures)
+        self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)])))
@@ -160,18 +172,30 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         """Split results into usable ones (with reports) and skipped nodes (with a reason)."""
         skipped: dict[Hashable, str] = {}
         kept, reports = [], []
+        seen: set[Hashable] = set()
         for proxy, res in results:
             node = node_id_of(proxy)
             if node not in self._assigned:
                 log(WARNING, "[adaptive] round %s: result from client %s that was not sent a quota "
                      "this round: skipped", server_round, node)
                 continue
-            self.note_partition(node, res.metrics)
+            if node in seen:
+                log(WARNING, "[adaptive] round %s: client %s returned more than one result; only its first "
+                    "counts", server_round, node)
+                continue
+            seen.add(node)
+            metrics = res.metrics if isinstance(res.metrics, dict) else {}
+            self.note_partition(node, metrics)
             try:
-                report = parse_report(node, res.metrics, self.assigned_quota(node))
+                report = parse_report(node, metrics, self.assigned_quota(node))
             except ValueError as err:
                 skipped[node] = "invalid"
                 log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
+                continue
+            if reason := self._arrays_problem(res):
+                skipped[node] = "invalid"
+                log(WARNING, "[adaptive] round %s: client %s: %s; skipped (its update would break or corrupt "
+                    "the average)", server_round, node, reason)
                 continue
             kept.append((proxy, res))
             reports.append(report)
@@ -190,6 +214,14 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: no result from client %s (error or timeout); "
                      "skipped", server_round, node)
         return kept, reports, skipped
+
+    def _arrays_problem(self, res: FitRes) -> str | None:
+        """Why ``res.parameters`` cannot be averaged into the model (``None``: they can)."""
+        try:
+            arrays = parameters_to_ndarrays(res.parameters)
+        except Exception as err:  # noqa: BLE001 - undecodable parameters are the client's fault
+            return f"parameters cannot be decoded ({type(err).__name__}: {err})"
+        return check_ndarrays(arrays, getattr(self, "_reference_layout", None))
 
     def configure_evaluate(self, server_round: int, parameters: Parameters,
                            client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:

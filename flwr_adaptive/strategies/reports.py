@@ -5,7 +5,9 @@ Contract
 ``parse_report(node_id, metrics, quota)`` turns one reply's metrics (a Flower ``MetricRecord`` or
 a legacy ``FitRes.metrics`` dict) into a :class:`ClientReport`, or raises ``ValueError`` naming
 the node, the key and the value when the telemetry is missing or invalid (non-finite, negative
-time, zero samples or more samples than the quota, wrong type). The strategies skip such a reply: it is logged, not fatal.
+time, zero samples or more samples than the quota, wrong type, a count beyond ``MAX_COUNT``, a
+time or energy per sample outside ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, where the controller's
+arithmetic would underflow to 0 or overflow). The strategies skip such a reply: it is logged, not fatal.
 The keys are those of :mod:`flwr_adaptive.keys`; nothing else is spelled here.
 
 Cost
@@ -22,7 +24,16 @@ from typing import Any, Hashable, Mapping
 from flwr_adaptive import keys
 from flwr_adaptive.controller import Report
 
-__all__ = ["ClientReport", "parse_report"]
+__all__ = ["ClientReport", "parse_report", "MAX_COUNT", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE"]
+
+#: Largest sample count, data size or partition id a reply may state: the largest integer a float
+#: holds exactly (the controller's quotas are exact up to it). Anything larger is not a real
+#: partition and would overflow the controller's int64 bounds.
+MAX_COUNT = 2**53 - 1
+#: Range of the seconds (and joules) per sample a reply may imply. Outside it the per-sample cost
+#: underflows to 0 or overflows in the controller's arithmetic (``5e-324`` s for 2 samples is 0).
+MIN_PER_SAMPLE = 1e-150
+MAX_PER_SAMPLE = 1e150
 
 NodeId = Hashable  # int node id (Message API, legacy cid parsed) or the legacy cid string
 
@@ -82,7 +93,11 @@ def _number(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> float:
     value = metrics[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"node {node_id}: telemetry {key!r} must be a number, got {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float range
+        raise ValueError(f"node {node_id}: telemetry {key!r} must be finite, got an integer of "
+                         f"{int(value).bit_length()} bits") from None
     if not math.isfinite(value):
         raise ValueError(f"node {node_id}: telemetry {key!r} must be finite, got {value!r}")
     return value
@@ -92,7 +107,18 @@ def _integer(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> int:
     value = _number(node_id, metrics, key)
     if value != int(value):
         raise ValueError(f"node {node_id}: telemetry {key!r} must be a whole number, got {value!r}")
+    if abs(value) > MAX_COUNT:
+        raise ValueError(f"node {node_id}: telemetry {key!r} = {value!r} is beyond the largest supported "
+                         f"count {MAX_COUNT}")
     return int(value)
+
+
+def _per_sample(node_id: NodeId, key: str, value: float, samples: int) -> None:
+    per = value / samples
+    if not MIN_PER_SAMPLE <= per <= MAX_PER_SAMPLE:
+        raise ValueError(f"node {node_id}: telemetry {key!r} = {value!r} for {samples} samples is "
+                         f"{per!r} per sample, outside the computable range [{MIN_PER_SAMPLE:g}, "
+                         f"{MAX_PER_SAMPLE:g}]")
 
 
 def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None) -> ClientReport:
@@ -125,6 +151,7 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
     time_s = _number(node_id, metrics, keys.TIME_S)
     if time_s <= 0:
         raise ValueError(f"node {node_id}: telemetry {keys.TIME_S!r} must be > 0, got {time_s!r}")
+    _per_sample(node_id, keys.TIME_S, time_s, samples)
     cpu_s = _number(node_id, metrics, keys.CPU_TIME_S)
     wall_s = _number(node_id, metrics, keys.WALL_TIME_S)
     for key, value in ((keys.CPU_TIME_S, cpu_s), (keys.WALL_TIME_S, wall_s)):
@@ -134,6 +161,8 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
     if energy < 0 and energy != keys.UNMEASURED_ENERGY:
         raise ValueError(f"node {node_id}: telemetry {keys.ENERGY_J!r} must be >= 0 "
                          f"(or {keys.UNMEASURED_ENERGY} for unmeasured), got {energy!r}")
+    if energy > 0:
+        _per_sample(node_id, keys.ENERGY_J, energy, samples)
     data_size = _integer(node_id, metrics, keys.DATA_SIZE)
     partition = _integer(node_id, metrics, keys.PARTITION_ID)
     idle_w = _number(node_id, metrics, keys.IDLE_W)

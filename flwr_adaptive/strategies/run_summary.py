@@ -6,7 +6,11 @@ Contract
 ``experiments``, a user's CI) read this file instead. :class:`RunSummary` writes it at the
 start with ``"status": "started"``, keeps one entry per evaluated round (``add_round``) and, in
 ``finish``, sets ``"status"`` to ``"finished"`` only when every round ran (else
-``"incomplete"``). Without an ``out_dir`` nothing is written; the dict is still kept in ``data``.
+``"incomplete"``), or to ``"failed"`` with an ``"error"`` when no round aggregated a single reply
+(the model is still the initial one: e.g. a timeout shorter than a round). ``check()`` then raises,
+so the ServerApp ends as failed (``flwr list`` shows ``finished:failed``) rather than normally.
+:func:`rounds_trained` counts the rounds of a strategy's history that aggregated a reply.
+Without an ``out_dir`` nothing is written; the dict is still kept in ``data``.
 
 Cost
 ----
@@ -20,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["RunSummary"]
+__all__ = ["RunSummary", "rounds_trained"]
 
 
 class RunSummary:
@@ -49,14 +53,42 @@ class RunSummary:
         """Record the holdout metrics after ``server_round`` (0: the initial model)."""
         self.data["rounds"].append({"round": server_round, **{k: float(v) for k, v in metrics.items()}})
 
-    def finish(self, done: bool, server_wall_s: float) -> None:
-        """Close the run: ``"finished"`` when ``done`` (every round ran), else ``"incomplete"``."""
+    def finish(self, done: bool, server_wall_s: float, trained_rounds: int | None = None) -> str:
+        """Close the run and return its status.
+
+        ``"failed"`` when ``trained_rounds == 0`` (no reply was aggregated in any round), else
+        ``"finished"`` when ``done`` (every round ran), else ``"incomplete"``.
+        """
         self.data["server_wall_s"] = server_wall_s
-        self.data["status"] = "finished" if done else "incomplete"
+        if trained_rounds is not None:
+            self.data["rounds_trained"] = int(trained_rounds)
+        if trained_rounds == 0:
+            self.data["status"] = "failed"
+            self.data["error"] = ("no reply was aggregated in any round: the model is the initial one. Check "
+                                  "the server log for skipped replies; a round timeout shorter than a "
+                                  "round's training, clients that fail, or no connected node are the usual "
+                                  "causes")
+        else:
+            self.data["status"] = "finished" if done else "incomplete"
         self.write()
+        return self.data["status"]
+
+    def check(self) -> None:
+        """Raise ``RuntimeError`` with the summary's error when the run failed (call after ``finish``)."""
+        if self.data["status"] == "failed":
+            where = f" (summary: {self.path})" if self.path is not None else ""
+            raise RuntimeError(f"run of policy {self.data['policy']!r} failed: {self.data['error']}{where}")
 
     def write(self) -> None:
         """Write the file now (no-op without ``out_dir``)."""
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.data, indent=1))
+
+
+def rounds_trained(strategy: Any) -> int:
+    """Rounds of ``strategy.history`` that aggregated at least one reply (its ``clients`` column)."""
+    history = strategy.history
+    if len(history) == 0 or "clients" not in history:
+        return 0
+    return int((history["clients"] > 0).sum())

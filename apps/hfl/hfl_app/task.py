@@ -49,7 +49,7 @@ from flwr_adaptive.clients.silo import audit_reads, silo_train
 from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.devices import get_testbed, slowdown_at
 from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
-from flwr_adaptive.strategies.run_summary import RunSummary
+from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 
 __all__ = ["make_apps", "HflApps", "DEFAULTS", "silo_ranks", "silo_devices", "task_silo_spec"]
 
@@ -201,6 +201,7 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
         wall = time.perf_counter() - started
         if out_dir is not None:
             strategy.save_history(out_dir / f"history-{policy}.csv")
-        summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall)
+        summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall, rounds_trained(strategy))
+        summary.check()  # a run that aggregated nothing ends as failed, not normally
 
     return apps

@@ -17,7 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from flwr_adaptive.strategies import build_strategy
-from flwr_adaptive.strategies.run_summary import RunSummary
+from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 from pma_app.task import DEFAULTS, load_task, run_config
 
 app = ServerApp()
@@ -62,4 +62,5 @@ def main(grid: Grid, context: Context) -> None:
     wall = time.perf_counter() - started
     if out_dir is not None:
         strategy.save_history(out_dir / f"history-{policy}.csv")
-    summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall)
+    summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall, rounds_trained(strategy))
+    summary.check()  # a run that aggregated nothing ends as failed, not normally

@@ -1,0 +1,173 @@
+"""Screening of untrusted replies: what the inner aggregation needs, checked before it runs.
+
+Contract
+--------
+Clients are untrusted: a reply may carry arrays of another shape or dtype than the model that was
+sent, non-finite weights, metric keys the others do not send, or come twice. The strategies call
+these functions before the inner Flower strategy (``FedAvg``…) sees a reply, so that one reply can
+neither stop the round (Flower's aggregation raises on a shape mismatch or on replies whose keys
+differ) nor corrupt the global model (one NaN weight makes the average NaN):
+
+- :func:`array_layout` and :func:`check_arrays` compare a reply's arrays with the layout of the
+  model the server sent (same names, shapes and dtypes) and require finite values. The layout the
+  server sent is the reference, not the majority's: a colluding majority cannot make the model
+  change shape.
+- :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
+- :func:`harmonize_metrics` decides key consistency on what aggregation needs: every kept reply
+  keeps the metric keys that **all** kept replies carry with a value of the same kind (number, or
+  list of one length when ``strict_lists``); other keys are removed from the replies that carry
+  them, so an extra key sent by a majority never gets the minority skipped. Records are renamed to
+  one name per kind, as Flower's consistency check requires.
+
+Every function returns a reason (a short string for the log line) or ``None``; none raises on
+hostile input.
+
+Cost
+----
+One pass over each reply's arrays (``Array.numpy()`` once, as the inner aggregation does anyway)
+and O(replies × keys) for the metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["ArrayLayout", "array_layout", "ndarray_layout", "check_arrays", "check_ndarrays",
+           "harmonize_metrics", "metric_kind", "describe_removed"]
+
+ArrayLayout = dict[str, tuple[tuple[int, ...], str]]  # array name -> (shape, dtype)
+
+
+def array_layout(record: Any) -> ArrayLayout:
+    """``{name: (shape, dtype)}`` of a Flower ``ArrayRecord`` (what a reply must match)."""
+    return {str(name): (tuple(int(d) for d in arr.shape), str(arr.dtype)) for name, arr in record.items()}
+
+
+def ndarray_layout(arrays: Sequence[np.ndarray]) -> ArrayLayout:
+    """The layout of a list of numpy arrays (legacy ``Parameters``), keyed by position."""
+    return {str(i): (tuple(a.shape), str(a.dtype)) for i, a in enumerate(arrays)}
+
+
+def _finite_reason(name: str, values: np.ndarray) -> str | None:
+    if values.dtype.kind in "fc" and values.size and not np.isfinite(values).all():
+        bad = int(values.size - np.isfinite(values).sum())
+        return f"array {name!r} holds {bad} non-finite value(s) (NaN or inf)"
+    return None
+
+
+def _layout_reason(layout: ArrayLayout, reference: ArrayLayout) -> str | None:
+    if set(layout) != set(reference):
+        missing, extra = sorted(set(reference) - set(layout)), sorted(set(layout) - set(reference))
+        return f"arrays {sorted(layout)[:5]} do not match the model's (missing {missing[:5]}, extra {extra[:5]})"
+    for name, (shape, dtype) in layout.items():
+        if (shape, dtype) != reference[name]:
+            want_shape, want_dtype = reference[name]
+            return (f"array {name!r} has shape {shape} and dtype {dtype}, the model's has shape "
+                    f"{want_shape} and dtype {want_dtype}")
+    return None
+
+
+def check_arrays(record: Any, reference: ArrayLayout | None) -> str | None:
+    """Why a reply's ``ArrayRecord`` cannot be averaged into the model, or ``None`` when it can.
+
+    Parameters
+    ----------
+    record : flwr.app.ArrayRecord
+        The reply's arrays.
+    reference : dict, optional
+        Layout of the model the server sent (:func:`array_layout`); ``None`` checks finiteness only.
+    """
+    try:
+        layout = array_layout(record)
+        if reference is not None and (reason := _layout_reason(layout, reference)):
+            return reason
+        for name, arr in record.items():
+            values = arr.numpy()
+            if tuple(values.shape) != layout[str(name)][0] or str(values.dtype) != layout[str(name)][1]:
+                return f"array {name!r} declares shape {layout[str(name)][0]} but holds {values.shape}"
+            if reason := _finite_reason(str(name), values):
+                return reason
+    except Exception as err:  # noqa: BLE001 - any undecodable array is the client's fault, not ours
+        return f"arrays cannot be decoded ({type(err).__name__}: {err})"
+    return None
+
+
+def check_ndarrays(arrays: Sequence[np.ndarray], reference: ArrayLayout | None) -> str | None:
+    """:func:`check_arrays` for the legacy API's deserialised ``Parameters``."""
+    layout = ndarray_layout(arrays)
+    if reference is not None and (reason := _layout_reason(layout, reference)):
+        return reason.replace("array '", "array #").replace("' has", " has")
+    for i, values in enumerate(arrays):
+        if reason := _finite_reason(str(i), np.asarray(values)):
+            return reason
+    return None
+
+
+def metric_kind(value: Any, strict_lists: bool) -> Any:
+    """What Flower's metric aggregation needs to be equal across replies: number, or list (+ length)."""
+    if isinstance(value, list):
+        return ("list", len(value)) if strict_lists else ("list",)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return ("number",)
+    return ("other", type(value).__name__)
+
+
+def _finite_metric(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_lists: bool = True
+                      ) -> dict[str, list[int]]:
+    """Make the kept replies' records consistent for aggregation, in place.
+
+    Keeps, in every reply's single ``MetricRecord``, the keys that every reply carries with a
+    finite value of the same :func:`metric_kind`; removes the others. Renames each reply's
+    ``ArrayRecord`` and ``MetricRecord`` to the most common names. ``required`` keys (telemetry,
+    the weight key) were validated before and are never removed.
+
+    Returns
+    -------
+    dict
+        ``{removed key: [indices of the replies it was removed from]}`` (for the log line).
+    """
+    if not contents:
+        return {}
+    records = [next(iter(c.metric_records.values())) for c in contents]
+    required = set(required)
+    kinds: list[dict[str, Any]] = [{k: metric_kind(v, strict_lists) for k, v in r.items() if _finite_metric(v)}
+                                   for r in records]
+    common = set(kinds[0])
+    for k in kinds[1:]:
+        common &= set(k)
+    common = {key for key in common if len({k[key] for k in kinds}) == 1} | required
+    removed: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        for key in [k for k in rec.keys() if k not in common]:
+            del rec[key]
+            removed.setdefault(key, []).append(i)
+    for kind in ("array_records", "metric_records"):
+        if any(len(getattr(c, kind)) != 1 for c in contents):
+            continue  # e.g. evaluation replies carry no arrays
+        names = Counter(next(iter(getattr(c, kind).keys())) for c in contents)
+        name = names.most_common(1)[0][0]
+        for c in contents:
+            old = next(iter(getattr(c, kind).keys()))
+            if old != name:
+                c[name] = c.pop(old)
+    return removed
+
+
+def describe_removed(removed: Mapping[str, list[int]], nodes: Sequence[Hashable]) -> str:
+    """``"'x' (nodes 1, 2); 'y' (node 3)"`` for the one log line about harmonized metrics."""
+    parts = []
+    for key, idx in sorted(removed.items()):
+        who = [str(nodes[i]) for i in idx]
+        parts.append(f"{key!r} (node{'s' if len(who) > 1 else ''} {', '.join(who[:5])}"
+                     f"{'…' if len(who) > 5 else ''})")
+    return "; ".join(parts)

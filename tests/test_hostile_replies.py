@@ -1,0 +1,385 @@
+"""Fault matrix: one hostile reply (or a hostile minority / majority) never stops or corrupts a round.
+
+Every case fabricates the replies of a 4-node federation by hand (no simulation engine): round 1
+is honest (partitions known), round 2 carries the fault, round 3 must configure normally. Each
+case asserts that the round completes with the others, the budget accounting is exact, the
+global model is the weighted mean of the honest updates only (never NaN), and one log line names
+the offending node.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from flwr_adaptive import keys
+
+import adaptive_support as sup
+from adaptive_support import FakeGrid
+
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+
+NODES = [9001, 9002, 9003, 9004]
+PARTS = {9001: 0, 9002: 1, 9003: 2, 9004: 3}
+COSTS = {0: 0.001, 1: 0.002, 2: 0.004, 3: 0.004}
+BUDGET = 1000
+HOSTILE = 9003
+
+
+def telemetry(samples, time_s, partition, *, energy=-1.0, data_size=10_000):
+    return {keys.SAMPLES: samples, keys.TIME_S: time_s, keys.CPU_TIME_S: time_s, keys.WALL_TIME_S: time_s,
+            keys.ENERGY_J: energy, keys.DATA_SIZE: data_size, keys.PARTITION_ID: partition,
+            keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 1}
+
+
+def reply(msg, metrics, arrays=None, value=0.0):
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    arrays = [np.full(2, float(value))] if arrays is None else arrays
+    return Message(RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 1, **metrics})}),
+                   reply_to=msg)
+
+
+def honest(msg, quota, node):
+    return reply(msg, telemetry(quota, quota * COSTS[PARTS[node]], PARTS[node]), value=PARTS[node] + 1)
+
+
+def fedavg(n=4):
+    from flwr.serverapp.strategy import FedAvg
+
+    return FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n)
+
+
+def configure(strategy, rnd, nodes=NODES):
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(nodes)))
+    return msgs, {m.metadata.dst_node_id: m.content["config"][keys.QUOTA] for m in msgs}
+
+
+def honest_round(strategy, rnd):
+    msgs, q = configure(strategy, rnd)
+    strategy.aggregate_train(rnd, [honest(m, q[m.metadata.dst_node_id], m.metadata.dst_node_id) for m in msgs])
+    return q
+
+
+def expected_mean(q, nodes):
+    """FedAvg of the honest constant models, weighted by the samples each processed."""
+    return sup.weighted_mean([PARTS[n] + 1 for n in nodes], [q[n] for n in nodes])
+
+
+# Each fault: how node HOSTILE replies instead of honestly; None means it is kept (duplicates).
+def _fault_replies(kind, msg, quota):
+    part = PARTS[HOSTILE]
+    good = telemetry(quota, quota * COSTS[part], part)
+    if kind == "time-underflow":
+        return [reply(msg, {**good, keys.TIME_S: 5e-324})]
+    if kind == "energy-underflow":
+        return [reply(msg, {**good, keys.ENERGY_J: 5e-324})]
+    if kind == "time-overflow":
+        return [reply(msg, {**good, keys.TIME_S: 1.7e308, keys.SAMPLES: 1})]
+    if kind == "data-size-huge":
+        return [reply(msg, {**good, keys.DATA_SIZE: 1e19})]
+    if kind == "data-size-int64":
+        return [reply(msg, {**good, keys.DATA_SIZE: 2**63 - 1})]
+    if kind == "arrays-shape":
+        return [reply(msg, good, arrays=[np.zeros(3)])]
+    if kind == "arrays-dtype":
+        return [reply(msg, good, arrays=[np.zeros(2, dtype=np.float32)])]
+    if kind == "arrays-extra":
+        return [reply(msg, good, arrays=[np.zeros(2), np.zeros(2)])]
+    if kind == "arrays-nan":
+        return [reply(msg, good, arrays=[np.array([np.nan, 1.0])])]
+    if kind == "arrays-inf":
+        return [reply(msg, good, arrays=[np.array([np.inf, 1.0])])]
+    raise AssertionError(kind)
+
+
+SKIPPED_FAULTS = ["time-underflow", "energy-underflow", "time-overflow", "data-size-huge", "data-size-int64",
+                  "arrays-shape", "arrays-dtype", "arrays-extra", "arrays-nan", "arrays-inf"]
+
+
+@pytest.mark.parametrize("policy", ["time", "low-energy"])
+@pytest.mark.parametrize("kind", SKIPPED_FAULTS)
+def test_one_hostile_reply_is_skipped_with_one_line_and_the_round_completes(kind, policy, caplog):
+    # Prepare: an honest first round (energy measured so that low-energy can compute)
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, policy=policy, deadband=0.0)
+    msgs, q = configure(strategy, 1)
+    strategy.aggregate_train(1, [reply(m, telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n], energy=q[n] * 0.01),
+                                       value=PARTS[n] + 1)
+                                 for m in msgs for n in [m.metadata.dst_node_id]])
+    msgs, q = configure(strategy, 2)
+    replies = []
+    for m in msgs:
+        n = m.metadata.dst_node_id
+        if n == HOSTILE:
+            replies += _fault_replies(kind, m, q[n])
+        else:
+            replies.append(reply(m, telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n], energy=q[n] * 0.01),
+                                 value=PARTS[n] + 1))
+    caplog.clear()
+    # Execute
+    arrays, _ = strategy.aggregate_train(2, replies)
+    _, q3 = configure(strategy, 3)
+    # Assert: the round completed with the three others, exactly; the model is their mean; next round sums
+    row = strategy.history.iloc[-1]
+    assert (row["clients"], row["skipped"], row["quota_sum"]) == (3, 1, BUDGET)
+    assert row["samples"] == sum(q[n] for n in NODES if n != HOSTILE)
+    model = arrays.to_numpy_ndarrays()[0]
+    assert np.all(np.isfinite(model))
+    assert model == pytest.approx(expected_mean(q, [n for n in NODES if n != HOSTILE]))
+    assert sum(q3.values()) == BUDGET and set(q3) == set(NODES)
+    lines = [line for line in sup.adaptive_lines(caplog) if str(HOSTILE) in line and "skipped" in line]
+    assert len(lines) == 1
+    clients = strategy.client_history
+    assert clients[(clients["round"] == 2) & (clients["node_id"] == HOSTILE)]["status"].tolist() == ["invalid"]
+
+
+def test_underflowing_time_from_two_of_three_nodes_and_from_the_only_node_known(caplog):
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    # Prepare: three nodes, two of them underflow in round 1 (nothing known yet)
+    strategy = AdaptiveStrategy(fedavg(3), budget=BUDGET, deadband=0.0)
+    nodes = NODES[:3]
+    msgs, q = configure(strategy, 1, nodes)
+    replies = [reply(m, telemetry(q[n], 5e-324 if n != 9001 else q[n] * 0.001, PARTS[n]))
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    # Execute
+    strategy.aggregate_train(1, replies)
+    _, q2 = configure(strategy, 2, nodes)
+    # Assert: only the honest node was observed; the next split still sums exactly
+    assert sum(q2.values()) == BUDGET
+    assert list(strategy.controller.estimates()) == [0]
+    # and a federation whose only node underflows still configures
+    alone = AdaptiveStrategy(fedavg(1), budget=BUDGET)
+    msgs, q = configure(alone, 1, [9001])
+    alone.aggregate_train(1, [reply(msgs[0], telemetry(q[9001], 5e-324, 0))])
+    _, q2 = configure(alone, 2, [9001])
+    assert q2 == {9001: BUDGET}
+
+
+def test_two_replies_from_one_node_count_once():
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    honest_round(strategy, 1)
+    msgs, q = configure(strategy, 2)
+    replies = [honest(m, q[m.metadata.dst_node_id], m.metadata.dst_node_id) for m in msgs]
+    twin = next(m for m in msgs if m.metadata.dst_node_id == HOSTILE)
+    replies.append(reply(twin, telemetry(q[HOSTILE], q[HOSTILE] * 0.004, PARTS[HOSTILE]), value=100.0))
+    # Execute
+    arrays, _ = strategy.aggregate_train(2, replies)
+    # Assert: budget samples in all, and the duplicate's model (100) is not in the average
+    row = strategy.history.iloc[-1]
+    assert (row["clients"], row["samples"]) == (4, BUDGET)
+    assert arrays.to_numpy_ndarrays()[0] == pytest.approx(expected_mean(q, NODES))
+
+
+def test_a_node_listed_twice_by_the_grid_is_sent_one_message():
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    # Execute
+    msgs, q = configure(strategy, 1, NODES + [NODES[0]])
+    # Assert
+    assert sorted(m.metadata.dst_node_id for m in msgs) == NODES and sum(q.values()) == BUDGET
+
+
+def test_a_colluding_majority_with_an_extra_metric_key_does_not_get_the_minority_skipped(caplog):
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    honest_round(strategy, 1)
+    msgs, q = configure(strategy, 2)
+    replies = []
+    for m in msgs:
+        n = m.metadata.dst_node_id
+        extra = {} if n == 9001 else {"steal": 1.0}
+        replies.append(reply(m, {**telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n]), **extra}, value=PARTS[n] + 1))
+    caplog.clear()
+    # Execute
+    arrays, metrics = strategy.aggregate_train(2, replies)
+    # Assert: every reply kept; the extra key is left out of the average with one line
+    assert strategy.history.iloc[-1]["clients"] == 4
+    assert arrays.to_numpy_ndarrays()[0] == pytest.approx(expected_mean(q, NODES))
+    assert "steal" not in metrics
+    assert sum("'steal'" in line for line in sup.adaptive_lines(caplog)) == 1
+
+
+def test_a_metric_another_kind_in_one_reply_is_left_out_not_fatal():
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    msgs, q = configure(strategy, 1)
+    replies = [reply(m, {**telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n]),
+                         "loss": [1.0, 2.0] if n == HOSTILE else 0.5}, value=PARTS[n] + 1)
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    _, metrics = strategy.aggregate_train(1, replies)
+    assert "loss" not in metrics and strategy.history.iloc[-1]["clients"] == 4
+
+
+def test_node_unavailable_reply_from_the_superlink_is_attributed_to_its_node(caplog):
+    from flwr.app import Error, Message
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    msgs, q = configure(strategy, 1)
+    for i, m in enumerate(msgs):  # what the Grid does when it pushes them
+        m.metadata.__dict__["_message_id"] = f"msg-{i}"
+    lost = next(m for m in msgs if m.metadata.dst_node_id == HOSTILE)
+    unavailable = Message(Error(code=3, reason="NODE_UNAVAILABLE"), reply_to=lost)
+    unavailable.metadata.__dict__["_src_node_id"] = 1  # Flower's error reply comes from the SuperLink
+    replies = [honest(m, q[m.metadata.dst_node_id], m.metadata.dst_node_id) for m in msgs if m is not lost]
+    caplog.clear()
+    # Execute
+    strategy.aggregate_train(1, replies + [unavailable])
+    # Assert: recorded as an error of node HOSTILE, not as a stray reply of node 1 plus a no-reply
+    clients = strategy.client_history
+    assert clients[clients["node_id"] == HOSTILE]["status"].tolist() == ["error"]
+    assert not any("node 1 " in line for line in sup.adaptive_lines(caplog))
+
+
+def test_a_restarted_node_takes_over_its_partition_when_the_old_owner_is_gone(caplog):
+    from flwr.app import Error, Message
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    caplog.set_level("INFO", logger="flwr")
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, deadband=0.0)
+    honest_round(strategy, 1)
+    honest_round(strategy, 2)
+    estimate = strategy.controller.estimates()[PARTS[HOSTILE]]
+    # Execute: the old owner's round-3 message fails (unavailable); node 7777 reports its partition
+    nodes = NODES + [7777]
+    msgs, q = configure(strategy, 3, nodes)
+    replies = []
+    for m in msgs:
+        n = m.metadata.dst_node_id
+        if n == HOSTILE:
+            replies.append(Message(Error(code=3, reason="NODE_UNAVAILABLE"), reply_to=m))
+        elif n == 7777:
+            replies.append(reply(m, telemetry(q[n], q[n] * COSTS[PARTS[HOSTILE]], PARTS[HOSTILE]), value=3))
+        else:
+            replies.append(honest(m, q[m.metadata.dst_node_id], n))
+    strategy.aggregate_train(3, replies)
+    _, q4 = configure(strategy, 4, [n for n in nodes if n != HOSTILE])
+    # Assert: 7777 is keyed by the partition (no "node-7777" participant), its estimate continued
+    assert "node-7777" not in strategy.controller.estimates()
+    assert strategy.controller.estimates()[PARTS[HOSTILE]][0] == pytest.approx(estimate[0])
+    assert any("takes over partition 2" in line for line in sup.adaptive_lines(caplog))
+    assert sum(q4.values()) == BUDGET
+
+
+def test_two_live_nodes_claiming_one_partition_stay_a_warning(caplog):
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    honest_round(strategy, 1)
+    nodes = NODES + [7777]
+    msgs, q = configure(strategy, 2, nodes)
+    replies = [reply(m, telemetry(q[n], q[n] * 0.004, PARTS.get(n, PARTS[HOSTILE])), value=1)
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    strategy.aggregate_train(2, replies)
+    assert "node-7777" in strategy.controller.estimates()
+    assert any("claims partition id 2" in line for line in sup.adaptive_lines(caplog))
+
+
+# --------------------------------------------------------------------------- HFL
+def test_hfl_per_rank_lists_longer_than_the_budget_can_plan_are_screened_and_never_stored(caplog):
+    from test_hfl import hierarchical, play, silo_reply
+
+    strategy = hierarchical(2, deadband=0.0)  # budget 600, 10 steps: at most 60 ranks per silo
+    costs = {0: [0.001, 0.002], 1: [0.001, 0.001]}
+    play(strategy, 1, costs)
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    node_of = {1000: 0, 1001: 1}
+    msgs = list(strategy.configure_train(2, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
+    huge = 200_000
+    replies = [silo_reply(m, node_of[m.metadata.dst_node_id], costs[node_of[m.metadata.dst_node_id]])
+               if node_of[m.metadata.dst_node_id] == 0 else
+               silo_reply(m, 1, [0.001] * huge, rank_quotas=[600] + [0] * (huge - 1))
+               for m in msgs]
+    # Execute
+    strategy.aggregate_train(2, replies)
+    # Assert: silo 1 skipped, no rank of it beyond its 2 stored, the round completed with silo 0
+    assert strategy.history.iloc[-1]["clients"] == 1
+    assert sorted(p for p in strategy.controller.groups if str(p).startswith("1/")) == ["1/0", "1/1"]
+    assert any("more than the 60 ranks" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- legacy API
+def _legacy_round(strategy, rnd, faults=None):
+    from flwr.common import Code, FitRes, Parameters, Status, ndarrays_to_parameters
+    from flwr.server.client_proxy import ClientProxy
+
+    class Proxy(ClientProxy):
+        def get_properties(self, *a, **k): ...
+        def get_parameters(self, *a, **k): ...
+        def fit(self, *a, **k): ...
+        def evaluate(self, *a, **k): ...
+        def reconnect(self, *a, **k): ...
+
+    class Manager:
+        def __init__(self):
+            self.proxies = [Proxy(str(n)) for n in NODES]
+
+        def num_available(self):
+            return len(self.proxies)
+
+        def sample(self, num_clients, min_num_clients=None, criterion=None):
+            return list(self.proxies)
+
+        def wait_for(self, *a, **k):
+            return True
+
+    params = ndarrays_to_parameters([np.zeros(2)])
+    pairs = strategy.configure_fit(rnd, params, Manager())
+    results = []
+    for proxy, ins in pairs:
+        n, quota = int(proxy.cid), ins.config[keys.QUOTA]
+        metrics = telemetry(quota, quota * COSTS[PARTS[n]], PARTS[n])
+        arrays = [np.full(2, float(PARTS[n] + 1))]
+        extra = []
+        if faults and n in faults:
+            metrics, arrays, extra = faults[n](metrics, arrays)
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), quota, metrics)
+        results.append((proxy, res))
+        for more in extra:
+            results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(more), quota, metrics)))
+    quotas = {int(p.cid): ins.config[keys.QUOTA] for p, ins in pairs}
+    params, _ = strategy.aggregate_fit(rnd, results, [])
+    return quotas, params
+
+
+@pytest.mark.parametrize("kind", ["nan", "shape", "dtype", "data-size", "underflow", "duplicate"])
+def test_legacy_strategy_screens_the_same_faults(kind):
+    from flwr.common import parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
+
+    from flwr_adaptive.strategies import LegacyAdaptiveStrategy
+
+    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=4, min_available_clients=4), budget=BUDGET)
+    _legacy_round(strategy, 1)
+    fault = {
+        "nan": lambda m, a: (m, [np.array([np.nan, 0.0])], []),
+        "shape": lambda m, a: (m, [np.zeros(3)], []),
+        "dtype": lambda m, a: (m, [np.zeros(2, dtype=np.float32)], []),
+        "data-size": lambda m, a: ({**m, keys.DATA_SIZE: 10**19}, a, []),
+        "underflow": lambda m, a: ({**m, keys.TIME_S: 5e-324}, a, []),
+        "duplicate": lambda m, a: (m, a, [[np.full(2, 100.0)]]),
+    }[kind]
+    # Execute
+    q, params = _legacy_round(strategy, 2, {HOSTILE: fault})
+    # Assert
+    kept = NODES if kind == "duplicate" else [n for n in NODES if n != HOSTILE]
+    row = strategy.history.iloc[-1]
+    assert row["clients"] == len(kept) and row["samples"] == sum(q[n] for n in kept)
+    model = parameters_to_ndarrays(params)[0]
+    assert np.all(np.isfinite(model)) and model == pytest.approx(expected_mean(q, kept))
+    assert not math.isnan(row["makespan_s"])

@@ -1,0 +1,187 @@
+"""State files: atomic and durable writes, an unwritable folder refused early, and a resume test
+for every corruption (set aside with one warning, never a crash in round 2, never bad numbers)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from flwr_adaptive import keys
+
+import adaptive_support as sup
+from adaptive_support import FakeGrid
+from flwr_adaptive.strategies.core import STATE_FILE
+from flwr_adaptive.strategies.state_file import write_atomic
+
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+
+NODES = [9001, 9002, 9003, 9004]
+COSTS = [0.001, 0.002, 0.004, 0.004]
+BUDGET = 1000
+
+
+def strategy(state_dir, policy="time", **kw):
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    return AdaptiveStrategy(FedAvg(fraction_evaluate=0.0, min_train_nodes=4, min_available_nodes=4),
+                            budget=BUDGET, policy=policy, state_dir=state_dir, deadband=0.0, **kw)
+
+
+def play(s, rnd, nodes=NODES):
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+    msgs = list(s.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(nodes)))
+    q = {m.metadata.dst_node_id: m.content["config"][keys.QUOTA] for m in msgs}
+    replies = []
+    for m in msgs:
+        n = m.metadata.dst_node_id
+        p = nodes.index(n)
+        t = q[n] * COSTS[p]
+        metrics = {keys.NUM_EXAMPLES: q[n], keys.SAMPLES: q[n], keys.TIME_S: t, keys.CPU_TIME_S: t,
+                   keys.WALL_TIME_S: t, keys.ENERGY_J: q[n] * 0.01, keys.DATA_SIZE: 10_000, keys.PARTITION_ID: p,
+                   keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 1}
+        replies.append(Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord(metrics)}),
+                               reply_to=m))
+    s.aggregate_train(rnd, replies)
+    return q
+
+
+def saved(tmp_path, policy="time"):
+    """A state file written by two honest rounds; returns the parsed state."""
+    s = strategy(tmp_path, policy)
+    play(s, 1)
+    play(s, 2)
+    return json.loads((tmp_path / STATE_FILE).read_text())
+
+
+# --------------------------------------------------------------------------- writing
+def test_write_is_atomic_durable_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.path.isdir(f"/proc/self/fd/{fd}")),
+                                                 real_fsync(fd)))
+    path = tmp_path / "state.json"
+    write_atomic(path, '{"a": 1}')
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert synced == [False, True]  # the file, then its folder
+    assert os.listdir(tmp_path) == ["state.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temp(tmp_path, monkeypatch):
+    path = tmp_path / "state.json"
+    write_atomic(path, "old")
+
+    def broken(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(path, "new")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["state.json"]
+
+
+def test_an_unwritable_state_dir_is_refused_at_construction(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="state_dir .*a-file.* is not a writable folder"):
+        strategy(blocker / "state")
+
+
+# --------------------------------------------------------------------------- resuming
+def _truncate_arrays(state):
+    state["controller"]["time_per_sample"] = state["controller"]["time_per_sample"][:1]
+    return state
+
+
+def _cost(value):
+    def edit(state):
+        state["controller"]["time_per_sample"][1] = value
+        return state
+    return edit
+
+
+def _quotas_off(state):
+    state["controller"]["current"]["quota"][0] += 7
+    return state
+
+
+def _no_controller(state):
+    del state["controller"]
+    return state
+
+
+def _version(state):
+    state["version"] = 99
+    return state
+
+
+def _rounds(state):
+    state["rounds"] = -3
+    return state
+
+
+CORRUPTIONS = {
+    "empty": lambda path, state: path.write_text(""),
+    "truncated": lambda path, state: path.write_text(json.dumps(state)[:57]),
+    "garbage": lambda path, state: path.write_bytes(os.urandom(64)),
+    "a-list": lambda path, state: path.write_text("[1, 2, 3]"),
+    "negative-cost": lambda path, state: path.write_text(json.dumps(_cost(-0.002)(state))),
+    "zero-cost": lambda path, state: path.write_text(json.dumps(_cost(0.0)(state))),
+    "quotas-do-not-sum": lambda path, state: path.write_text(json.dumps(_quotas_off(state))),
+    "truncated-arrays": lambda path, state: path.write_text(json.dumps(_truncate_arrays(state))),
+    "no-controller": lambda path, state: path.write_text(json.dumps(_no_controller(state))),
+    "other-version": lambda path, state: path.write_text(json.dumps(_version(state))),
+    "negative-rounds": lambda path, state: path.write_text(json.dumps(_rounds(state))),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_a_corrupt_state_file_is_set_aside_with_one_warning_and_the_run_continues(tmp_path, corruption, caplog):
+    # Prepare
+    state = saved(tmp_path)
+    path = tmp_path / STATE_FILE
+    CORRUPTIONS[corruption](path, state)
+    caplog.clear()
+    # Execute: a restarted ServerApp resumes and plays two rounds
+    s = strategy(tmp_path)
+    quotas = [play(s, rnd) for rnd in (1, 2, 3)]
+    # Assert: one warning names the file and where it went; the strategy started fresh, exactly
+    lines = [line for line in sup.adaptive_lines(caplog) if "unusable" in line]
+    assert len(lines) == 1 and str(path) in lines[0] and ".bad-" in lines[0]
+    assert len(list(tmp_path.glob(f"{STATE_FILE}.bad-*"))) == 1
+    assert quotas[0] == {n: BUDGET // 4 for n in NODES}  # nothing of the bad state was used
+    assert all(sum(q.values()) == BUDGET for q in quotas)
+    assert all(t > 0 for t, _ in s.controller.estimates().values())
+    assert json.loads(path.read_text())["rounds"] == 3  # a good state file again
+
+
+def test_a_state_saved_under_another_policy_is_refused_with_the_fix(tmp_path):
+    saved(tmp_path, policy="time")
+    with pytest.raises(ValueError, match="policy 'time'.*runs policy 'low-energy'.*fresh state_dir"):
+        strategy(tmp_path, policy="low-energy")
+    assert (tmp_path / STATE_FILE).exists()  # refused, not moved: the user decides
+
+
+def test_an_intact_state_file_resumes_the_estimates(tmp_path):
+    state = saved(tmp_path)
+    s = strategy(tmp_path)
+    assert s._rounds_done == state["rounds"] == 2
+    assert sorted(s.controller.estimates()) == [0, 1, 2, 3]
+
+
+def test_a_corrupt_state_in_the_serverapp_context_is_dropped_with_a_warning(caplog):
+    from flwr.app import ConfigRecord, Context, RecordDict
+
+    from flwr_adaptive.strategies.core import CONTEXT_STATE_KEY
+
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    context.state[CONTEXT_STATE_KEY] = ConfigRecord({"json": '{"version": 1, "policy": "time", "rou'})
+    s = strategy(None, context=context)
+    assert any("not valid JSON" in line for line in sup.adaptive_lines(caplog))
+    q = play(s, 1)
+    assert sum(q.values()) == BUDGET
