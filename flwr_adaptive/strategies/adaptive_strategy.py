@@ -9,17 +9,21 @@ Contract
   every node **its own** ``ConfigRecord`` carrying its quota (``keys.QUOTA``), whether it may cycle
   its data (``keys.ALLOW_CYCLING``) and the round (``keys.ROUND``). The inner strategy's own config
   entries (e.g. FedProx's ``proximal-mu``) are kept.
-- ``aggregate_train`` screens the replies **before** delegating: a reply with an error, without
-  exactly one ArrayRecord and one MetricRecord, with invalid telemetry, or whose record keys
-  differ from the majority's is logged and skipped (the inner FedAvg would raise
-  ``InconsistentMessageReplies`` on one bad reply and ``Strategy.start`` does not catch it); nodes
-  that did not answer within ``start(timeout=...)`` are logged too. The kept replies' telemetry
+- ``aggregate_train`` screens the replies **before** delegating (see
+  :mod:`flwr_adaptive.strategies.screening`): a reply with an error, without exactly one
+  ArrayRecord and one MetricRecord, with invalid telemetry, or whose arrays differ from the model
+  sent (names, shapes, dtypes) or hold NaN/inf is logged and skipped (the inner FedAvg would raise
+  on it, or average NaN into the model, and ``Strategy.start`` does not catch it); a second reply
+  of the same node is ignored; metric keys that not every kept reply sends alike are left out of
+  the metric average (never the reply). Replies are attributed by ``reply_to`` (Flower's
+  NODE_UNAVAILABLE error reply comes from the SuperLink); nodes that did not answer within
+  ``start(timeout=...)`` are logged too. A node listed twice by the grid is sent one message. The kept replies' telemetry
   feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
   inner strategy aggregates them. A bad client never stops a round; the next round's split covers
   every node the inner strategy samples, so a node that is gone leaves its share to the others.
 
 Everything else (evaluation, ``summary``) is the inner strategy's; evaluation replies are screened
-for errors and inconsistent keys the same way.
+for errors, duplicates and inconsistent keys the same way.
 
 Cost
 ----
@@ -32,9 +36,10 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from datetime import datetime
 from collections.abc import Iterable
 from logging import INFO, WARNING
-from typing import Any, Hashable
+from typing import Any, Hashable, Sequence
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -212,6 +217,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         skipped: dict[Hashable, str] = {}
         candidates: list[tuple[Message, ClientReport]] = []
         answered: set[Hashable] = set()
+        self._arrived_s: dict[Hashable, float] = {}
         for msg in replies:
             node = self.sender_of(msg)
             if node not in self._assigned:
@@ -223,6 +229,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                      "counts", server_round, node)
                 continue
             answered.add(node)
+            self._note_arrival(node, msg)
             if msg.has_error():
                 skipped[node] = "error"
                 log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
@@ -251,6 +258,27 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: no reply from node %s (timeout or lost); "
                      "skipped", server_round, node)
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
+
+    def _note_arrival(self, node: Hashable, msg: Message) -> None:
+        """Seconds from sending ``node`` its instruction to the SuperLink delivering its reply.
+
+        Server-side evidence the client does not control (``delivered_at`` is stamped by the
+        SuperLink); it bounds the node's compute from above (see ``observed_seconds``).
+        """
+        sent_at = getattr(self, "_sent_at", None)
+        stamp = getattr(msg.metadata, "delivered_at", "")
+        if sent_at is None or not stamp:
+            return
+        try:
+            arrived = datetime.fromisoformat(stamp).timestamp()
+        except (TypeError, ValueError):
+            return
+        self._arrived_s[node] = arrived - sent_at
+
+    def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
+        """Per node, the seconds the server observed between its instruction and its reply."""
+        arrived = getattr(self, "_arrived_s", {})
+        return {r.node_id: arrived[r.node_id] for r in reports if r.node_id in arrived}
 
     def _usable_arrays(self, server_round: int, pairs: list[tuple[Message, ClientReport]],
                        skipped: dict[Hashable, str]) -> list[tuple[Message, ClientReport]]:

@@ -52,6 +52,7 @@ from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.state_file import (StateFileError, check_state_dir, read_state, set_aside,
                                                  write_atomic)
 
@@ -168,6 +169,10 @@ class AdaptiveCore(HistoryMixin):
         self._client_rows: list[dict[str, Any]] = []
         self._rounds_done = 0  # rounds observed, across resumptions
         self._warned: set[str] = set()
+        #: What the server believes of each claim (see ``flwr_adaptive.strategies.trust``); replace
+        #: it with ``CostTrust(plausible_range=..., max_drop=...)`` to tune, or ``None`` to believe all.
+        self.trust: CostTrust | None = CostTrust()
+        self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed
         self._resume()
 
     # ------------------------------------------------------------------ overridable hooks
@@ -262,6 +267,7 @@ class AdaptiveCore(HistoryMixin):
         refuses is logged and dropped (the update itself is still aggregated).
         """
         accepted = []
+        self._believed = self.believed_reports(server_round, reports)
         for r in reports:
             if r.partition_id is not None:
                 self._partition_of[r.node_id] = r.partition_id
@@ -276,7 +282,7 @@ class AdaptiveCore(HistoryMixin):
                     log(WARNING, "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
                         server_round, r.data_size, r.node_id, err)
             try:
-                self.controller.observe(key, r.to_report())
+                self.controller.observe(key, self._believed.get(r.node_id, r).to_report())
             except ValueError as err:
                 log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
                      server_round, r.node_id, err)
@@ -285,6 +291,27 @@ class AdaptiveCore(HistoryMixin):
                 self.controller.set_idle_power(key, r.idle_w)
             accepted.append(r)
         return accepted
+
+    def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
+        """Seconds the server itself observed per node this round (none here: the Message API has them)."""
+        return {}
+
+    def believed_reports(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, ClientReport]:
+        """``{node: report as believed}`` by ``self.trust`` (probes excluded: they time overhead)."""
+        claims = [r for r in reports if r.node_id not in self._probation]
+        if self.trust is None or not claims:
+            return {r.node_id: r for r in claims}
+        for r in claims:
+            if r.partition_id is not None:
+                self._partition_of.setdefault(r.node_id, r.partition_id)
+        estimates = self.controller.estimates()
+        key_of = dict(zip([r.node_id for r in claims], self._keys([r.node_id for r in claims])))
+
+        def estimate(node: Hashable) -> float | None:
+            est = estimates.get(key_of[node])
+            return None if est is None else est[0]
+
+        return self.trust.believe(server_round, claims, self.observed_seconds(claims), estimate)
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Aggregation weight of each kept reply, by ``weighting``."""

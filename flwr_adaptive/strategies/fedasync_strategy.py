@@ -61,6 +61,7 @@ from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, Vir
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
 
@@ -124,6 +125,9 @@ class FedAsyncStrategy(HistoryMixin):
         self.wait_s = float(wait_s)
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows: list[dict[str, Any]] = []
+        #: What the server believes of each claimed duration (``flwr_adaptive.strategies.trust``);
+        #: ``None`` believes every claim.
+        self.trust: CostTrust | None = CostTrust()
 
     # ------------------------------------------------------------------ Flower-like surface
     def summary(self) -> None:
@@ -183,6 +187,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._segment_start = 0.0
         self._cum = (0.0, 0.0)  # (active J, idle J) up to the last boundary
         self._evaluate_fn = evaluate_fn
+        self._latest: dict[Hashable, ClientReport] = {}  # each node's latest believed report
         result = Result()
         self._result = result
         if evaluate_fn is not None:
@@ -291,10 +296,31 @@ class FedAsyncStrategy(HistoryMixin):
         if any(np.shape(a) != np.shape(m) for a, m in zip(arrays, self._model)):
             return "invalid: array shapes differ from the server's"
         job.report, job.arrays = report, arrays
-        job.finish_s = job.start_s + report.time_s
+        job.finish_s = job.start_s + self._believed_time(job, report)
         self._assigned += report.samples - job.quota  # a capped job processed fewer samples
         self._idle_w[job.node] = report.idle_w
         return None
+
+    def _believed_time(self, job: _Job, report: ClientReport) -> float:
+        """The job's duration on the virtual clock as the server believes it (``self.trust``).
+
+        The node's claim is judged against the latest believed per-sample times of the other
+        nodes (see :mod:`flwr_adaptive.strategies.trust`): an absurdly fast claim is taken at their
+        median, so a liar cannot jump the queue and take most of the samples.
+        """
+        if self.trust is None:
+            return report.time_s
+        latest = getattr(self, "_latest", None)
+        if latest is None:
+            latest = self._latest = {}
+        others = [r for n, r in latest.items() if n != job.node]
+        prev = latest.get(job.node)
+        believed = self.trust.believe(job.index, [report, *others],
+                                      estimate_of=lambda n: (prev.time_s / prev.samples
+                                                             if n == job.node and prev is not None else None))
+        mine = believed[job.node]
+        latest[job.node] = mine
+        return mine.time_s
 
     def _mix(self, job: _Job, boundary: int) -> None:
         job.staleness = self.mixer.version - job.base_version

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from logging import WARNING
-from typing import Any, Hashable
+from typing import Any, Hashable, Mapping
 
 from flwr.app import Context
 from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar, parameters_to_ndarrays
@@ -184,7 +184,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                     "counts", server_round, node)
                 continue
             seen.add(node)
-            metrics = res.metrics if isinstance(res.metrics, dict) else {}
+            metrics = res.metrics if isinstance(res.metrics, Mapping) else {}
             self.note_partition(node, metrics)
             try:
                 report = parse_report(node, metrics, self.assigned_quota(node))

@@ -155,7 +155,7 @@ class OortStrategy(AdaptiveStrategy):
                 utility = float(r.samples)
             else:
                 utility = statistical_utility(r.samples, loss * loss)
-            self.selector.update(r.node_id, utility, r.time_s)
+            self.selector.update(r.node_id, utility, self._believed.get(r.node_id, r).time_s)
         return accepted
 
     # ------------------------------------------------------------------ reporting

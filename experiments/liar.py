@@ -1,0 +1,211 @@
+"""A lying client against the server strategies: its share and the true round makespan, per round.
+
+Ten honest nodes (the testbed's first ten devices, per-sample cost = 1 ms × slowdown, ±5 %
+seeded jitter) and one liar that really runs at the honest median speed but reports ``--lie``
+seconds per sample (default 1e-9). Replies are fabricated in-process (no simulation engine), so
+the figures are exact and quick. The clock is the **virtual** one: every time below is what the
+emulated devices would take, computed from their true costs; the strategies only see the claims.
+
+For each strategy (the Message-API ``AdaptiveStrategy`` with the time policy, Oort, FedAsync) it
+runs four federations with the same seeds: {liar, the liar reporting honestly} × {cost trust on
+(default), off}. Per round it prints the liar's share of the samples and the ratio of the true
+makespan to the federation where the liar reports honestly (same strategy, same defence). For
+FedAsync a round is a round-equivalent (``budget`` samples mixed) and its makespan the true
+virtual time at which it closes. The last column is the price of the defence when nobody lies
+(true makespan with trust on / off, honest federation). Target: ratio ≤ 1.5 from round 3 on.
+
+Run: ``python -m experiments.liar`` (``--quick``: 5 rounds, the suite's form).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from typing import Any, Hashable
+
+import numpy as np
+
+from flwr_adaptive import keys
+from flwr_adaptive.devices import TESTBED
+
+BASE_S = 1e-3  # seconds per sample of a slowdown-1 device
+BUDGET = 2200
+LIAR = 11
+
+
+class Federation:
+    """Fabricated clients: true per-sample costs, one of them lying; replies to the server's messages."""
+
+    def __init__(self, lie: float | None, seed: int = 0) -> None:
+        honest = [BASE_S * d.slowdown for d in TESTBED[:10]]
+        self.true = {i + 1: c for i, c in enumerate(honest)}
+        self.true[LIAR] = float(np.median(honest))
+        self.lie = lie
+        self.seed = seed
+        self._jobs: dict[int, int] = {}
+
+    @property
+    def nodes(self) -> list[int]:
+        return sorted(self.true)
+
+    def duration(self, node: int, samples: int) -> float:
+        """The true seconds ``node`` takes for ``samples``; its k-th job draws the same jitter in every run."""
+        self._jobs[node] = k = self._jobs.get(node, 0) + 1
+        z = np.random.default_rng([self.seed, node, k]).standard_normal()
+        return samples * self.true[node] * float(np.exp(0.05 * z))
+
+    def reply(self, msg: Any, true_s: float) -> Any:
+        from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+        node = msg.metadata.dst_node_id
+        quota = int(msg.content["config"][keys.QUOTA])
+        claimed = quota * self.lie if (node == LIAR and self.lie is not None) else true_s
+        metrics = {keys.NUM_EXAMPLES: quota, keys.SAMPLES: quota, keys.TIME_S: claimed, keys.CPU_TIME_S: claimed,
+                   keys.WALL_TIME_S: claimed, keys.ENERGY_J: keys.UNMEASURED_ENERGY, keys.DATA_SIZE: 100_000,
+                   keys.PARTITION_ID: node, keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 1,
+                   keys.TRAIN_LOSS: 1.0}
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord(metrics)}),
+                       reply_to=msg)
+
+
+class Grid:
+    """The Grid surface the strategies use, answered by a :class:`Federation` (records true times)."""
+
+    def __init__(self, fed: Federation) -> None:
+        self.fed = fed
+        self.jobs: list[tuple[int, int, float]] = []  # (node, samples, true seconds), in send order
+
+    def get_node_ids(self) -> list[int]:
+        return self.fed.nodes
+
+    def send_and_receive(self, messages, timeout=None):
+        out = []
+        for m in messages:
+            q = int(m.content["config"][keys.QUOTA])
+            t = self.fed.duration(m.metadata.dst_node_id, q)
+            self.jobs.append((m.metadata.dst_node_id, q, t))
+            out.append(self.fed.reply(m, t))
+        return out
+
+
+def _identity() -> None:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = 1, 1, 0
+
+
+def run_sync(kind: str, lie: float | None, trust: bool, rounds: int, seed: int) -> list[tuple[float, float]]:
+    """``[(liar share, true makespan)]`` per round of the adaptive (time) or Oort strategy."""
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
+
+    fed = Federation(lie, seed)
+    grid = Grid(fed)
+    inner = FedAvg(fraction_evaluate=0.0, min_train_nodes=11, min_available_nodes=11)
+    strategy = (AdaptiveStrategy(inner, budget=BUDGET, policy="time") if kind == "adaptive"
+                else OortStrategy(inner, budget=BUDGET, seed=seed))
+    if not trust:
+        strategy.trust = None
+    out = []
+    for rnd in range(1, rounds + 1):
+        msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), grid))
+        start = len(grid.jobs)
+        replies = grid.send_and_receive(msgs)
+        strategy.aggregate_train(rnd, replies)
+        jobs = grid.jobs[start:]
+        out.append((sum(q for n, q, _ in jobs if n == LIAR) / BUDGET, max(t for _, _, t in jobs)))
+    return out
+
+
+def run_fedasync(lie: float | None, trust: bool, rounds: int, seed: int) -> list[tuple[float, float]]:
+    """``[(liar share, true time the round-equivalent closes)]`` of FedAsync."""
+    from flwr.app import ArrayRecord
+
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
+
+    fed = Federation(lie, seed)
+    grid = Grid(fed)
+    strategy = FedAsyncStrategy(budget=BUDGET, min_nodes=11)
+    if not trust:
+        strategy.trust = None
+    strategy.start(grid, ArrayRecord([np.zeros(2)]), num_rounds=rounds)
+    # True timeline: each node runs its jobs back to back; a job's true end is its node's running sum.
+    ends: dict[Hashable, float] = {}
+    true_end = []
+    for node, _, t in grid.jobs:
+        ends[node] = ends.get(node, 0.0) + t
+        true_end.append(ends[node])
+    by_order = {}
+    for i, (node, q, _) in enumerate(grid.jobs):
+        by_order.setdefault(node, []).append(i)
+    out = []
+    rows = strategy.client_history
+    rows = rows[rows["status"] == "ok"]
+    seen: dict[Hashable, int] = {}
+    job_index = []
+    for node in rows["node_id"]:  # the order in which jobs were mixed
+        k = seen.get(node, 0)
+        seen[node] = k + 1
+        job_index.append(by_order[node][k])
+    samples_by_round = rows.assign(idx=job_index).groupby("round")
+    for rnd in range(1, rounds + 1):
+        if rnd not in samples_by_round.groups:
+            out.append((math.nan, math.nan))
+            continue
+        g = samples_by_round.get_group(rnd)
+        share = g.loc[g["node_id"] == LIAR, "samples"].sum() / g["samples"].sum()
+        done = rows.assign(idx=job_index)
+        done = done[done["round"] <= rnd]
+        out.append((float(share), max(true_end[i] for i in done["idx"])))
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--lie", type=float, default=1e-9, help="seconds per sample the liar reports")
+    parser.add_argument("--seeds", type=int, default=5, help="runs averaged per figure (jitter, Oort's sampling)")
+    parser.add_argument("--quick", action="store_true", help="5 rounds, 2 seeds (the test suite's form)")
+    args = parser.parse_args(argv)
+    rounds = 5 if args.quick else args.rounds
+    seeds = 2 if args.quick else args.seeds
+    _identity()
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    print(f"Liar benchmark: 10 honest nodes + 1 liar (true speed: the honest median) reporting {args.lie:g} s/sample; "
+          f"budget {BUDGET}; virtual clock; ratio = true makespan / same federation with the liar honest; "
+          f"mean of {seeds} seeds")
+    print(f"{'strategy':10} {'round':>5} | {'liar share':>10} {'ratio':>6} | {'no-trust share':>14} {'ratio':>6} | "
+          f"{'defence cost (honest)':>21}")
+    rows = []
+    for kind in ("adaptive", "oort", "fedasync"):
+        runs = {}
+        for lie_on in (True, False):
+            for trust in (True, False):
+                lie = args.lie if lie_on else None
+                runs[lie_on, trust] = np.array([run_fedasync(lie, trust, rounds, seed) if kind == "fedasync"
+                                                else run_sync(kind, lie, trust, rounds, seed)
+                                                for seed in range(seeds)])  # seeds × rounds × (share, span)
+        for r in range(rounds):
+            # per seed, then the mean over seeds: each ratio compares runs with the same jitter
+            ratio = lambda lying, honest: float(np.mean(lying[:, r, 1] / honest[:, r, 1]))  # noqa: E731
+            row = {"strategy": kind, "round": r + 1, "liar_share": float(np.mean(runs[True, True][:, r, 0])),
+                   "ratio": ratio(runs[True, True], runs[False, True]),
+                   "liar_share_no_trust": float(np.mean(runs[True, False][:, r, 0])),
+                   "ratio_no_trust": ratio(runs[True, False], runs[False, False]),
+                   "defence_cost": ratio(runs[False, True], runs[False, False])}
+            share, share_nt = row["liar_share"], row["liar_share_no_trust"]
+            rows.append(row)
+            print(f"{kind:10} {r + 1:>5} | {share:>10.3f} {row['ratio']:>6.2f} | {share_nt:>14.3f} "
+                  f"{row['ratio_no_trust']:>6.2f} | {row['defence_cost']:>21.2f}")
+    for kind in ("adaptive", "oort", "fedasync"):
+        late = [r["ratio"] for r in rows if r["strategy"] == kind and r["round"] >= 3]
+        print(f"{kind}: worst ratio from round 3 on {max(late):.2f} (target <= 1.5)")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

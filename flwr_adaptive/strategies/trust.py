@@ -1,0 +1,165 @@
+"""Bounding what a client can take by lying about its cost (see ``docs/security.md``).
+
+Contract
+--------
+A client that reports a per-sample time far below its real one is given a larger share and makes
+everyone wait. :class:`CostTrust` turns each round's claims into the times the server believes,
+before they reach the controller (and Oort's durations, FedAsync's virtual clock). Three rules,
+in order:
+
+1. **Server evidence** (deployment, wall-clock reports only). The server knows when it sent a
+   node its instruction and when the reply arrived (the SuperLink stamps ``delivered_at``): that
+   interval bounds the node's compute from above. Every node's interval also holds transport and
+   start-up time, so the group's median of ``observed − claimed`` is taken as the common overhead;
+   a node whose ``observed − overhead`` exceeds its claim by more than ``evidence_gap`` (a factor)
+   and ``evidence_min_s`` seconds is suspected; after ``strikes`` consecutive suspect rounds its
+   time is what the server observed minus the common overhead, until it stops lying.
+2. **Group plausibility.** A per-sample time (or energy, when measured) below the median of the
+   *other* nodes of the round divided by ``plausible_range`` is not believed: the node is taken at
+   that median (the typical node), so an absurd claim earns nothing. Needs at least
+   ``min_group`` other reports; a genuinely faster device than ``plausible_range`` × the median
+   is under-used (raise ``plausible_range`` for such a federation).
+3. **Growth cap.** A per-sample time may fall at most by ``max_drop`` per round relative to the
+   node's current estimate, so its share grows at most about ``max_drop`` times per round; an
+   honest node that really becomes faster gets there in a few rounds.
+
+Each adjustment is logged once per node and rule. What is not defended: a lie inside the
+plausible range (at most ``plausible_range`` × its fair share, reached after
+``log(plausible_range)/log(max_drop)`` rounds), a colluding majority (it moves the median),
+and, in simulation, anything that needs a clock the server observes.
+
+Cost
+----
+O(R log R) per round for R reports (two medians), one dict entry per node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from logging import WARNING
+from typing import Callable, Hashable, Mapping, Sequence
+
+import numpy as np
+
+from flwr_adaptive._logging import logger
+from flwr_adaptive.strategies.reports import ClientReport
+
+__all__ = ["CostTrust"]
+
+
+@dataclass
+class CostTrust:
+    """The server's belief about each node's cost (see the module contract).
+
+    Parameters
+    ----------
+    plausible_range : float (default: 4.0)
+        A per-sample cost below the others' median divided by this is not believed. ``inf``
+        turns the rule off.
+    max_drop : float (default: 2.0)
+        A per-sample time may fall at most by this factor per round below the node's estimate.
+        ``inf`` turns the rule off.
+    min_group : int (default: 2)
+        Fewest *other* reports of the round for the group rules (medians of fewer mean little).
+    evidence_gap : float (default: 2.0)
+        Server evidence suspects a node when the time it implies exceeds the claim by this factor…
+    evidence_min_s : float (default: 1.0)
+        …and by at least these seconds (message polling makes the observed times coarse).
+    strikes : int (default: 2)
+        Consecutive suspect rounds after which the node is timed by the server's observation.
+    """
+
+    plausible_range: float = 4.0
+    max_drop: float = 2.0
+    min_group: int = 2
+    evidence_gap: float = 2.0
+    evidence_min_s: float = 1.0
+    strikes: int = 2
+    _strikes: dict[Hashable, int] = field(default_factory=dict, repr=False)
+    _said: set[tuple[str, Hashable]] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("plausible_range", "max_drop", "evidence_gap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
+                raise ValueError(f"{name} must be a number >= 1 (inf turns the rule off), got {value!r}")
+        if isinstance(self.evidence_min_s, bool) or not isinstance(self.evidence_min_s, (int, float)) \
+                or not self.evidence_min_s >= 0:
+            raise ValueError(f"evidence_min_s must be seconds >= 0, got {self.evidence_min_s!r}")
+        for name in ("min_group", "strikes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    def believe(self, server_round: int, reports: Sequence[ClientReport],
+                observed_s: Mapping[Hashable, float] | None = None,
+                estimate_of: Callable[[Hashable], float | None] | None = None) -> dict[Hashable, ClientReport]:
+        """``{node_id: the report as the server believes it}`` (the same object when believed).
+
+        Parameters
+        ----------
+        reports : sequence of ClientReport
+            The round's kept reports (validated by ``parse_report``).
+        observed_s : mapping, optional
+            Seconds the server observed between sending each node its instruction and its reply
+            (deployment only; never for virtual-clock reports).
+        estimate_of : callable, optional
+            The node's current per-sample time estimate (``None`` when it has none).
+        """
+        out = {r.node_id: r for r in reports}
+        self._evidence(server_round, reports, observed_s or {}, out)
+        self._plausible(server_round, out, "time")
+        self._plausible(server_round, out, "energy")
+        if estimate_of is not None and math.isfinite(self.max_drop):
+            for node, r in list(out.items()):
+                prev = estimate_of(node)
+                if prev is not None and math.isfinite(prev) and prev > 0 and r.time_s / r.samples < prev / self.max_drop:
+                    out[node] = replace(r, time_s=prev / self.max_drop * r.samples)
+                    self._say("drop", node, "[adaptive] round %s: node %s claims %.3g s per sample, more than %g× "
+                              "below its estimate %.3g: its cost may fall by at most %g× per round", server_round,
+                              node, r.time_s / r.samples, self.max_drop, prev, self.max_drop)
+        return out
+
+    # ------------------------------------------------------------------ rules
+    def _evidence(self, server_round: int, reports: Sequence[ClientReport], observed_s: Mapping[Hashable, float],
+                  out: dict[Hashable, ClientReport]) -> None:
+        timed = [r for r in reports if not r.virtual_clock and r.node_id in observed_s
+                 and math.isfinite(observed_s[r.node_id]) and observed_s[r.node_id] > 0]
+        if len(timed) < self.min_group + 1:
+            return
+        overhead = float(np.median([observed_s[r.node_id] - r.time_s for r in timed]))
+        for r in timed:
+            implied = observed_s[r.node_id] - max(overhead, 0.0)
+            suspect = implied > self.evidence_gap * r.time_s and implied - r.time_s > self.evidence_min_s
+            self._strikes[r.node_id] = self._strikes.get(r.node_id, 0) + 1 if suspect else 0
+            if self._strikes[r.node_id] >= self.strikes:
+                out[r.node_id] = replace(r, time_s=implied)
+                self._say("evidence", r.node_id, "[adaptive] round %s: node %s claims %.3g s but the server observed "
+                          "%.3g s beyond the common overhead, %d rounds running: it is timed by the server's "
+                          "observation", server_round, r.node_id, r.time_s, implied, self._strikes[r.node_id])
+
+    def _plausible(self, server_round: int, out: dict[Hashable, ClientReport], what: str) -> None:
+        if not math.isfinite(self.plausible_range):
+            return
+        per = {n: (r.time_s if what == "time" else r.energy_j) for n, r in out.items()}
+        per = {n: v / out[n].samples for n, v in per.items() if v is not None and v > 0}
+        if len(per) < self.min_group + 1:
+            return
+        values = np.array(list(per.values()))
+        for node, value in per.items():
+            others = np.median(values[np.array([n != node for n in per])])
+            if value < others / self.plausible_range:
+                r = out[node]
+                if what == "time":
+                    out[node] = replace(r, time_s=float(others) * r.samples)
+                else:
+                    out[node] = replace(r, energy_j=float(others) * r.samples)
+                self._say(f"implausible-{what}", node, "[adaptive] round %s: node %s claims %.3g %s per sample, "
+                          "below 1/%g of the other nodes' median %.3g: not believed, it is taken at that median",
+                          server_round, node, value, "s" if what == "time" else "J", self.plausible_range, others)
+
+    def _say(self, rule: str, node: Hashable, msg: str, *args: object) -> None:
+        if (rule, node) not in self._said:
+            self._said.add((rule, node))
+            logger.log(WARNING, msg, *args)
