@@ -4,7 +4,8 @@ Contract
 --------
 ``python -m experiments.compare`` runs the PMA Flower App of this repository (the emulated 11-device
 PMA federation, ``apps/pma``) through the real ``flwr run`` path, once per policy
-(default Equal, Time-only, Low-energy), and prints one table: makespan and energy summed over the
+(default Equal, Time-only, Low-energy and Min-energy; a policy named ``<policy>-paper``, e.g.
+``time-paper``, runs it with the paper's estimation and deadband), and prints one table: makespan and energy summed over the
 rounds (virtual clock: device time from the profiles), final holdout loss / accuracy, and the
 wall time of each run. It then prints what the whole command cost: its wall time and the peak
 resident memory of every process of the run (this command, ``flwr``, the SuperLink and all its
@@ -48,11 +49,11 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import psutil
 
-from flwr_adaptive.strategies.registry import LABELS
+from flwr_adaptive.strategies.registry import LABELS, parse_run_name
 
 REPO = Path(__file__).resolve().parent.parent
 PMA_APP = REPO / "apps" / "pma"
-POLICIES = ("equal", "time", "low-energy")
+POLICIES = ("equal", "time", "low-energy", "min-energy")
 _ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
 
 
@@ -244,8 +245,10 @@ def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeo
 
 
 def pma_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[str]:
-    """``flwr run apps/pma`` (the PMA app) for ``policy`` on the ``local`` SuperLink."""
-    run_config = (f"policy='{policy}' num-server-rounds={args.rounds} budget={args.budget} "
+    """``flwr run apps/pma`` (the PMA app) for ``policy`` (a run name, see ``parse_run_name``) on the
+    ``local`` SuperLink."""
+    name, paper = parse_run_name(policy)
+    run_config = (f"policy='{name}' paper={str(paper).lower()} num-server-rounds={args.rounds} budget={args.budget} "
                   f"task='{args.task}' seed={args.seed} jitter={float(args.jitter)} out-dir='{out_dir}'")
     federation = f"num-supernodes={args.clients} client-resources-num-cpus={args.cpus_per_client}"
     config_args = ["-c", run_config, "-c", f"num-clients={args.clients}"]
@@ -416,8 +419,9 @@ def add_run_arguments(ap: argparse.ArgumentParser, out: Path, run_timeout_s: flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", default=",".join(POLICIES),
-                    help="comma-separated: equal, time, low-energy, energy, static, oort, fedasync "
-                         "(first one is the baseline)")
+                    help="comma-separated: equal, time, low-energy, energy, min-energy, static, oort, "
+                         "fedasync, or time-paper / low-energy-paper / energy-paper (the paper's estimation "
+                         "and deadband); the first one is the baseline")
     add_run_arguments(ap, out=REPO / "results" / "flower", run_timeout_s=600.0,
                       budget_help="samples per round, split among the clients")
     args = ap.parse_args(argv)

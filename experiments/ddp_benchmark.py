@@ -41,11 +41,14 @@ from flwr_adaptive.clients.ddp.driver import DDP_POLICIES, RoundDriver, round_su
 from flwr_adaptive.clients.ddp.launch import LocalDDPGroup
 from flwr_adaptive.clients.ddp.run import load_task
 from flwr_adaptive.clients.ddp.worker import relative_slowdowns
+from flwr_adaptive.strategies.registry import PAPER_SUFFIX, parse_run_name
 
 # Not flwr_adaptive.strategies.registry.LABELS: the DDP benchmark compares other policies (EMA batch sizing, no
 # Flower baselines) and names the adaptive ones as such.
 POLICY_LABELS = {"equal": "Equal", "time": "adaptive (time)", "low-energy": "adaptive (low-energy)",
-                 "energy": "adaptive (energy)", "ema": "EMA batch sizing"}
+                 "energy": "adaptive (energy)", "min-energy": "adaptive (min-energy)", "ema": "EMA batch sizing"}
+# ``<policy>-paper``: the paper's estimation and deadband (per-sample costs, no drift detection).
+POLICY_LABELS.update({p + PAPER_SUFFIX: f"adaptive ({p}, paper)" for p in ("time", "low-energy", "energy")})
 
 
 def _csv(kind):
@@ -64,7 +67,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--devices", type=_csv(str), default=None,
                    help="testbed device names (flwr_adaptive.devices) instead of --slowdowns; energy = active "
                         "watts × compute time")
-    p.add_argument("--policies", type=_csv(str), default=["equal", "time", "ema"], help=f"from {DDP_POLICIES}")
+    p.add_argument("--policies", type=_csv(str), default=["equal", "time-paper", "time", "min-energy", "ema"],
+                   help=f"from {list(POLICY_LABELS)} (<policy>-paper: the paper's estimation and deadband; "
+                        "min-energy without --devices has no energy figures: the shortest round)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--budget", type=int, default=4000, help="samples per round over all ranks")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per round, the same on every rank")
@@ -78,16 +83,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write every round's summary here")
     args = p.parse_args(argv)
-    bad = [x for x in args.policies if x not in DDP_POLICIES]
+    bad = [x for x in args.policies if x not in POLICY_LABELS or parse_run_name(x)[0] not in DDP_POLICIES]
     if bad:
-        p.error(f"unknown policies {bad}; choose from {DDP_POLICIES}")
+        p.error(f"unknown policies {bad}; choose from {list(POLICY_LABELS)}")
     if args.rounds < 1 or not 1 <= args.from_round <= args.rounds:
         p.error(f"need rounds >= 1 and 1 <= --from-round <= rounds, got {args.rounds} and {args.from_round}")
     return args
 
 
-def ranks_of(args: argparse.Namespace) -> tuple[list[float], list[float | None] | None, list[str]]:
-    """Per-rank slowdowns, active watts and labels."""
+def ranks_of(args: argparse.Namespace
+             ) -> tuple[list[float], list[float | None] | None, list[float] | None, list[str]]:
+    """Per-rank slowdowns, active watts, idle watts and labels."""
     if args.devices:
         from flwr_adaptive.devices import TESTBED
 
@@ -96,13 +102,13 @@ def ranks_of(args: argparse.Namespace) -> tuple[list[float], list[float | None] 
         if unknown:
             raise SystemExit(f"unknown devices {unknown}; choose from {sorted(by_name)}")
         slowdowns, watts = relative_slowdowns([by_name[n] for n in args.devices])
-        return slowdowns, watts, list(args.devices)
-    return list(args.slowdowns), None, [f"×{s:g}" for s in args.slowdowns]
+        return slowdowns, watts, [by_name[n].idle_w for n in args.devices], list(args.devices)
+    return list(args.slowdowns), None, None, [f"×{s:g}" for s in args.slowdowns]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    slowdowns, watts, labels = ranks_of(args)
+    slowdowns, watts, idle, labels = ranks_of(args)
     world = len(slowdowns)
     spec = load_task(args.task)
     print(f"[ddp-benchmark] {world} ranks ({', '.join(f'{l} → slowdown {s:.2f}' for l, s in zip(labels, slowdowns))}); "
@@ -118,9 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for policy in args.policies:
             group.set_state(start_state)
             group.reset_ema()
-            driver = RoundDriver(world, args.budget, args.steps, policy=policy, slowdowns=slowdowns,
-                                 active_watts=watts, seed=args.seed, ema_smoothing=args.ema_smoothing,
-                                 deadband=args.deadband, smoothing=args.smoothing)
+            name, paper = parse_run_name(policy)
+            extra = {"paper": True} if paper else {}
+            driver = RoundDriver(world, args.budget, args.steps, policy=name, slowdowns=slowdowns,
+                                 active_watts=watts, idle_watts=idle, seed=args.seed,
+                                 ema_smoothing=args.ema_smoothing, deadband=args.deadband,
+                                 smoothing=args.smoothing, **extra)
             for r in range(1, args.rounds + 1):
                 plan = driver.plan()
                 telemetry = group.run_round(plan)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from experiments.compare import REPO
 from flwr_adaptive.controller import POLICIES
-from flwr_adaptive.strategies.registry import LABELS
+from flwr_adaptive.strategies.registry import LABELS, parse_run_name
 
 APP_DIR = REPO / "apps" / "hfl"
 
@@ -23,10 +23,12 @@ _ROUND_LINE = re.compile(r"\[hfl\] round (\d+) \((\w+) clock\): .*\(mean ([0-9.n
 
 
 def flwr_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[str]:
-    """``flwr run apps/hfl`` for ``policy`` on the ``local`` SuperLink (see ``experiments.compare``)."""
+    """``flwr run apps/hfl`` for ``policy`` (a run name: ``time-paper`` is ``time`` with the paper's
+    estimation and deadband) on the ``local`` SuperLink (see ``experiments.compare``)."""
     from experiments.compare import console_script
 
-    run_config = (f"policy='{policy}' num-server-rounds={args.rounds} num-silos={args.silos} "
+    name, paper = parse_run_name(policy)
+    run_config = (f"policy='{name}' paper={str(paper).lower()} num-server-rounds={args.rounds} num-silos={args.silos} "
                   f"silo-budget={args.budget} steps={args.steps} ranks='{args.ranks}' task='{args.task}' "
                   f"seed={args.seed} drift-round={args.drift_round} drift-factor={float(args.drift_factor)} "
                   f"out-dir='{out_dir}'")
@@ -54,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="HFL-DDP through `flwr run apps/hfl` on a private SuperLink, offline: "
                                  "per policy, the CV of the ranks' compute time inside every silo.")
-    ap.add_argument("--policies", default="equal,time", help="comma-separated: equal, time, low-energy, energy")
+    ap.add_argument("--policies", default="equal,time-paper,time,min-energy",
+                    help="comma-separated: equal, time, low-energy, energy, min-energy, or time-paper / "
+                         "low-energy-paper / energy-paper (the paper's estimation and deadband)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--silos", type=int, default=3, help="SuperNodes, one silo each")
     ap.add_argument("--ranks", default="2", help="DDP ranks per silo: an int or a comma list cycled over the silos")
@@ -70,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-timeout", type=float, default=900.0, help="seconds before one flwr run is killed")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if not policies or any(p not in POLICIES for p in policies):
-        ap.error(f"--policies must name some of {', '.join(POLICIES)}, got {args.policies!r}")
+    if not policies or any(parse_run_name(p)[0] not in POLICIES or p not in LABELS for p in policies):
+        ap.error(f"--policies must name some of {', '.join(p for p in LABELS if parse_run_name(p)[0] in POLICIES)}, "
+                 f"got {args.policies!r}")
     from hfl_app.task import silo_ranks  # noqa: E402  (apps/hfl is on sys.path, see experiments/__init__.py)
 
     require_positive(ap, args, ("rounds", "silos", "budget", "steps", "cpus_per_client"))

@@ -456,3 +456,26 @@ def test_default_backend_needs_one_gpu_per_rank(monkeypatch, gpus, ranks, expect
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert default_backend(ranks) == expected
+
+
+@pytest.mark.parametrize("idle_watts, expected", [([5.0, 11.0], [500, 500]), (None, [550, 450])])
+def test_driver_min_energy_prices_waiting_with_the_ranks_idle_watts(idle_watts, expected):
+    # Prepare: two equally fast ranks drawing 10 W and 12 W; with idle draw the even split (nobody
+    # waits) is cheapest, without it the 10 W rank takes what the 10 % slack allows
+    driver = RoundDriver(world=2, budget=1000, steps=10, policy="min-energy", idle_watts=idle_watts, deadband=0.0)
+    for _ in range(4):
+        plan = driver.plan()
+        # Execute
+        driver.observe([RankTelemetry(rank=r, world=2, steps=10, samples=q, time_s=0.001 * q,
+                                      energy_j=(10.0, 12.0)[r] * 0.001 * q, wait_s=0.0, wall_s=1.0,
+                                      clock="process", slowdown=1.0) for r, q in enumerate(plan.quotas)])
+    # Assert
+    assert driver.plan().quotas == expected
+
+
+def test_driver_takes_the_paper_model_and_checks_idle_watts():
+    # Execute / Assert: the named policy fits affine costs; paper=True is the per-sample model
+    assert RoundDriver(world=2, budget=100, steps=5, policy="time").controller.cost_model == "affine"
+    assert RoundDriver(world=2, budget=100, steps=5, policy="time", paper=True).controller.cost_model == "per-sample"
+    with pytest.raises(ValueError, match="idle_watts needs one entry per rank"):
+        RoundDriver(world=2, budget=100, steps=5, policy="min-energy", idle_watts=[1.0])

@@ -36,13 +36,30 @@ from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
 from flwr_adaptive.strategies.static_profiling_strategy import STATIC, StaticProfilingStrategy
 
-__all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "build_strategy"]
+__all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "PAPER_SUFFIX", "run_name", "parse_run_name", "build_strategy"]
 
 BASELINES = (STATIC, OORT, FEDASYNC)
 POLICY_NAMES = (*POLICIES, *BASELINES)
 LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
           "min-energy": "Min-energy",
           STATIC: "Static", OORT: "Oort-like", FEDASYNC: "FedAsync"}
+
+#: A run of a paper's policy with ``paper=True`` is named ``<policy>-paper`` (files, tables).
+PAPER_SUFFIX = "-paper"
+_PAPER_POLICIES = ("time", "low-energy", "energy")
+LABELS.update({p + PAPER_SUFFIX: LABELS[p] + " (paper)" for p in _PAPER_POLICIES})
+
+
+def run_name(policy: str, paper: bool = False) -> str:
+    """The name of a run of ``policy`` (``"time-paper"`` with ``paper=True``): files and table rows."""
+    return policy + PAPER_SUFFIX if paper else policy
+
+
+def parse_run_name(name: str) -> tuple[str, bool]:
+    """``(policy, paper)`` of a run name: ``"time-paper"`` → ``("time", True)``, ``"time"`` → ``("time", False)``."""
+    if name.endswith(PAPER_SUFFIX) and name[: -len(PAPER_SUFFIX)] in _PAPER_POLICIES:
+        return name[: -len(PAPER_SUFFIX)], True
+    return name, False
 
 def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
                    oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,

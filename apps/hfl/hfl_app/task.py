@@ -17,7 +17,7 @@ export them as ``app``) that run hierarchical federated learning on one of the p
   each silo processes ``silo-budget`` samples every round; silo models are averaged by samples,
   then evaluated on the task's holdout.
 - With ``out-dir``: ``history-<policy>.csv`` (per round), ``-clients.csv`` (per silo),
-  ``-ranks.csv`` (per rank) and ``summary-<policy>.json``, whose ``"status"`` is
+  ``-ranks.csv`` (per rank) and ``summary-<policy>.json`` (``<policy>-paper`` with ``paper = true``), whose ``"status"`` is
   ``"finished"`` only when every round ran (``flwr run`` exits 0 even when a run failed).
 
 Run config keys: :data:`DEFAULTS` (the same as ``pyproject.toml``); ``audit-dir`` logs the sample
@@ -49,6 +49,7 @@ from flwr_adaptive.clients.silo import audit_reads, silo_train
 from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.devices import get_testbed, slowdown_at
 from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
+from flwr_adaptive.strategies.registry import run_name
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 
 __all__ = ["make_apps", "HflApps", "DEFAULTS", "silo_ranks", "silo_devices", "task_silo_spec"]
@@ -177,7 +178,8 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
         n = int(cfg["num-silos"])
         policy = str(cfg["policy"])
         out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
-        summary = RunSummary(out_dir, policy, cfg["task"], {k: cfg[k] for k in DEFAULTS})
+        name = run_name(policy, bool(cfg["paper"]))  # "time-paper" with paper=true: its files apart
+        summary = RunSummary(out_dir, name, cfg["task"], {k: cfg[k] for k in DEFAULTS})
         strategy = HierarchicalAdaptiveStrategy(
             FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
                    train_metrics_aggr_fn=aggregate_silo_metrics),
@@ -200,7 +202,7 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
                                      train_config=ConfigRecord({}), evaluate_fn=evaluate)
         wall = time.perf_counter() - started
         if out_dir is not None:
-            strategy.save_history(out_dir / f"history-{policy}.csv")
+            strategy.save_history(out_dir / f"history-{name}.csv")
         summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall, rounds_trained(strategy))
         summary.check()  # a run that aggregated nothing ends as failed, not normally
 

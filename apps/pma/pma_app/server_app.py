@@ -2,7 +2,7 @@
 or a baseline) with centralized evaluation on the task's holdout after every round.
 
 With ``out-dir``: ``history-<policy>.csv`` (per round), ``history-<policy>-clients.csv`` (per
-client) and ``summary-<policy>.json``, whose ``"status"`` is ``"finished"`` only when every round
+client) and ``summary-<policy>.json`` (``<policy>-paper`` with ``paper = true``), whose ``"status"`` is ``"finished"`` only when every round
 ran (``flwr run`` exits 0 even when a run failed, so callers check that file). A negative
 ``deadband`` or ``slack`` (the defaults) means the policy's own default.
 """
@@ -17,6 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from flwr_adaptive.strategies import build_strategy
+from flwr_adaptive.strategies.registry import run_name
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 from pma_app.task import DEFAULTS, load_task, run_config
 
@@ -38,7 +39,8 @@ def main(grid: Grid, context: Context) -> None:
     n = int(cfg["num-clients"])
     out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
     policy = str(cfg["policy"])
-    summary = RunSummary(out_dir, policy, cfg["task"], {k: cfg[k] for k in DEFAULTS})
+    name = run_name(policy, bool(cfg["paper"]))  # "time-paper" with paper=true: its files apart
+    summary = RunSummary(out_dir, name, cfg["task"], {k: cfg[k] for k in DEFAULTS})
     strategy = build_strategy(
         policy, strategy=FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
         budget=int(cfg["budget"]), num_nodes=n, seed=int(cfg["seed"]),
@@ -61,6 +63,6 @@ def main(grid: Grid, context: Context) -> None:
                    train_config=ConfigRecord({"lr": float(cfg["lr"])}), evaluate_fn=evaluate)
     wall = time.perf_counter() - started
     if out_dir is not None:
-        strategy.save_history(out_dir / f"history-{policy}.csv")
+        strategy.save_history(out_dir / f"history-{name}.csv")
     summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall, rounds_trained(strategy))
     summary.check()  # a run that aggregated nothing ends as failed, not normally

@@ -11,9 +11,11 @@ It does no I/O and knows no processes, so the local launcher, the ``torchrun`` e
 Flower silo client all use it the same way.
 
 Policies: ``"equal"`` (no controller: the budget split evenly), the controller's policies
-(``"time"``, ``"low-energy"``, ``"energy"``, ``"min-energy"``; see docs/controller.md) and
-``"ema"`` (the per-step EMA batch-sizing baseline; its split moves inside the round, so the
-driver hands out equal quotas that only fix each step's global batch).
+(``"time"``, ``"low-energy"``, ``"energy"``, ``"min-energy"``; see docs/controller.md: affine costs
+by default, whose fixed part is each rank's per-step overhead times the steps; ``paper=True`` is
+the paper's per-sample model) and ``"ema"`` (the per-step EMA batch-sizing baseline; its split
+moves inside the round, so the driver hands out equal quotas that only fix each step's global
+batch).
 
 Cost
 ----
@@ -71,6 +73,9 @@ class RoundDriver:
         One of :data:`DDP_POLICIES`.
     slowdowns, active_watts : list of float, optional
         Emulated per-rank slowness (``>= 1``) and active watts, passed on in every plan.
+    idle_watts : list of float, optional
+        Each rank's idle watts while it waits for the others (``"min-energy"`` prices waiting
+        with them; ``None`` entries: unknown).
     seed : int
         Shuffling seed of the shared index stream.
     ema_smoothing : float
@@ -84,7 +89,7 @@ class RoundDriver:
     def __init__(self, world: int, budget: int, steps: int, policy: str = "time",
                  slowdowns: Sequence[float] | None = None, active_watts: Sequence[float | None] | None = None,
                  seed: int = 0, ema_smoothing: float = 0.5, controller: AllocationController | None = None,
-                 **controller_kwargs: Any) -> None:
+                 idle_watts: Sequence[float | None] | None = None, **controller_kwargs: Any) -> None:
         if policy not in DDP_POLICIES:
             raise ValueError(f"policy must be one of {DDP_POLICIES}, got {policy!r}")
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
@@ -113,6 +118,12 @@ class RoundDriver:
                     f"(default: one sample per step, steps={steps}): it needs budget >= {need}; raise the "
                     "budget, lower steps, or pass a smaller min_quota (the worker handles empty batches)")
             self.controller = ddp_controller(budget, steps, policy, **controller_kwargs)
+        if idle_watts is not None:
+            if len(idle_watts) != world:
+                raise ValueError(f"idle_watts needs one entry per rank ({world}), got {len(idle_watts)}")
+            if self.controller is not None:
+                for rank, watts in zip(self.ranks, idle_watts):
+                    self.controller.set_idle_power(rank, watts)
 
     def quotas(self) -> list[int]:
         """This round's per-rank quotas (commits the controller's split)."""
