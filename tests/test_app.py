@@ -46,17 +46,19 @@ def test_flwr_run_comparison_works_offline_from_a_clean_clone_and_leaves_nothing
     out = tmp_path / "out"
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone)}
     env.pop("FLWR_HOME", None)
-    cmd = [sys.executable, "-m", "experiments.compare", "--policies", "equal,time", "--rounds", "2",
+    cmd = [sys.executable, "-m", "experiments.compare", "--policies", "equal,time-paper", "--rounds", "2",
            "--clients", "5", "--budget", "500", "--out", str(out)]
     # Execute
     proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=400)
-    # Assert: it ran both policies to the end and printed the table and its costs
+    # Assert: it ran both policies to the end (time-paper: time with paper=true, in files of its
+    # own name) and printed the table and its costs
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = proc.stdout
-    for policy in ("equal", "time"):
+    for policy in ("equal", "time-paper"):
         summary = json.loads((out / f"summary-{policy}.json").read_text())
         assert summary["status"] == "finished" and len(summary["rounds"]) == 3  # round 0 + 2 rounds
-    assert re.search(r"^Equal\s+2\s", text, re.M) and re.search(r"^Time-only\s+2\s", text, re.M)
+    assert re.search(r"^Equal\s+2\s", text, re.M) and re.search(r"^Time-only \(paper\)\s+2\s", text, re.M)
+    assert json.loads((out / "summary-time-paper.json").read_text())["config"]["paper"] is True
     assert "VIRTUAL clock" in text
     assert re.search(r"This command: [0-9.]+ s wall clock; peak resident memory .* [0-9.]+ GB", text)
     assert "processes left running: 0" in text
