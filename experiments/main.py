@@ -1,7 +1,7 @@
 """The main job of ``./run.sh`` (docs/results.md): the emulated testbed, then the policies compared through Flower.
 
 Prints the 11-device testbed with shortened citations, then runs the Flower App of this
-repository (``apps/pma``) with ``flwr run apps/pma`` once per policy (Equal, Time-only, Low-energy; offline, see
+repository (``apps/pma``) with ``flwr run apps/pma`` once per policy (Equal, Time-only, Low-energy, Min-energy; offline, see
 ``experiments.compare``) and prints one table: makespan and energy on the VIRTUAL clock (device
 time from the profiles), final holdout loss / accuracy, plus the command's wall time and peak
 memory. A few minutes on a 2-core machine.

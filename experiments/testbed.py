@@ -27,8 +27,10 @@ import pandas as pd
 from flwr_adaptive.controller import AllocationController, Report
 from flwr_adaptive.accounting import account_round, optimal_makespan, optimal_split
 from flwr_adaptive.devices import DeviceProfile, device_time, slowdown_at
+from flwr_adaptive.strategies.registry import parse_run_name
 
-POLICY_NAMES = ("equal", "time", "low-energy")
+# ``time-paper``: Time-only with the paper's estimation and deadband (``from_policy(..., paper=True)``).
+POLICY_NAMES = ("equal", "time-paper", "time", "low-energy", "min-energy")
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,11 @@ def simulate(policy: str, profiles: Sequence[DeviceProfile], run: VirtualRun = V
     ids = [p.name for p in profiles]
     if len(set(ids)) != len(ids):
         raise ValueError(f"device names must be unique, got {ids}")
-    ctrl = AllocationController.from_policy(policy, run.budget, smoothing=run.smoothing, deadband=run.deadband)
+    name, paper = parse_run_name(policy)
+    ctrl = AllocationController.from_policy(name, run.budget, paper=paper, smoothing=run.smoothing,
+                                            deadband=run.deadband)
+    for p in profiles:  # min-energy prices waiting at each device's idle draw
+        ctrl.set_idle_power(p.name, p.idle_w)
     by_name = dict(zip(ids, profiles))
     rows = []
     for rnd in range(1, run.rounds + 1):
