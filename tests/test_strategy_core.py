@@ -425,6 +425,9 @@ class _Manager:
     def num_available(self):
         return len(self.proxies)
 
+    def all(self):
+        return {p.cid: p for p in self.proxies}
+
     def sample(self, num_clients, min_num_clients=None, criterion=None):
         return self.proxies[:num_clients]
 

@@ -136,9 +136,12 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         messages = self._one_per_node(server_round, list(self.strategy.configure_train(server_round, arrays,
                                                                                        config, grid)))
         try:
-            self.note_connected(grid.get_node_ids())
+            connected = set(grid.get_node_ids())
         except Exception:  # noqa: BLE001 - a grid that cannot list its nodes: ownership stays as it is
-            pass
+            connected = None
+        if connected is not None:
+            self.note_connected(connected)
+            self.forget_departed(connected)  # bounded state under node-id churn (docs/scale.md)
         try:
             self._reference_layout: ArrayLayout | None = array_layout(arrays)
         except Exception:  # noqa: BLE001 - an unusual model record: replies are compared with each other

@@ -16,6 +16,17 @@ Contract
   local data size when cycling is off, and feeds one :class:`~flwr_adaptive.controller.Report` per
   client to the controller, with the client's idle watts when it reports them (the min-energy
   policy prices waiting with them). An observation the controller rejects is logged and dropped.
+- Unknown data sizes (cycling off): a node that never replied is capped at a provisional size
+  (``flwr_adaptive.priors.provisional_caps``: a low quantile of the sizes reported so far, raised
+  so that the caps hold the budget). Samples that still go unprocessed are never lost silently:
+  the history row counts them (``short_capped``: above a capped node's data, ``short_skipped``:
+  quotas of skipped nodes, ``short_unassigned``: budget nobody was given) and the round's log line
+  says so (a warning when nodes were capped).
+- Bounded state: a node's ``"node-<id>"`` controller slot is forgotten once it is keyed by its
+  partition id, and ``forget_departed(live node ids)`` (called before every round) drops what
+  is kept about node ids that left; client history rows beyond a limit are spilled to a
+  temporary CSV (``history.ClientRows``). Memory and the state file stay linear in the
+  partitions plus the connected nodes, whatever the node-id churn.
 - ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
   weights" in docs/integration.md): samples processed this round, or the local data size.
 - ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
@@ -50,7 +61,8 @@ from flwr_adaptive import keys
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
-from flwr_adaptive.strategies.history import HistoryMixin
+from flwr_adaptive.priors import provisional_caps
+from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.state_file import (StateFileError, check_state_dir, read_state, set_aside,
@@ -165,8 +177,11 @@ class AdaptiveCore(HistoryMixin):
         self._probation: set[Hashable] = set()  # node ids that failed in their last round
         self._unavailable: set[Hashable] = set()  # node ids whose last assigned round got no usable answer
         self._last_trained: dict[Hashable, int] = {}  # node id -> last round it was sent a quota
+        self._replied: set[Hashable] = set()  # node ids with a valid reply this run
+        self._sizes: np.ndarray | None = None  # the values of _caps (cached for provisional caps)
+        self._node_keys: set[str] = set()  # "node-<id>" controller ids handed to the controller
         self._round_rows: list[dict[str, Any]] = []
-        self._client_rows: list[dict[str, Any]] = []
+        self._client_rows = ClientRows()  # bounded in memory, older rows spilled to a temporary CSV
         self._rounds_done = 0  # rounds observed, across resumptions
         self._warned: set[str] = set()
         #: What the server believes of each claim (see ``flwr_adaptive.strategies.trust``); replace
@@ -213,6 +228,9 @@ class AdaptiveCore(HistoryMixin):
                                          max_quota={n: probe for n in probation})
             split = equal.allocate(node_ids)
         else:
+            if not self.allow_cycling:
+                caps = self._with_provisional_caps(node_ids, caps)
+            self._node_keys.update(k for k in ids if type(k) is str)
             for k, c in zip(ids, caps):
                 self.controller.set_max_quota(k, c)
             by_key = self.controller.allocate(ids)
@@ -221,6 +239,25 @@ class AdaptiveCore(HistoryMixin):
         for n in quotas:
             self._last_trained[n] = server_round
         return quotas
+
+    def _with_provisional_caps(self, node_ids: list[Hashable], caps: list[int | None]) -> list[int | None]:
+        """Cap the nodes that never replied at a provisional data size (cycling off).
+
+        A node's data size is learned from its first reply; before it, the node gets a low
+        quantile of the sizes reported so far (``flwr_adaptive.priors.provisional_caps``), raised
+        just enough for the caps to hold the budget, instead of no cap at all (it would take
+        what capped nodes leave and lose the samples beyond its data). A node that replied
+        without a size stays uncapped.
+        """
+        fresh = [c is None and n not in self._replied for n, c in zip(node_ids, caps)]
+        if not any(fresh):
+            return caps
+        if self._sizes is None:
+            self._sizes = np.fromiter(self._caps.values(), dtype=np.int64, count=len(self._caps))
+        # a replied node of unknown size can take any remainder: count it as holding the budget
+        masked = [None if f else (self.budget if c is None else c) for f, c in zip(fresh, caps)]
+        filled = provisional_caps(masked, self.budget, self._sizes)
+        return [filled[i] if f else c for i, (f, c) in enumerate(zip(fresh, caps))]
 
     def trainers(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
         """The nodes that train this round: all of them, unless the budget is too small.
@@ -268,9 +305,13 @@ class AdaptiveCore(HistoryMixin):
         """
         accepted = []
         self._believed = self.believed_reports(server_round, reports)
+        stale = []  # "node-<id>" keys of nodes now keyed by their partition: never used again
         for r in reports:
+            self._replied.add(r.node_id)
             if r.partition_id is not None:
                 self._partition_of[r.node_id] = r.partition_id
+                if f"node-{r.node_id}" in self._node_keys and self._keys([r.node_id])[0] == r.partition_id:
+                    stale.append(f"node-{r.node_id}")
             if r.node_id in self._probation:
                 continue  # a probe of min_quota samples says "alive", not what a sample costs
             key = self._keys([r.node_id])[0]
@@ -278,6 +319,7 @@ class AdaptiveCore(HistoryMixin):
                 try:
                     self.controller.set_max_quota(key, max(r.data_size, self._min_of()))
                     self._caps[key] = max(r.data_size, self._min_of())
+                    self._sizes = None
                 except (ValueError, OverflowError) as err:
                     log(WARNING, "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
                         server_round, r.data_size, r.node_id, err)
@@ -290,6 +332,7 @@ class AdaptiveCore(HistoryMixin):
             if r.idle_w is not None:  # parse_report screened it: finite, >= 0
                 self.controller.set_idle_power(key, r.idle_w)
             accepted.append(r)
+        self._forget_keys(stale)
         return accepted
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
@@ -401,17 +444,28 @@ class AdaptiveCore(HistoryMixin):
             "quota_max": float(quotas.max()) if len(quotas) else math.nan,
             "quota_sum": int(quotas.sum()) if len(quotas) else 0,
         })
+        # Where the budget's samples went when fewer were processed: quotas above a node's data
+        # (capped), quotas of skipped nodes, and budget no node was given (all local data used).
+        row["short_capped"] = int(sum(r.quota - r.samples for r in reports
+                                      if r.quota is not None and r.samples < r.quota))
+        row["short_skipped"] = int(sum(self._assigned.get(n) or 0 for n in skipped))
+        row["short_unassigned"] = max(self.budget - row["quota_sum"], 0) if len(quotas) else 0
         return row
 
     def log_round(self, row: Mapping[str, Any]) -> None:
-        """The one log line per round."""
+        """The one log line per round (a warning when quotas exceeded some nodes' data)."""
         energy = (f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"])
                   else f"active energy {row['active_j']:.1f} J" if math.isfinite(row["active_j"])
                   else "energy unmeasured")
-        log(INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | CV busy %.3f | "
-             "quota min/median/max %g/%g/%g | %d clients, %d skipped",
-             row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
-             row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"])
+        short = [row.get(k, 0) for k in ("short_capped", "short_skipped", "short_unassigned")]
+        # samples the budget held that no node processed, and where they went
+        shortfall = (f" | {sum(short)} of {self.budget} budgeted samples not processed ({short[0]} above "
+                     f"capped nodes' data, {short[1]} of skipped nodes, {short[2]} given to nobody)"
+                     if sum(short) else "")
+        log(WARNING if short[0] else INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | "
+            "CV busy %.3f | quota min/median/max %g/%g/%g | %d clients, %d skipped%s",
+            row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
+            row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"], shortfall)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -552,6 +606,47 @@ class AdaptiveCore(HistoryMixin):
         log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done, where)
 
     # ------------------------------------------------------------------ helpers
+    def forget_departed(self, live_node_ids: Iterable[Hashable]) -> list[Hashable]:
+        """Drop what is kept about node ids that are no longer connected; returns them.
+
+        Flower never reuses a node id (a restarted node gets a new one), so the per-node maps of
+        a departed id are dead weight: its partition mapping, last-trained round, probation and
+        its ``"node-<id>"`` controller slot and cap. The partition it owned is released, so the
+        same partition coming back under a new node id is keyed by the partition again (its
+        estimate resumes) instead of being kept apart as a second claimant. Partition-keyed
+        estimates are kept: they are the population's and survive restarts.
+
+        The API classes call this with the grid's node ids before each round. It scans the
+        per-node maps only when more node ids are tracked than are connected, so at most as many
+        departed ids as live ones are kept (memory linear in live nodes).
+        """
+        live = live_node_ids if isinstance(live_node_ids, (set, frozenset)) else set(live_node_ids)
+        if len(self._last_trained) <= len(live):
+            return []
+        gone = [n for n in self._last_trained if n not in live]
+        for n in gone:
+            self._last_trained.pop(n, None)
+            self._partition_of.pop(n, None)
+            self._replied.discard(n)
+            self._probation.discard(n)
+            self._unavailable.discard(n)
+            self._assigned.pop(n, None)
+        gone_set = set(gone)
+        for part in [p for p, owner in self._owner.items() if owner in gone_set]:
+            del self._owner[part]
+        self._forget_keys([k for k in (f"node-{n}" for n in gone) if k in self._node_keys])
+        return gone
+
+    def _forget_keys(self, ids: list[str]) -> None:
+        """Forget ``"node-<id>"`` controller ids (slot, bounds, cap) that will never be used again."""
+        if not ids:
+            return
+        for k in ids:
+            self._node_keys.discard(k)
+            if self._caps.pop(k, None) is not None:
+                self._sizes = None
+        self.controller.forget(ids, config=True)
+
     def _min_of(self) -> int:
         return int(self.min_quota) if isinstance(self.min_quota, (int, np.integer)) else 0
 
@@ -574,7 +669,8 @@ class AdaptiveCore(HistoryMixin):
         last assigned round ended in an error or without a reply: a SuperNode restarts with a new
         node id) takes the partition over, with its estimate, quotas and cap (logged once). A
         second node claiming the partition of a live owner is keyed ``"node-<id>"`` (its own
-        estimate, quotas and cap) and a warning names both.
+        estimate, quotas and cap) and a warning names both. ``forget_departed`` releases the
+        partitions of owners the grid no longer lists.
         """
         out = []
         for n in node_ids:

@@ -7,25 +7,105 @@ A class that mixes in :class:`HistoryMixin` appends plain ``dict`` rows to ``sel
 round, or per job). ``history`` and ``client_history`` return them as ``pandas.DataFrame``\\s and
 ``save_history(path)`` writes both as CSV: ``path`` and ``<stem>-clients<suffix>`` next to it.
 
+``self._client_rows`` may be a :class:`ClientRows`: it keeps at most ``limit`` rows in memory and
+appends older ones, as CSV, to an anonymous temporary file (deleted when the strategy is), so a
+long cross-device run holds a bounded number of rows however many clients it samples;
+``client_history`` still returns every row (the spilled ones read back from the CSV, so their
+types are those ``pandas.read_csv`` infers: ``None`` becomes NaN).
+
 Cost
 ----
-One DataFrame built per access (pandas is imported then, not at import time).
+One DataFrame built per access (pandas is imported then, not at import time). A spill writes the
+rows in memory once (``csv`` module, no pandas); memory is O(limit) rows.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["HistoryMixin"]
+__all__ = ["HistoryMixin", "ClientRows", "CLIENT_ROWS_IN_MEMORY"]
+
+#: Client rows an adaptive strategy keeps in memory before spilling older ones to a temporary CSV
+#: (about 0.7 KB each: ~14 MB).
+CLIENT_ROWS_IN_MEMORY = 20_000
+
+
+class ClientRows:
+    """An append-only list of row dicts holding at most ``limit`` of them in memory.
+
+    Parameters
+    ----------
+    limit : int (default: ``CLIENT_ROWS_IN_MEMORY``)
+        Rows kept in memory; when one more is appended, the rows in memory are written to the
+        spill file and dropped. The columns are those of the first row spilled; a later row's
+        unknown keys are dropped from the spill (the strategies write one fixed set of keys).
+    """
+
+    def __init__(self, limit: int = CLIENT_ROWS_IN_MEMORY) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1 (rows kept in memory), got {limit!r}")
+        self.limit = limit
+        self._rows: list[dict[str, Any]] = []
+        self._spill: Any = None  # text file, opened on the first spill
+        self._writer: csv.DictWriter | None = None
+        self._spilled = 0
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Add one row (spilling the rows in memory first when ``limit`` is reached)."""
+        if len(self._rows) >= self.limit:
+            self._write_out()
+        self._rows.append(row)
+
+    def _write_out(self) -> None:
+        if self._writer is None:
+            self._spill = tempfile.TemporaryFile("w+", newline="", prefix="flwr-adaptive-clients-")
+            self._writer = csv.DictWriter(self._spill, fieldnames=list(self._rows[0]), extrasaction="ignore")
+            self._writer.writeheader()
+        self._writer.writerows(self._rows)
+        self._spilled += len(self._rows)
+        self._rows = []
+
+    @property
+    def in_memory(self) -> int:
+        """Rows held in memory now (at most ``limit``)."""
+        return len(self._rows)
+
+    @property
+    def spilled(self) -> int:
+        """Rows written to the spill file so far."""
+        return self._spilled
+
+    def __len__(self) -> int:
+        return self._spilled + len(self._rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """The rows in memory only (the spilled ones are read by :meth:`frame`)."""
+        return iter(self._rows)
+
+    def frame(self):
+        """Every row, spilled and in memory, as one ``pandas.DataFrame``."""
+        import pandas as pd
+
+        recent = pd.DataFrame(self._rows)
+        if self._spill is None:
+            return recent
+        self._spill.flush()
+        self._spill.seek(0)
+        old = pd.read_csv(io.StringIO(self._spill.read()))
+        self._spill.seek(0, os.SEEK_END)
+        return pd.concat([old, recent], ignore_index=True) if len(recent) else old
 
 
 class HistoryMixin:
     """``history`` / ``client_history`` / ``save_history`` over rows the strategy appends."""
 
     _round_rows: list[dict[str, Any]]
-    _client_rows: list[dict[str, Any]]
+    _client_rows: list[dict[str, Any]] | ClientRows
 
     @property
     def history(self):
@@ -39,6 +119,8 @@ class HistoryMixin:
         """One row per client and round (per job for FedAsync; skipped clients included)."""
         import pandas as pd
 
+        if isinstance(self._client_rows, ClientRows):
+            return self._client_rows.frame()
         return pd.DataFrame(self._client_rows)
 
     def save_history(self, path: str | os.PathLike) -> None:
