@@ -236,3 +236,17 @@ def test_client_rows_spill_beyond_the_limit_and_read_back_in_order():
     assert frame["energy_j"].tolist() == [i / 2 for i in range(8)]
     with pytest.raises(ValueError, match="limit must be an int >= 1"):
         ClientRows(limit=0)
+
+
+def test_controller_forget_drops_slots_and_bounds_and_the_next_split_still_sums():
+    from flwr_adaptive.controller import AllocationController, Report
+
+    ctrl = AllocationController(100, deadband=0.0, max_quota={"a": 30})
+    ctrl.allocate(["a", "b", "c"])
+    for p, t in (("a", 1.0), ("b", 2.0), ("c", 4.0)):
+        ctrl.observe(p, Report(time_s=t, samples=33 if p != "a" else 30))
+    ctrl.forget(["a", "zz"], config=True)
+    assert set(ctrl.estimates()) == {"b", "c"} and "a" not in ctrl.state_dict()["ids"]
+    assert ctrl.state_dict()["max_quota"] == []
+    quotas = ctrl.allocate(["b", "c", "a"])  # "a" is new again: the median cost, no cap
+    assert sum(quotas.values()) == 100 and quotas["b"] > quotas["c"]

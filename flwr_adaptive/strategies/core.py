@@ -26,7 +26,7 @@ Contract
   partition id, and ``forget_departed(live node ids)`` (called before every round) drops what
   is kept about node ids that left; client history rows beyond a limit are spilled to a
   temporary CSV (``history.ClientRows``). Memory and the state file stay linear in the
-  partitions plus the connected nodes, whatever the node-id churn.
+  partitions plus the connected nodes, whatever the node-id churn (docs/scale.md).
 - ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
   weights" in docs/integration.md): samples processed this round, or the local data size.
 - ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
