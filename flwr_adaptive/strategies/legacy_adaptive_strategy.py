@@ -125,7 +125,12 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager
                       ) -> list[tuple[ClientProxy, FitIns]]:
         """The inner strategy's ``FitIns``, one distinct copy per client with its quota."""
-        self.forget_departed([node_id_of(proxy) for proxy in client_manager.all().values()])
+        try:
+            connected = {node_id_of(proxy) for proxy in client_manager.all().values()}
+        except Exception:  # noqa: BLE001 - a manager that cannot list its clients: nothing is pruned
+            connected = None
+        if connected is not None:
+            self.forget_departed(connected)  # bounded state under node-id churn (docs/scale.md)
         pairs = self.strategy.configure_fit(server_round, parameters, client_manager)
         try:
             self._reference_layout: ArrayLayout | None = ndarray_layout(parameters_to_ndarrays(parameters))
