@@ -10,9 +10,39 @@ cost and within its ``[min_quota, max_quota]`` bounds. Nothing else about traini
 
 Cost
 ----
-``observe`` validates and records (O(1), no numpy); ``allocate`` applies the recorded EMA steps,
-computes costs and solves the bounded split vectorised: O(P log P) for P live participants
-(a sort over the bounds' breakpoints), plus one Python loop over groups.
+``observe`` validates and records (O(1), no numpy); ``allocate`` registers all participants seen
+for the first time in one step, applies the recorded EMA steps, computes costs and solves the
+bounded split vectorised: O(P log P) for P live participants (a sort over the bounds'
+breakpoints), plus one Python loop over groups.
+
+Limits
+------
+The controller refuses (``ValueError``, naming the field and the value) what it cannot compute
+with exactly, and a refused call changes nothing:
+
+- a budget (of any group) above :data:`MAX_BUDGET` = 2**53 − 1, the largest integer that a float
+  holds exactly; ``min_quota`` above it (no budget could give it). A ``max_quota`` above it
+  cannot bind and is stored as ``MAX_BUDGET``;
+- a report whose ``samples`` exceeds :data:`MAX_BUDGET`, or whose time (or, when energy is
+  weighted, energy) per sample lies outside [:data:`MIN_PER_SAMPLE`, :data:`MAX_PER_SAMPLE`]:
+  no device is that fast or that slow, and beyond that range the median normalisation can
+  underflow to 0 or overflow;
+- ``cost_clip`` above :data:`MAX_COST_CLIP` and policy weights outside
+  [:data:`MIN_WEIGHT`, :data:`MAX_WEIGHT`] (a weight may also be 0);
+- participant ids other than ``str`` and ``int`` (numpy integers are stored as ``int``, so that
+  ``state_dict`` is JSON); group names likewise.
+
+How estimates age
+-----------------
+An estimate ages by its participant's own history, not by server rounds: it is dropped
+(the participant is treated as new again and gets the median cost) once the participant was
+given a positive quota ``forget_after`` times in a row without reporting. A node that is sampled
+every tenth round and reports each time keeps its estimate; a node that stops answering loses it
+after ``forget_after`` unanswered quotas. With every participant in every round this is the same
+rule as counting rounds since the last report. Participants that leave for good are dropped
+with :meth:`AllocationController.forget` or :meth:`AllocationController.prune`; slots without an
+estimate are dropped by ``allocate`` on its own, so the state stays linear in the participants
+that have an estimate or are in the current split.
 
 This module imports numpy only: it is shared by the Flower strategies, the DDP launcher and the
 experiments, none of which it knows about.
@@ -31,11 +61,31 @@ import numpy as np
 from flwr_adaptive import estimation
 from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
 
-__all__ = ["AllocationController", "Report", "Policy", "POLICIES", "ParticipantId", "OBJECTIVES",
-           "COST_MODELS", "DEADBAND_RULES"]
+__all__ = [
+    "AllocationController", "Report", "Policy", "POLICIES", "ParticipantId", "OBJECTIVES", "COST_MODELS",
+    "DEADBAND_RULES", "MAX_BUDGET", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE", "MAX_COST_CLIP", "MIN_WEIGHT",
+    "MAX_WEIGHT",
+]
 
 ParticipantId = Hashable  # str or int; both survive ``state_dict`` with their type
-_STATE_VERSION = 1
+
+#: Largest budget of one group (and largest ``samples`` of a report): 2**53 − 1, the largest
+#: integer a float holds exactly. Quotas are exact integers at any budget up to it.
+MAX_BUDGET = 2**53 - 1
+#: Range of the per-sample time (and, when weighted, energy) a report may imply. A report
+#: outside it is refused: no device is that fast or slow, and beyond it the median
+#: normalisation can underflow to 0 (e.g. ``time_s=5e-324``) or overflow.
+MIN_PER_SAMPLE = 1e-150
+MAX_PER_SAMPLE = 1e150
+#: Largest ``cost_clip``: cost ratios stay within 1e±12, so weights never overflow.
+MAX_COST_CLIP = 1e12
+#: A policy weight is 0 or lies in [MIN_WEIGHT, MAX_WEIGHT] (only their ratio matters).
+MIN_WEIGHT = 1e-9
+MAX_WEIGHT = 1e9
+#: ``forget_after`` at or above this never forgets.
+_NEVER = 2**62
+
+_STATE_VERSION = 2  # version 1 (ages by server rounds) is read and converted
 _REAL_TYPES = (int, float, np.integer, np.floating)
 _UNBOUNDED = np.iinfo(np.int64).max  # max_quota=None
 
@@ -123,16 +173,52 @@ POLICIES: dict[str, Policy] = {
 }
 
 
+def _show(value: Any) -> str:
+    """``repr`` of a value for an error message, shortened (a hostile int may have 400 digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
 def _is_id(value: Any) -> bool:
     return (type(value) is str) or (isinstance(value, (int, np.integer)) and not isinstance(value, bool))
 
 
-def _check_int(name: str, value: Any, minimum: int = 0) -> int:
+def _as_id(value: Any, what: str = "participant id") -> str | int:
+    """``value`` as a stored id: ``str`` or Python ``int`` (numpy integers converted)."""
+    if type(value) is str or type(value) is int:
+        return value
+    if _is_id(value):
+        return int(value)
+    raise ValueError(f"{what} must be str or int, got {value!r} ({type(value).__name__})")
+
+
+def _check_int(name: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+        raise ValueError(f"{name} must be an int, got {_show(value)} ({type(value).__name__})")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be >= {minimum}, got {_show(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum} (MAX_BUDGET: quotas are exact integers up to it), "
+                         f"got {_show(value)}")
     return int(value)
+
+
+def _check_real(name: str, value: Any) -> float:
+    """``value`` as a float; ``ValueError`` for non-numbers, bools and ints beyond float range."""
+    if isinstance(value, bool) or not isinstance(value, _REAL_TYPES):
+        raise ValueError(f"{name} must be a number, got {_show(value)} ({type(value).__name__})")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got an integer beyond float range "
+                         f"({str(value)[:20]}...)") from None
+
+
+def _exact_sum(values: np.ndarray) -> int:
+    """Exact sum of non-negative int64 values (no int64 wrap-around), as a Python int."""
+    if len(values) == 0:
+        return 0
+    return (int((values >> 32).sum()) << 32) + int((values & 0xFFFFFFFF).sum())
 
 
 class AllocationController:
@@ -141,12 +227,13 @@ class AllocationController:
     Parameters
     ----------
     budget : int or dict
-        Samples per round to split. With ``groups`` a ``{group: int}``: each group's budget is
-        split among its own members only.
+        Samples per round to split, at most ``MAX_BUDGET``. With ``groups`` a ``{group: int}``:
+        each group's budget is split among its own members only.
     w_time, w_energy : float
         Weights of the time and energy terms of the cost
         ``c_i = w_time·τ̂_i/median(τ̂) + w_energy·ε̂_i/median(ε̂)``. A zero weight skips its term
-        (energy may then be unmeasured). Both zero is the Equal policy.
+        (energy may then be unmeasured). Both zero is the Equal policy. A non-zero weight lies
+        in ``[MIN_WEIGHT, MAX_WEIGHT]``.
     smoothing : float
         EMA weight α ∈ (0, 1] of the newest per-sample cost; a participant's first report
         initialises its estimate. Each ``observe`` call is one EMA step, in call order.
@@ -156,18 +243,23 @@ class AllocationController:
         would move by more than ``deadband·new + 1`` samples. 0 disables.
     min_quota, max_quota : int or dict
         Per-participant bounds; a dict maps participant → bound (missing keys: 0 and unbounded).
-        ``max_quota=None`` means unbounded. When a bound binds the rest is re-split among the
-        others. ``set_max_quota`` changes one participant's upper bound later.
+        ``max_quota=None`` means unbounded; a bound above ``MAX_BUDGET`` cannot bind and is
+        stored as ``MAX_BUDGET``. When a bound binds the rest is re-split among the others.
+        ``set_max_quota`` changes one participant's upper bound later.
     groups : dict, optional
-        ``{participant: group}``. A sample never crosses a group; a group without live members
-        gets nothing this round and its budget is not given to other groups.
+        ``{participant: group}``, group names ``str`` or ``int``. A sample never crosses a
+        group; a group without live members gets nothing this round and its budget is not given
+        to other groups.
     forget_after : int
-        A participant that has not reported for this many rounds is treated as new again
-        (its estimate is dropped and it gets the median cost).
+        A participant given a positive quota this many times in a row without reporting is
+        treated as new again (its estimate is dropped and it gets the median cost). Rounds it
+        was not asked to join do not count, so estimates survive partial participation.
+        ``2**62`` or more never forgets.
     cost_clip : float
         Each term's ratio to its median is clipped to ``[1/cost_clip, cost_clip]`` so that a
         single absurd report cannot take the whole budget. Default 100: wider than any real
-        device spread we measured, narrow enough to bound a bogus 1e-9 s report.
+        device spread we measured, narrow enough to bound a bogus 1e-9 s report. At most
+        ``MAX_COST_CLIP``.
     objective : {"weighted", "min-energy"}
         ``"weighted"`` (the paper): equalise the weighted cost above. ``"min-energy"``: minimise
         the round's energy, every participant's active energy plus its idle draw
@@ -213,15 +305,21 @@ class AllocationController:
         drift: float | None = None,
         deadband_rule: str = "tv",
     ) -> None:
+        weights = {}
         for name, w in (("w_time", w_time), ("w_energy", w_energy)):
-            if not isinstance(w, _REAL_TYPES) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
-        if not isinstance(smoothing, _REAL_TYPES) or not 0.0 < smoothing <= 1.0:
+            weights[name] = _check_real(name, w)
+            if not (weights[name] == 0.0 or MIN_WEIGHT <= weights[name] <= MAX_WEIGHT):
+                raise ValueError(f"{name} must be 0 or lie in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] "
+                                 f"(only the ratio of the weights matters), got {w!r}")
+        smoothing = _check_real("smoothing", smoothing)
+        if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must lie in (0, 1], got {smoothing!r}")
-        if not isinstance(deadband, _REAL_TYPES) or not 0.0 <= deadband < 1.0:
+        deadband = _check_real("deadband", deadband)
+        if not 0.0 <= deadband < 1.0:
             raise ValueError(f"deadband must lie in [0, 1), got {deadband!r}")
-        if not isinstance(cost_clip, _REAL_TYPES) or not cost_clip >= 1.0:
-            raise ValueError(f"cost_clip must be a number >= 1, got {cost_clip!r}")
+        cost_clip = _check_real("cost_clip", cost_clip)
+        if not 1.0 <= cost_clip <= MAX_COST_CLIP:
+            raise ValueError(f"cost_clip must lie in [1, {MAX_COST_CLIP:g}], got {cost_clip!r}")
         for name, value, allowed in (("objective", objective, OBJECTIVES), ("cost_model", cost_model, COST_MODELS),
                                      ("deadband_rule", deadband_rule, DEADBAND_RULES)):
             if value not in allowed:
@@ -237,23 +335,26 @@ class AllocationController:
         self.drift = None if drift is None else float(drift)
         self.deadband_rule = deadband_rule
         self.drift_count = 0  # observations flagged as a step change so far (not saved in the state)
-        self.forget_after = _check_int("forget_after", forget_after, minimum=1)
-        self.w_time = float(w_time)
-        self.w_energy = float(w_energy)
-        self.smoothing = float(smoothing)
-        self.deadband = float(deadband)
-        self.cost_clip = float(cost_clip)
+        self.forget_after = min(_check_int("forget_after", forget_after, minimum=1), _NEVER)
+        self.w_time = weights["w_time"]
+        self.w_energy = weights["w_energy"]
+        self.smoothing = smoothing
+        self.deadband = deadband
+        self.cost_clip = cost_clip
 
         self.groups: dict[ParticipantId, Hashable] | None = None
         if groups is None:
             if isinstance(budget, Mapping):
                 raise ValueError("budget is a dict but groups= is not given: pass groups={participant: group}")
-            self.budget: int | dict[Hashable, int] = _check_int("budget", budget)
+            self.budget: int | dict[Hashable, int] = _check_int("budget", budget, maximum=MAX_BUDGET)
         else:
             if not isinstance(budget, Mapping):
                 raise ValueError(f"with groups= the budget must be {{group: int}}, got {budget!r}")
-            self.budget = {g: _check_int(f"budget[{g!r}]", b) for g, b in budget.items()}
-            self.groups = dict(groups)
+            self.budget = {_as_id(g, "group name"): _check_int(f"budget[{g!r}]", b, maximum=MAX_BUDGET)
+                           for g, b in budget.items()}
+            if not isinstance(groups, Mapping):
+                raise ValueError(f"groups must be a dict {{participant: group}}, got {groups!r}")
+            self.groups = {_as_id(p): _as_id(g, f"group of participant {p!r}") for p, g in groups.items()}
             unknown = sorted({repr(g) for g in self.groups.values() if g not in self.budget})
             if unknown:
                 raise ValueError(f"groups {', '.join(unknown)} have no budget: add them to budget=")
@@ -268,10 +369,13 @@ class AllocationController:
         self._ids: list[ParticipantId] = []
         self._tau = np.empty(0)  # smoothed seconds per sample, NaN = no estimate
         self._eps = np.empty(0)  # smoothed joules per sample, NaN = no estimate
-        self._last_report = np.empty(0, dtype=np.int64)  # round of the last report, -1 = never
+        # positive quotas given since the last report: the age of an estimate (see forget_after)
+        self._unanswered = np.empty(0, dtype=np.int64)
         self._lo = np.empty(0, dtype=np.int64)
         self._hi = np.empty(0, dtype=np.int64)
         self._pending: list[tuple[int, float, float, int]] = []  # (slot, time, energy, samples)
+        # reports of participants without a slot yet, registered together at the next flush
+        self._pending_new: list[tuple[ParticipantId, float, float, int]] = []
         self._round = 0  # number of allocate() calls so far
         self._slot_cache: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))
         # The committed split and what it was computed under (for the deadband).
@@ -304,7 +408,14 @@ class AllocationController:
         return cls(budget, **{**POLICIES[policy].controller_kwargs(paper=paper), **kwargs})
 
     @staticmethod
-    def _parse_bound(name: str, value: Any, default: int | None) -> tuple[int | None, dict]:
+    def _check_bound(name: str, value: Any) -> int:
+        """One bound: ``min_quota`` at most ``MAX_BUDGET``; ``max_quota`` clamped to it."""
+        if name.startswith("min_quota"):
+            return _check_int(name, value, maximum=MAX_BUDGET)
+        return min(_check_int(name, value), MAX_BUDGET)  # a larger bound cannot bind
+
+    @classmethod
+    def _parse_bound(cls, name: str, value: Any, default: int | None) -> tuple[int | None, dict]:
         if value is None:
             if name == "min_quota":
                 raise ValueError("min_quota must be an int or a dict, got None")
@@ -314,18 +425,20 @@ class AllocationController:
             for pid, b in value.items():
                 if not _is_id(pid):
                     raise ValueError(f"{name} key {pid!r} is not a participant id (str or int)")
-                bounds[pid] = _check_int(f"{name}[{pid!r}]", b)
+                bounds[_as_id(pid)] = cls._check_bound(f"{name}[{pid!r}]", b)
             return default, bounds
-        return _check_int(name, value), {}
+        return cls._check_bound(name, value), {}
 
     def set_max_quota(self, participant: ParticipantId, max_quota: int | None) -> None:
-        """Set (or with ``None`` remove) one participant's upper bound, e.g. its local data size."""
-        if not _is_id(participant):
-            raise ValueError(f"participant id must be str or int, got {participant!r}")
+        """Set (or with ``None`` remove) one participant's upper bound, e.g. its local data size.
+
+        A bound above ``MAX_BUDGET`` cannot bind and is stored as ``MAX_BUDGET``.
+        """
+        participant = _as_id(participant)
         if max_quota is None:
             self._max_map.pop(participant, None)
         else:
-            self._max_map[participant] = _check_int(f"max_quota for participant {participant!r}", max_quota)
+            self._max_map[participant] = self._check_bound(f"max_quota for participant {participant!r}", max_quota)
         slot = self._index.get(participant)
         if slot is not None:
             self._hi[slot] = self._max_of(participant)
@@ -338,12 +451,14 @@ class AllocationController:
         """
         if self.groups is None:
             raise ValueError("set_group needs a controller built with groups= (and budget={group: int})")
-        if not _is_id(participant):
-            raise ValueError(f"participant id must be str or int, got {participant!r}")
+        participant = _as_id(participant)
+        group = _as_id(group, "group name")
         if budget is not None:
-            self.budget[group] = _check_int(f"budget[{group!r}]", budget)
+            budget = _check_int(f"budget[{group!r}]", budget, maximum=MAX_BUDGET)
         elif group not in self.budget:
             raise ValueError(f"group {group!r} has no budget: pass set_group(..., budget=samples)")
+        if budget is not None:
+            self.budget[group] = budget
         self.groups[participant] = group
 
     def set_idle_power(self, participant: ParticipantId, watts: float | None) -> None:
@@ -352,8 +467,7 @@ class AllocationController:
         Used by ``objective="min-energy"``; participants without a figure get the median of
         those with one (0 W when nobody has one).
         """
-        if not _is_id(participant):
-            raise ValueError(f"participant id must be str or int, got {participant!r}")
+        participant = _as_id(participant)
         if watts is None:
             self._idle_w.pop(participant, None)
             return
@@ -368,59 +482,99 @@ class AllocationController:
 
     # ------------------------------------------------------------------ observe
     def observe(self, participant: ParticipantId, report: Report) -> None:
-        """Record one round's report of ``participant``; raises ``ValueError`` on bad input."""
+        """Record one round's report of ``participant``; raises ``ValueError`` on bad input.
+
+        Refused (and nothing recorded): non-finite or non-positive ``time_s``, ``samples`` not
+        an int in ``[1, MAX_BUDGET]``, negative ``energy_j``, a per-sample time (or, with
+        ``w_energy > 0``, energy) outside ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, ``energy_j=None``
+        with ``w_energy > 0``, an id that is not ``str`` or ``int``. A participant seen for the
+        first time gets its slot at the next ``allocate`` (all new ones together).
+        """
         t = getattr(report, "time_s", None)
         e = getattr(report, "energy_j", None)
         n = getattr(report, "samples", None)
         # Fast path first: this runs once per participant per round.
         if not (
             type(n) is int
-            and n > 0
+            and 0 < n <= MAX_BUDGET
             and type(t) is float
-            and 0.0 < t < math.inf
-            and (e is None or (type(e) is float and 0.0 <= e < math.inf))
+            and MIN_PER_SAMPLE <= t / n <= MAX_PER_SAMPLE
+            and (
+                (e is None and self.w_energy == 0.0)
+                or (type(e) is float and (MIN_PER_SAMPLE <= e / n <= MAX_PER_SAMPLE
+                                          or (self.w_energy == 0.0 and 0.0 <= e < math.inf)))
+            )
             and type(report) is Report
         ):
             t, e, n = self._validate(participant, report, t, e, n)
         if e is None:
-            if self.w_energy > 0:
-                raise ValueError(
-                    f"participant {participant!r}: energy_j is None but w_energy={self.w_energy} > 0; "
-                    "measure energy (see flwr_adaptive.energy) or use a policy with w_energy=0"
-                )
             e = math.nan
         slot = self._index.get(participant)
-        if slot is None:
-            if not _is_id(participant):
-                raise ValueError(f"participant id must be str or int, got {participant!r} ({type(participant).__name__})")
-            slot = int(self._slots([participant])[0])
-        self._pending.append((slot, t, e, n))
+        if slot is not None and (type(participant) is str or type(participant) is int):
+            self._pending.append((slot, t, e, n))
+        else:
+            self._pending_new.append((_as_id(participant), t, e, n))
 
     def _validate(self, participant: Any, report: Any, t: Any, e: Any, n: Any) -> tuple[float, float | None, int]:
+        """The report's ``(time_s, energy_j, samples)`` as numbers, or ``ValueError`` naming the field."""
+        who = f"participant {participant!r}"
+        if not _is_id(participant):
+            raise ValueError(f"participant id must be str or int, got {participant!r} ({type(participant).__name__})")
         if not isinstance(report, Report):
-            raise ValueError(f"participant {participant!r}: expected a Report, got {type(report).__name__}")
+            raise ValueError(f"{who}: expected a Report, got {type(report).__name__}")
 
         def number(field: str, value: Any) -> float:
-            if isinstance(value, bool) or not isinstance(value, _REAL_TYPES):
-                raise ValueError(f"participant {participant!r}: {field} must be a number, got {value!r}")
+            value = _check_real(f"{who}: {field}", value)
             if not math.isfinite(value):
-                raise ValueError(f"participant {participant!r}: {field} must be finite, got {value!r}")
-            return float(value)
+                raise ValueError(f"{who}: {field} must be finite, got {value!r}")
+            return value
 
         t = number("time_s", t)
         if t <= 0:
-            raise ValueError(f"participant {participant!r}: time_s must be > 0, got {t!r}")
+            raise ValueError(f"{who}: time_s must be > 0, got {t!r}")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise ValueError(f"participant {participant!r}: samples must be an int, got {n!r}")
+            raise ValueError(f"{who}: samples must be an int, got {_show(n)}")
         if n <= 0:
-            raise ValueError(f"participant {participant!r}: samples must be > 0, got {n!r}")
-        if e is not None:
-            e = number("energy_j", e)
-            if e < 0:
-                raise ValueError(f"participant {participant!r}: energy_j must be >= 0, got {e!r}")
-        return t, e, int(n)
+            raise ValueError(f"{who}: samples must be > 0, got {n!r}")
+        if n > MAX_BUDGET:
+            raise ValueError(f"{who}: samples={_show(n)} exceeds MAX_BUDGET={MAX_BUDGET}; the report is refused")
+        n = int(n)
+
+        def per_sample(field: str, value: float) -> None:
+            cost = value / n
+            if not MIN_PER_SAMPLE <= cost <= MAX_PER_SAMPLE:
+                raise ValueError(f"{who}: {field}={value!r} over samples={n} is {cost!r} per sample, outside "
+                                 f"[{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]: no device is that fast or slow; "
+                                 "the report is refused (check the client's clock or meter)")
+
+        per_sample("time_s", t)
+        if e is None:
+            if self.w_energy > 0:
+                raise ValueError(
+                    f"{who}: energy_j is None but w_energy={self.w_energy} > 0; "
+                    "measure energy (see flwr_adaptive.energy) or use a policy with w_energy=0"
+                )
+            return t, None, n
+        e = number("energy_j", e)
+        if e < 0:
+            raise ValueError(f"{who}: energy_j must be >= 0, got {e!r}")
+        if self.w_energy > 0:
+            per_sample("energy_j", e)
+        return t, e, n
 
     # ------------------------------------------------------------------ internal state
+    #: Per-slot arrays (first axis = slot): attribute → (dtype, value of a new slot, shape of one
+    #: slot's entry). Registration, rollback and pruning go through this table, so an array
+    #: listed here always has one row per participant. ``_lo``/``_hi`` come from the bounds.
+    _SLOT_ARRAYS: dict[str, tuple[Any, Any, tuple[int, ...]]] = {
+        "_tau": (float, math.nan, ()),
+        "_eps": (float, math.nan, ()),
+        "_unanswered": (np.int64, 0, ()),
+    }
+    #: Per-slot arrays kept only by some options (``_hist``/``_fit``: affine costs, drift): empty
+    #: while unused, else grown to one row per participant by ``_grow_model`` when needed.
+    _LAZY_SLOT_ARRAYS: dict[str, tuple[int, ...]] = {"_hist": (estimation.WINDOW, 3), "_fit": (4,)}
+
     def _slots(self, participants: list[ParticipantId]) -> np.ndarray:
         """Slot of each participant, registering new ones (cached for an unchanged list)."""
         cached_ids, cached_slots = self._slot_cache
@@ -429,23 +583,116 @@ class AllocationController:
         index = self._index
         new = [p for p in dict.fromkeys(participants) if p not in index]
         if new:
-            start = len(self._ids)
-            for k, p in enumerate(new):
-                index[p] = start + k
-            self._ids.extend(new)
-            grow = len(new)
-            self._tau = np.concatenate([self._tau, np.full(grow, np.nan)])
-            self._eps = np.concatenate([self._eps, np.full(grow, np.nan)])
-            self._last_report = np.concatenate([self._last_report, np.full(grow, -1, dtype=np.int64)])
-            lo = [self._min_map.get(p, self._default_min) for p in new]
-            self._lo = np.concatenate([self._lo, np.array(lo, dtype=np.int64)])
-            self._hi = np.concatenate([self._hi, np.array([self._max_of(p) for p in new], dtype=np.int64)])
+            self._register(new)
         slots = np.fromiter(map(index.__getitem__, participants), dtype=np.int64, count=len(participants))
         self._slot_cache = (list(participants), slots)
         return slots
 
+    def _register(self, new: list[ParticipantId]) -> None:
+        """Give every id of ``new`` (valid, distinct, unregistered) a slot: one concatenate per array."""
+        lo = np.array([self._min_map.get(p, self._default_min) for p in new], dtype=np.int64)
+        hi = np.array([self._max_of(p) for p in new], dtype=np.int64)
+        start = len(self._ids)
+        self._index.update(zip(new, range(start, start + len(new))))
+        self._ids.extend(new)
+        for name, (dtype, fill, shape) in self._SLOT_ARRAYS.items():
+            grown = np.full((len(new), *shape), fill, dtype=dtype)
+            setattr(self, name, np.concatenate([getattr(self, name), grown]))
+        self._lo = np.concatenate([self._lo, lo])
+        self._hi = np.concatenate([self._hi, hi])
+
+    def _truncate(self, count: int) -> None:
+        """Undo the registrations after the first ``count`` slots (a refused call changes nothing)."""
+        if len(self._ids) == count:
+            return
+        for p in self._ids[count:]:
+            del self._index[p]
+        del self._ids[count:]
+        for name in (*self._SLOT_ARRAYS, *self._LAZY_SLOT_ARRAYS, "_lo", "_hi"):
+            setattr(self, name, getattr(self, name)[:count])
+        self._slot_cache = ([], np.empty(0, dtype=np.int64))
+
+    def _drop_slots(self, dead: np.ndarray) -> None:
+        """Remove the slots where ``dead`` (a mask over slots) is true; renumber the others.
+
+        Pending reports must be flushed first. Dropping a participant of the current split
+        forgets the split (the deadband releases: the participant set changed anyway).
+        """
+        if any(len(getattr(self, name)) for name in self._LAZY_SLOT_ARRAYS):
+            self._grow_model()  # one row per participant before rows are dropped
+        keep = np.flatnonzero(~dead)
+        renumber = np.full(len(self._ids), -1, dtype=np.int64)
+        renumber[keep] = np.arange(len(keep))
+        self._ids = [self._ids[i] for i in keep.tolist()]
+        self._index = dict(zip(self._ids, range(len(self._ids))))
+        for name in (*self._SLOT_ARRAYS, "_lo", "_hi"):
+            setattr(self, name, getattr(self, name)[keep])
+        for name in self._LAZY_SLOT_ARRAYS:
+            if len(getattr(self, name)):
+                setattr(self, name, getattr(self, name)[keep])
+        cur = renumber[self._cur_slots]
+        if (cur < 0).any():
+            self._forget_current()
+        else:
+            self._cur_slots = cur
+        self._slot_cache = ([], np.empty(0, dtype=np.int64))
+
+    def _forget_current(self) -> None:
+        empty = np.empty(0, dtype=np.int64)
+        self._cur_slots, self._cur_quota, self._cur_lo, self._cur_hi = empty, empty, empty, empty
+        self._cur_budget = None
+        self._cur_groups = None
+
+    def _compact(self) -> None:
+        """Drop slots that hold nothing: no estimate and not in the current split."""
+        dead = np.isnan(self._tau)
+        dead[self._cur_slots] = False
+        if dead.any():
+            self._drop_slots(dead)
+
+    def forget(self, participants: Sequence[ParticipantId], config: bool = False) -> None:
+        """Drop what was learned about ``participants`` (unknown ids are ignored).
+
+        Use it for participants that left for good (e.g. a node id that will not come back), so
+        that the state stays linear in live participants. A forgotten participant that returns
+        is new again. With ``config=True`` its ``min_quota``/``max_quota`` entries, its idle
+        power and its group are dropped too. Forgetting a participant of the current split releases the deadband.
+        """
+        ids = [_as_id(p) for p in participants]
+        self._flush()
+        slots = [self._index[p] for p in ids if p in self._index]
+        if slots:
+            dead = np.zeros(len(self._ids), dtype=bool)
+            dead[slots] = True
+            self._drop_slots(dead)
+        if config:
+            for p in ids:
+                self._max_map.pop(p, None)
+                self._min_map.pop(p, None)
+                self._idle_w.pop(p, None)
+                if self.groups is not None:
+                    self.groups.pop(p, None)
+
+    def prune(self, keep: Sequence[ParticipantId], config: bool = False) -> list[ParticipantId]:
+        """Forget every participant not in ``keep``; returns the ids forgotten (see ``forget``)."""
+        live = {_as_id(p) for p in keep}
+        self._flush()
+        gone = [p for p in self._ids if p not in live]
+        if config:
+            known = set(self._max_map) | set(self._min_map) | set(self._idle_w) | set(self.groups or ())
+            gone += [p for p in known if p not in live and p not in self._index]
+        self.forget(gone, config=config)
+        return gone
+
     def _flush(self) -> None:
-        """Apply the recorded observations as EMA steps, in call order."""
+        """Register the new participants together, then apply the recorded reports as EMA steps in call order."""
+        if self._pending_new:
+            new = [p for p in dict.fromkeys(r[0] for r in self._pending_new) if p not in self._index]
+            if new:
+                self._register(new)
+            index = self._index
+            self._pending.extend((index[p], t, e, n) for p, t, e, n in self._pending_new)
+            self._pending_new = []
         if not self._pending:
             return
         count = 4 * len(self._pending)
@@ -477,7 +724,7 @@ class AllocationController:
                 old = est[s]
                 updated = np.where(np.isnan(old), new_obs, a * new_obs + (1.0 - a) * old)
                 est[s] = np.where(np.isnan(new_obs), old, updated)
-        self._last_report[slots] = self._round
+        self._unanswered[slots] = 0
 
     # ------------------------------------------------------------------ beyond the paper: estimation
     def _grow_model(self) -> None:
@@ -634,8 +881,12 @@ class AllocationController:
         """The combined dimensionless cost ``c_i`` the next ``allocate(participants)`` would use."""
         participants = self._check_participants(participants)
         self._flush()
-        slots = self._slots(participants)
-        return dict(zip(participants, self._cost(slots, self._fresh(slots, forget=False)).tolist()))
+        registered = len(self._ids)
+        try:
+            slots = self._slots(participants)
+            return dict(zip(participants, self._cost(slots, self._fresh(slots, forget=False)).tolist()))
+        finally:
+            self._truncate(registered)  # a question registers nobody
 
     @property
     def current(self) -> dict[ParticipantId, int]:
@@ -658,9 +909,12 @@ class AllocationController:
         return participants
 
     def _fresh(self, slots: np.ndarray, forget: bool = True) -> np.ndarray:
-        """Mask of participants with a fresh estimate; stale ones (``forget_after``) are forgotten."""
-        last = self._last_report[slots]
-        stale = (last >= 0) & (self._round - last >= self.forget_after)
+        """Mask of participants with a fresh estimate; stale ones (``forget_after``) are forgotten.
+
+        An estimate is stale once its participant left ``forget_after`` positive quotas in a
+        row unanswered (its own history, not server rounds).
+        """
+        stale = self._unanswered[slots] >= self.forget_after
         if not forget:
             return ~np.isnan(self._tau[slots]) & ~stale
         if stale.any():
@@ -668,7 +922,7 @@ class AllocationController:
             self._forget_model(gone)
             self._tau[gone] = np.nan
             self._eps[gone] = np.nan
-            self._last_report[gone] = -1
+            self._unanswered[gone] = 0
         return ~np.isnan(self._tau[slots])
 
     def _term(self, values: np.ndarray, known: np.ndarray, name: str) -> np.ndarray:
@@ -722,9 +976,18 @@ class AllocationController:
         """
         participants = self._check_participants(participants)
         self._flush()
-        slots = self._slots(participants)
-        known = self._fresh(slots)
-        self._round += 1
+        registered = len(self._ids)
+        try:
+            slots = self._slots(participants)
+            quotas = self._split(participants, slots)
+        except BaseException:
+            self._truncate(registered)  # a refused call registers nobody
+            raise
+        return dict(zip(participants, quotas.tolist()))
+
+    def _split(self, participants: list[ParticipantId], slots: np.ndarray) -> np.ndarray:
+        """Compute and commit this round's split; raises before changing anything."""
+        known = self._fresh(slots, forget=False)
         lo, hi = self._lo[slots], self._hi[slots]
         bad = np.flatnonzero(lo > hi)
         if len(bad):
@@ -752,6 +1015,9 @@ class AllocationController:
 
         group_of = None if self.groups is None else [names[c] for c in codes.tolist()]
         kept = self._kept_split(slots, lo, hi, quotas, codes, budgets, group_of, predicted)
+        # Commit: nothing above changed the controller.
+        self._fresh(slots, forget=True)
+        self._round += 1
         if kept is not None:
             quotas = kept
         else:
@@ -759,7 +1025,9 @@ class AllocationController:
             self._cur_lo, self._cur_hi = lo, hi
             self._cur_budget = copy.deepcopy(self.budget)
             self._cur_groups = group_of
-        return dict(zip(participants, quotas.tolist()))
+        self._unanswered[slots[quotas > 0]] += 1
+        self._compact()
+        return quotas
 
     def _solve(self, participants, slots, known, lo, hi, codes, names, budgets):
         """The split of the options beyond the paper, and its predicted objective (for the deadband)."""
@@ -842,6 +1110,11 @@ class AllocationController:
         return current
 
     # ------------------------------------------------------------------ state
+    def _policy_record(self) -> dict[str, Any]:
+        """What a state's numbers mean: a state is only resumed under the same."""
+        return {"w_time": self.w_time, "w_energy": self.w_energy, "objective": self.objective,
+                "cost_model": self.cost_model}
+
     def state_dict(self) -> dict[str, Any]:
         """The learned state as plain JSON types (ids keep their str / int type)."""
         self._flush()
@@ -849,11 +1122,12 @@ class AllocationController:
         budget = self._cur_budget
         return {
             "version": _STATE_VERSION,
+            "policy": self._policy_record(),
             "round": self._round,
             "ids": list(self._ids),
             "time_per_sample": nan_to_none(self._tau),
             "energy_per_sample": nan_to_none(self._eps),
-            "last_report": self._last_report.tolist(),
+            "unanswered": self._unanswered.tolist(),
             "max_quota": [[p, b] for p, b in self._max_map.items()],
             "current": {
                 "slots": self._cur_slots.tolist(),
@@ -878,41 +1152,228 @@ class AllocationController:
         """Restore what ``state_dict`` returned (also after a ``json`` round-trip).
 
         The controller must be built with the same arguments as the one that saved the state.
+        Everything is checked before anything changes: a state that is not what ``state_dict``
+        writes (wrong lengths or types, non-positive or non-finite costs, a split that does not
+        sum to its budget, another policy's weights) raises a ``ValueError`` naming the field,
+        and the controller stays as it was. Version 1 states (estimates aged by server rounds)
+        are converted: the rounds since a participant's last report count as unanswered quotas.
         """
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported controller state version {state.get('version')!r}; "
-                             f"this release reads version {_STATE_VERSION}")
-        ids = list(state["ids"])
-        self._ids = ids
-        self._index = {p: i for i, p in enumerate(ids)}
-        as_float = lambda xs: np.array([math.nan if x is None else float(x) for x in xs], dtype=float)  # noqa: E731
-        self._tau = as_float(state["time_per_sample"])
-        self._eps = as_float(state["energy_per_sample"])
-        self._last_report = np.array(state["last_report"], dtype=np.int64)
-        self._round = int(state["round"])
+        loaded = _StateReader(self, state).read()
+        for name, value in loaded.items():
+            setattr(self, name, value)
         self._pending = []
+        self._pending_new = []
         self._slot_cache = ([], np.empty(0, dtype=np.int64))
-        self._max_map = {p: int(b) for p, b in state["max_quota"]}
-        self._lo = np.array([self._min_map.get(p, self._default_min) for p in ids], dtype=np.int64)
-        self._hi = np.array([self._max_of(p) for p in ids], dtype=np.int64)
-        cur = state["current"]
-        as_int = lambda xs: np.array(xs, dtype=np.int64)  # noqa: E731
-        self._cur_slots, self._cur_quota = as_int(cur["slots"]), as_int(cur["quota"])
-        self._cur_lo, self._cur_hi = as_int(cur["min_quota"]), as_int(cur["max_quota"])
-        budget = cur["budget"]
-        self._cur_budget = {g: b for g, b in budget} if isinstance(budget, list) else budget
-        self._cur_groups = cur.get("groups")
-        model = state.get("model") or {}
-        hist = np.array([[[math.nan if x is None else float(x) for x in obs] for obs in rows]
-                         for rows in model.get("history", [])], dtype=float).reshape(-1, estimation.WINDOW, 3)
-        fit = np.array([[math.nan if x is None else float(x) for x in row] for row in model.get("fit", [])],
-                       dtype=float).reshape(-1, 4)
-        self._hist, self._fit = hist[: len(ids)], fit[: len(ids)]
-        self._idle_w = {p: float(w) for p, w in model.get("idle_w", [])}
-        self._grow_model()
-        if self.groups is not None and state.get("groups") is not None:
-            self.groups = {p: g for p, g in state["groups"]}
-            self.budget = {g: int(b) for g, b in state["budget"]}
+
+
+class _StateReader:
+    """Validates a ``state_dict`` against the controller that loads it; ``read`` returns its attributes."""
+
+    def __init__(self, ctrl: AllocationController, state: Any) -> None:
+        self.ctrl = ctrl
+        if not isinstance(state, Mapping):
+            raise ValueError(f"controller state must be a dict, got {type(state).__name__}")
+        self.state = state
+
+    def fail(self, field: str, problem: str) -> None:
+        raise ValueError(f"controller state field {field!r}: {problem}; delete the state file to start "
+                         "afresh, or resume with the controller settings that saved it")
+
+    def get(self, field: str, state: Mapping | None = None) -> Any:
+        state = self.state if state is None else state
+        if field not in state:
+            self.fail(field, "missing")
+        return state[field]
+
+    def integer(self, field: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            self.fail(field, f"expected an int, got {value!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            self.fail(field, f"{value} is outside [{minimum}, {maximum if maximum is not None else '∞'}]")
+        return int(value)
+
+    def int_list(self, field: str, value: Any, length: int | None, minimum: int = 0,
+                 maximum: int | None = None) -> np.ndarray:
+        if not isinstance(value, list):
+            self.fail(field, f"expected a list, got {type(value).__name__}")
+        if length is not None and len(value) != length:
+            self.fail(field, f"has {len(value)} entries, expected {length}")
+        return np.array([self.integer(f"{field}[{i}]", v, minimum, maximum) for i, v in enumerate(value)],
+                        dtype=np.int64).reshape(-1)
+
+    def cost_list(self, field: str, value: Any, length: int, unweighted: bool) -> np.ndarray:
+        """Per-sample costs or nulls; an unweighted term (energy with w_energy=0) only needs finite >= 0."""
+        if not isinstance(value, list) or len(value) != length:
+            self.fail(field, f"expected a list of {length} numbers or nulls, got "
+                             f"{len(value) if isinstance(value, list) else type(value).__name__}")
+        out = np.empty(length)
+        for i, v in enumerate(value):
+            if v is None:
+                out[i] = math.nan
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                self.fail(f"{field}[{i}]", f"expected a number, got {v!r}")
+            x = float(v) if abs(v) < 1e300 else math.inf
+            if not (MIN_PER_SAMPLE <= x <= MAX_PER_SAMPLE or (unweighted and 0.0 <= x < math.inf)):
+                self.fail(f"{field}[{i}]", f"{v!r} is not a cost per sample in "
+                                           f"[{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]")
+            out[i] = x
+        return out
+
+    def ident(self, field: str, value: Any, what: str = "participant id") -> str | int:
+        if not _is_id(value):
+            self.fail(field, f"{what} must be str or int, got {value!r}")
+        return _as_id(value)
+
+    def pairs(self, field: str, value: Any) -> list:
+        if not isinstance(value, list) or not all(isinstance(x, (list, tuple)) and len(x) == 2 for x in value):
+            self.fail(field, "expected a list of [key, value] pairs")
+        return value
+
+    def read(self) -> dict[str, Any]:
+        ctrl = self.ctrl
+        version = self.state.get("version")
+        if version not in (1, _STATE_VERSION):
+            raise ValueError(f"unsupported controller state version {version!r}; "
+                             f"this release reads versions 1 and {_STATE_VERSION}")
+        if version >= 2:
+            saved, mine = self.get("policy"), ctrl._policy_record()
+            if saved != mine:
+                self.fail("policy", f"saved under {saved!r}, this controller has {mine!r} (another policy)")
+        rnd = self.integer("round", self.get("round"))
+        raw_ids = self.get("ids")
+        if not isinstance(raw_ids, list):
+            self.fail("ids", f"expected a list, got {type(raw_ids).__name__}")
+        ids = [self.ident(f"ids[{i}]", p) for i, p in enumerate(raw_ids)]
+        if len(set(ids)) != len(ids):
+            self.fail("ids", "lists a participant more than once")
+        count = len(ids)
+        tau = self.cost_list("time_per_sample", self.get("time_per_sample"), count, unweighted=False)
+        eps = self.cost_list("energy_per_sample", self.get("energy_per_sample"), count,
+                             unweighted=ctrl.w_energy == 0)
+        if ctrl.w_energy > 0:
+            missing = np.flatnonzero(~np.isnan(tau) & np.isnan(eps))
+            if len(missing):
+                self.fail(f"energy_per_sample[{int(missing[0])}]", "null for a participant with a time "
+                                                                   "estimate, but w_energy > 0")
+        if version >= 2:
+            unanswered = self.int_list("unanswered", self.get("unanswered"), count)
+        else:
+            last = self.int_list("last_report", self.get("last_report"), count, minimum=-1, maximum=rnd)
+            unanswered = np.where(last >= 0, rnd - last, 0)
+        max_map = {}
+        for i, (p, b) in enumerate(self.pairs("max_quota", self.get("max_quota"))):
+            max_map[self.ident(f"max_quota[{i}]", p)] = min(self.integer(f"max_quota[{i}]", b), MAX_BUDGET)
+
+        groups, budget = ctrl.groups, ctrl.budget
+        saved_groups = self.state.get("groups")
+        if (saved_groups is None) != (ctrl.groups is None):
+            self.fail("groups", "saved " + ("without" if saved_groups is None else "with") +
+                      " groups, but this controller is built " + ("with" if ctrl.groups is not None else "without") +
+                      " groups=")
+        if saved_groups is not None:
+            groups = {self.ident(f"groups[{i}]", p): self.ident(f"groups[{i}]", g, "group name")
+                      for i, (p, g) in enumerate(self.pairs("groups", saved_groups))}
+            budget = {self.ident(f"budget[{i}]", g, "group name"): self.integer(f"budget[{i}]", b, 0, MAX_BUDGET)
+                      for i, (g, b) in enumerate(self.pairs("budget", self.get("budget")))}
+            unknown = {g for g in groups.values() if g not in budget}
+            if unknown:
+                self.fail("budget", f"groups {sorted(map(repr, unknown))} have no budget")
+            dropped = [g for g in ctrl.budget if g not in budget]
+            if dropped:  # set_group adds groups and changes budgets but never removes one
+                self.fail("budget", f"has no budget for group(s) {dropped!r} of this controller's budget=")
+
+        cur = self.get("current")
+        if not isinstance(cur, Mapping):
+            self.fail("current", f"expected a dict, got {type(cur).__name__}")
+        cur_slots = self.int_list("current.slots", self.get("slots", cur), None, 0, max(count - 1, 0))
+        if count == 0 and len(cur_slots):
+            self.fail("current.slots", "refers to participants but 'ids' is empty")
+        if len(set(cur_slots.tolist())) != len(cur_slots):
+            self.fail("current.slots", "lists a participant more than once")
+        n_cur = len(cur_slots)
+        cur_quota = self.int_list("current.quota", self.get("quota", cur), n_cur, 0, MAX_BUDGET)
+        cur_lo = self.int_list("current.min_quota", self.get("min_quota", cur), n_cur, 0, MAX_BUDGET)
+        cur_hi = self.int_list("current.max_quota", self.get("max_quota", cur), n_cur, 0, int(_UNBOUNDED))
+        outside = np.flatnonzero((cur_quota < cur_lo) | (cur_quota > cur_hi))
+        if len(outside):
+            self.fail("current.quota", f"entry {int(outside[0])} is outside its [min_quota, max_quota]")
+        raw_budget, cur_groups = self.get("budget", cur), cur.get("groups")
+        if raw_budget is None:  # nothing allocated yet
+            if n_cur:
+                self.fail("current.budget", "missing for a committed split")
+            cur_budget, cur_groups = None, None
+        elif ctrl.groups is None:
+            cur_budget = self.integer("current.budget", raw_budget, 0, MAX_BUDGET)
+            if cur_groups is not None:
+                self.fail("current.groups", "set, but this controller is built without groups=")
+            if n_cur and _exact_sum(cur_quota) != cur_budget:
+                self.fail("current.quota", f"sums to {_exact_sum(cur_quota)}, not to its budget {cur_budget}")
+        else:
+            cur_budget = {self.ident(f"current.budget[{i}]", g, "group name"):
+                          self.integer(f"current.budget[{i}]", b, 0, MAX_BUDGET)
+                          for i, (g, b) in enumerate(self.pairs("current.budget", raw_budget))}
+            if not isinstance(cur_groups, list) or len(cur_groups) != n_cur:
+                self.fail("current.groups", f"expected a list of {n_cur} group names")
+            cur_groups = [self.ident(f"current.groups[{i}]", g, "group name") for i, g in enumerate(cur_groups)]
+            sums: dict = {}
+            for g, q in zip(cur_groups, cur_quota.tolist()):
+                sums[g] = sums.get(g, 0) + q
+            for g, total in sums.items():
+                if g not in cur_budget or cur_budget[g] != total:
+                    self.fail("current.quota", f"group {g!r} sums to {total}, not to its budget "
+                                               f"{cur_budget.get(g)!r}")
+
+        hist, fit, idle_w = self.model(self.state.get("model") or {}, count)
+
+        # Bounds come from this controller's configuration (min_quota is not part of the state).
+        default_max = ctrl._default_max
+        lo = np.array([ctrl._min_map.get(p, ctrl._default_min) for p in ids], dtype=np.int64).reshape(-1)
+        hi = np.array([_UNBOUNDED if max_map.get(p, default_max) is None else max_map.get(p, default_max)
+                       for p in ids], dtype=np.int64).reshape(-1)
+        return {
+            "_ids": ids, "_index": {p: i for i, p in enumerate(ids)}, "_tau": tau, "_eps": eps,
+            "_unanswered": unanswered.astype(np.int64), "_round": rnd, "_max_map": max_map,
+            "_lo": lo, "_hi": hi, "_cur_slots": cur_slots, "_cur_quota": cur_quota, "_cur_lo": cur_lo,
+            "_cur_hi": cur_hi, "_cur_budget": cur_budget, "_cur_groups": cur_groups,
+            "groups": groups, "budget": budget, "_hist": hist, "_fit": fit, "_idle_w": idle_w,
+        }
+
+    def model(self, model: Any, count: int) -> tuple[np.ndarray, np.ndarray, dict]:
+        """The fit windows, identified lines and idle watts (affine costs, drift, min-energy)."""
+        if not isinstance(model, Mapping):
+            self.fail("model", f"expected a dict, got {type(model).__name__}")
+
+        def table(field: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+            if not isinstance(value, list):
+                self.fail(field, f"expected a list, got {type(value).__name__}")
+            try:
+                arr = np.array([[math.nan if x is None else x for x in np.ravel(np.array(row, dtype=object))]
+                                for row in value], dtype=float).reshape(-1, *shape)
+            except (TypeError, ValueError, OverflowError):
+                self.fail(field, f"expected a list of entries of shape {shape} of numbers or nulls")
+            if len(arr) > count:
+                self.fail(field, f"has {len(arr)} entries for {count} participants")
+            if np.isinf(arr).any() or np.abs(np.nan_to_num(arr)).max(initial=0.0) > 1e300:
+                self.fail(field, "holds an infinite or absurd number")
+            return arr
+
+        hist = table("model.history", model.get("history", []), (estimation.WINDOW, 3))
+        if (np.nan_to_num(hist, nan=1.0)[..., :2] <= 0).any() or (np.nan_to_num(hist)[..., 2] < 0).any():
+            self.fail("model.history", "holds a non-positive sample count or time, or a negative energy")
+        fit = table("model.fit", model.get("fit", []), (4,))
+        if len(fit) != len(hist):
+            self.fail("model.fit", f"has {len(fit)} entries, model.history {len(hist)}")
+        idle_w = {}
+        for i, (p, w) in enumerate(self.pairs("model.idle_w", model.get("idle_w", []))):
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < math.inf:
+                self.fail(f"model.idle_w[{i}]", f"idle watts must be a finite number >= 0, got {w!r}")
+            idle_w[self.ident(f"model.idle_w[{i}]", p)] = float(w)
+        # Kept lazily: grown to one row per participant when the options that use them need it.
+        if len(hist) and len(hist) < count:
+            hist = np.concatenate([hist, np.full((count - len(hist), estimation.WINDOW, 3), np.nan)])
+            fit = np.concatenate([fit, np.full((count - len(fit), 4), np.nan)])
+        return hist, fit, idle_w
 
 
 def _bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarray, group: Hashable) -> np.ndarray:
@@ -964,7 +1425,7 @@ def _bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarr
 def _check_fits(budget: int, lo: np.ndarray, hi: np.ndarray, group: Hashable) -> tuple[int, int]:
     """``(Σlo, Σhi)``; raises when the bounds cannot hold ``budget``."""
     where = "" if group is None else f"group {group!r}: "
-    lo_sum, hi_sum = int(lo.sum()), int(hi.astype(object).sum())
+    lo_sum, hi_sum = _exact_sum(lo), _exact_sum(hi)
     if budget < lo_sum:
         raise ValueError(f"{where}budget {budget} is below the sum of min_quota {lo_sum} over "
                          f"{len(lo)} participants; lower min_quota or raise the budget")
@@ -986,13 +1447,19 @@ def _round_to_budget(x: np.ndarray, budget: int, lo: np.ndarray, hi: np.ndarray)
     """Largest-remainder rounding of ``x`` to integers in ``[lo, hi]`` summing to ``budget``."""
     n = np.clip(np.floor(x + 1e-9).astype(np.int64), lo, hi)
     frac = x - n
-    short = budget - int(n.sum())
-    if short > 0:
-        order = np.argsort(-frac, kind="stable")
-        order = order[n[order] < hi[order]]
-        n[order[:short]] += 1
-    elif short < 0:
-        order = np.argsort(frac, kind="stable")
-        order = order[n[order] > lo[order]]
-        n[order[:-short]] -= 1
+    short = budget - _exact_sum(n)
+    # Usually |short| < len(n) and one pass settles it; float error near MAX_BUDGET may leave
+    # more, so whole steps are spread first. Exact whenever Σlo ≤ budget ≤ Σhi.
+    while short != 0:
+        sign = 1 if short > 0 else -1
+        order = np.argsort(-sign * frac, kind="stable")
+        room = (hi[order] - n[order]) if sign > 0 else (n[order] - lo[order])
+        order, room = order[room > 0], room[room > 0]
+        step = abs(short) // len(order)
+        if step == 0:
+            n[order[:abs(short)]] += sign
+            break
+        moved = np.minimum(room, step)
+        n[order] += sign * moved
+        short -= sign * _exact_sum(moved)
     return n

@@ -65,9 +65,16 @@ class StaticProfilingController(AllocationController):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict`` output (a state without ``profiled_rounds`` counts as unprofiled)."""
-        super().load_state_dict(state)
-        self._profiled = int(state.get("profiled_rounds", 0))
-        self._reported = bool(state.get("reported", False))
+        profiled, reported = state.get("profiled_rounds", 0), state.get("reported", False)
+        if isinstance(profiled, bool) or not isinstance(profiled, int) or profiled < 0:
+            raise ValueError(f"controller state field 'profiled_rounds': expected an int >= 0, got {profiled!r}; "
+                             "delete the state file to start afresh")
+        if not isinstance(reported, bool):
+            raise ValueError(f"controller state field 'reported': expected true or false, got {reported!r}; "
+                             "delete the state file to start afresh")
+        super().load_state_dict(state)  # validates the rest before changing anything
+        self._profiled = profiled
+        self._reported = reported
 
     def observe(self, participant: ParticipantId, report: Report) -> None:
         """Validate the report; record it only during the profiling rounds."""

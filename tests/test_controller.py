@@ -182,12 +182,15 @@ def test_missing_energy_with_energy_weight_raises():
         ctrl.observe("a", Report(time_s=1.0, energy_j=None, samples=10))
 
 
-def test_zero_median_energy_with_energy_weight_raises():
+def test_zero_energy_with_energy_weight_is_refused_at_observe_not_at_allocate():
+    # Prepare: with energy weighted, a zero energy would make the median 0 (nothing to normalise by).
     ctrl = AllocationController(100, w_time=0.0, w_energy=1.0)
-    ctrl.observe("a", Report(time_s=1.0, energy_j=0.0, samples=10))
-    ctrl.observe("b", Report(time_s=1.0, energy_j=0.0, samples=10))
-    with pytest.raises(ValueError, match=r"median energy per sample is 0.0"):
-        ctrl.allocate(["a", "b"])
+
+    # Execute / Assert: the reports are refused one by one; allocate still splits (equal: nothing known).
+    for pid in ("a", "b"):
+        with pytest.raises(ValueError, match=rf"participant '{pid}': energy_j=0.0 over samples=10 is 0.0 per sample"):
+            ctrl.observe(pid, Report(time_s=1.0, energy_j=0.0, samples=10))
+    assert ctrl.allocate(["a", "b"]) == {"a": 50, "b": 50}
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -253,7 +256,15 @@ def test_infeasible_bounds_say_which_numbers_conflict(kwargs, message):
         (dict(budget=10.5), r"budget must be an int, got 10.5"),
         (dict(budget=10, smoothing=0.0), r"smoothing must lie in \(0, 1\], got 0.0"),
         (dict(budget=10, deadband=1.0), r"deadband must lie in \[0, 1\), got 1.0"),
-        (dict(budget=10, w_time=-1.0), r"w_time must be a finite number >= 0, got -1.0"),
+        (dict(budget=10, w_time=-1.0), r"w_time must be 0 or lie in \[1e-09, 1e\+09\] .*got -1.0"),
+        (dict(budget=10, w_energy=5e-324), r"w_energy must be 0 or lie in \[1e-09, 1e\+09\] .*got 5e-324"),
+        (dict(budget=10, w_time=10**400), r"w_time must be a finite number, got an integer beyond float range"),
+        (dict(budget=10, cost_clip=math.inf), r"cost_clip must lie in \[1, 1e\+12\], got inf"),
+        (dict(budget=10, cost_clip=math.nan), r"cost_clip must lie in \[1, 1e\+12\], got nan"),
+        (dict(budget=2**53), r"budget must be <= 9007199254740991 \(MAX_BUDGET"),
+        (dict(budget={"s": 2**63}, groups={"a": "s"}), r"budget\['s'\] must be <= 9007199254740991"),
+        (dict(budget=10, min_quota={"a": 2**62}), r"min_quota\['a'\] must be <= 9007199254740991"),
+        (dict(budget={(1, 2): 10}, groups={"a": (1, 2)}), r"group name must be str or int, got \(1, 2\)"),
         (dict(budget=10, min_quota=5, max_quota=4), r"max_quota=4 is below min_quota=5"),
         (dict(budget={"s": 10}), r"budget is a dict but groups= is not given"),
         (dict(budget={"s": 10}, groups={"a": "t"}), r"groups 't' have no budget"),
