@@ -1118,6 +1118,8 @@ class AllocationController:
     def state_dict(self) -> dict[str, Any]:
         """The learned state as plain JSON types (ids keep their str / int type)."""
         self._flush()
+        if len(self._hist):
+            self._grow_model()  # one row per participant: the same state reads back the same
         nan_to_none = lambda a: [None if math.isnan(x) else x for x in a.tolist()]  # noqa: E731
         budget = self._cur_budget
         return {
