@@ -835,38 +835,6 @@ class AllocationController:
         c = np.clip(c, 0.0, power * a * self.cost_clip + power * share)
         return a, b, c, d
 
-    def forget(self, participants: Sequence[ParticipantId], config: bool = False) -> None:
-        """Drop what was learned about ``participants`` (unknown ids are ignored).
-
-        For participants that left for good, so that the state stays linear in live ones; a
-        forgotten participant that returns is new again. ``config=True`` also drops its
-        ``min_quota`` / ``max_quota`` entries and idle watts. Forgetting a participant of the
-        current split releases the deadband.
-        """
-        self._flush()
-        gone = {p for p in participants if p in self._index}
-        if gone:
-            keep = np.array([p not in gone for p in self._ids], dtype=bool)
-            renumber = np.cumsum(keep) - 1
-            self._ids = [p for p in self._ids if p not in gone]
-            self._index = {p: i for i, p in enumerate(self._ids)}
-            for name in ("_tau", "_eps", "_last_report", "_lo", "_hi"):
-                setattr(self, name, getattr(self, name)[keep])
-            if len(self._hist):
-                self._hist, self._fit = self._hist[keep[: len(self._hist)]], self._fit[keep[: len(self._fit)]]
-            if keep[self._cur_slots].all():
-                self._cur_slots = renumber[self._cur_slots]
-            else:
-                empty = np.empty(0, dtype=np.int64)
-                self._cur_slots, self._cur_quota, self._cur_lo, self._cur_hi = empty, empty, empty, empty
-                self._cur_budget = None
-            self._slot_cache = ([], np.empty(0, dtype=np.int64))
-        if config:
-            for p in participants:
-                self._max_map.pop(p, None)
-                self._min_map.pop(p, None)
-                self._idle_w.pop(p, None)
-
     def estimates(self) -> dict[ParticipantId, tuple[float, float | None]]:
         """Smoothed ``(seconds per sample, joules per sample)`` of every participant with an estimate."""
         self._flush()
