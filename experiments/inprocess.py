@@ -1,0 +1,403 @@
+"""One PMA run of any policy in this process: Flower's strategy API, real training, an emulated device clock.
+
+Contract
+--------
+:func:`run_pma` drives the policy's server strategy (``flwr_adaptive.strategies.build_strategy``,
+exactly what the Flower App ``apps/pma`` builds) through ``Strategy.start`` on an
+:class:`InProcessGrid`: a ``flwr.serverapp.Grid`` whose ``send_and_receive`` hands each
+``Message`` to the client's train function in this process and returns its reply. The train
+function is the Flower App's, composed the same way (``@telemetry_train`` around training on
+``quota_data``), so quotas, telemetry, screening, aggregation and history are the ones a
+``flwr run`` would use; what is left out is Flower's transport (SuperLink, SuperNodes, Ray), whose
+start-up (≈ 20 s per ``flwr run``) would dominate hundreds of short runs.
+
+Every node is one emulated device (:class:`~flwr_adaptive.devices.DeviceProfile`); its
+:class:`~flwr_adaptive.energy.EmulatedMeter` turns the training call's seconds into device seconds
+(× slowdown × jitter) and joules (× active watts). Two clocks feed the meter:
+
+- ``"modelled"``: the seconds of a call are ``per_sample_s × samples`` with ``per_sample_s`` the
+  task's host cost per sample, calibrated once (:func:`calibrate`) and passed in. Device time is
+  then ``per_sample_s × samples × slowdown × jitter``: deterministic, the same on a loaded or an idle
+  machine, so policies are compared on exactly the same costs (paired) whatever else runs.
+- ``"measured"``: the training thread's CPU seconds (``time.thread_time``, torch on one thread), as
+  the Flower App measures them. Noisy on a shared machine.
+
+Seeds pair policies: the seed fixes the data partition of every node, the initial model, each
+node's sample order (``quota_data``: partition and round) and each node's jitter draw
+(``(seed, partition, round)``), so two policies of one seed differ only by their decisions.
+The training really happens (losses are real); with ``train=False`` a node only reads its quota
+(time and energy do not depend on the model on the modelled clock: a w_e sweep needs no training).
+
+Overhead: the strategy's own wall time per round (``configure_train`` + ``aggregate_train``, the
+controller included) and the controller's alone (``allocate`` + ``observe``) are timed in the run,
+next to the round's wall time (clients train one after the other here) and its virtual makespan.
+
+Cost
+----
+The training of ``rounds × budget`` samples plus one holdout evaluation per round; the strategy's
+bookkeeping is a few milliseconds per round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from flwr_adaptive import keys
+from flwr_adaptive.devices import DeviceProfile
+from flwr_adaptive.energy import EmulatedMeter
+
+__all__ = ["CLOCKS", "RunSpec", "RunResult", "InProcessGrid", "calibrate", "run_pma", "load_task", "partitions"]
+
+CLOCKS = ("modelled", "measured")
+
+
+@functools.lru_cache(maxsize=4)
+def load_task(name: str):
+    """The task (cached per process), torch on one thread so that CPU time is the work's."""
+    import torch
+
+    from flwr_adaptive.clients.tasks import get_task
+
+    torch.set_num_threads(1)
+    return get_task(name, source="offline")
+
+
+@functools.lru_cache(maxsize=16)
+def partitions(name: str, num_partitions: int, seed: int) -> tuple:
+    """Every node's IID training partition for ``seed`` and the shared holdout (cached)."""
+    task = load_task(name)
+    parts = [task.load(pid, num_partitions, seed=seed)[0] for pid in range(num_partitions)]
+    return tuple(parts), task.data()[1]
+
+
+def calibrate(name: str, samples: int = 256, repeats: int = 5) -> float:
+    """Host CPU seconds per training sample of task ``name`` (median of ``repeats`` timed calls).
+
+    One untimed call first (torch's lazy set-up is not training cost); then ``repeats`` calls of
+    ``train`` on ``samples`` samples, timed with the thread's CPU clock, torch on one thread.
+    """
+    task = load_task(name)
+    data = task.data()[0]
+    rng = np.random.default_rng(0)
+    model = task.make_model(seed=0)
+    task.train(model, data, rng.integers(0, len(data), size=min(64, len(data))))
+    per_sample = []
+    for _ in range(repeats):
+        idx = rng.integers(0, len(data), size=samples)
+        t0 = time.thread_time()
+        task.train(model, data, idx)
+        per_sample.append((time.thread_time() - t0) / samples)
+    return float(np.median(per_sample))
+
+
+class _Counter:
+    """A clock the train function advances by the modelled cost of what it processed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class InProcessGrid:
+    """A ``flwr.serverapp.Grid`` whose nodes are train functions in this process.
+
+    Parameters
+    ----------
+    handlers : dict
+        ``{node_id: (train_fn, context)}``; ``train_fn(message, context) -> Message``.
+    on_call : callable, optional
+        Called with the seconds (wall) every ``send_and_receive`` spent in the nodes.
+    """
+
+    def __init__(self, handlers: dict[int, tuple[Callable, Any]], on_call: Callable[[float], None] | None = None):
+        self.handlers = handlers
+        self.on_call = on_call
+
+    # -- the parts of the Grid interface that strategies use
+    def get_node_ids(self) -> list[int]:
+        return list(self.handlers)
+
+    def send_and_receive(self, messages: Iterable[Any], *, timeout: float | None = None) -> list[Any]:
+        from flwr.app import Error, Message
+
+        t0 = time.perf_counter()
+        replies = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            fn, context = self.handlers[node]
+            try:
+                reply = fn(msg, context)
+            except Exception as err:  # what Flower does with a ClientApp exception: an error reply
+                reply = Message(error=Error(code=0, reason=f"{type(err).__name__}: {err}"), reply_to=msg)
+            replies.append(reply)
+        if self.on_call is not None:
+            self.on_call(time.perf_counter() - t0)
+        return replies
+
+    # -- the rest of the abstract interface (unused by the strategies here)
+    def set_run(self, run: Any) -> None:  # pragma: no cover - not called
+        self._run = run
+
+    @property
+    def run(self) -> Any:  # pragma: no cover - not called
+        return getattr(self, "_run", None)
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # pragma: no cover
+        from flwr.app import Message
+
+        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
+
+    def push_messages(self, messages):  # pragma: no cover - not called
+        raise NotImplementedError("InProcessGrid answers through send_and_receive only")
+
+    def pull_messages(self, message_ids):  # pragma: no cover - not called
+        raise NotImplementedError("InProcessGrid answers through send_and_receive only")
+
+
+def make_grid(handlers: dict[int, tuple[Callable, Any]], on_call: Callable[[float], None] | None = None):
+    """An :class:`InProcessGrid` that is also a ``flwr.serverapp.Grid`` (what ``Strategy.start`` expects)."""
+    from flwr.serverapp import Grid
+
+    cls = type("InProcessFlowerGrid", (InProcessGrid, Grid), {})
+    return cls(handlers, on_call)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One PMA run: what trains, on which devices, under which policy, on which clock."""
+
+    policy: str
+    task: str
+    profiles: tuple[DeviceProfile, ...]
+    seed: int = 0
+    rounds: int = 10
+    budget: int = 2200
+    clock: str = "modelled"
+    per_sample_s: float | None = None  # the modelled clock's host seconds per sample
+    train: bool = True
+    w_energy: float | None = None  # set: a weighted controller w_t = 1 − w_e instead of policy's
+    smoothing: float = 0.5
+    deadband: float = 0.05
+    label: str = ""
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        if self.clock == "modelled" and not (isinstance(self.per_sample_s, float) and self.per_sample_s > 0):
+            raise ValueError(f"the modelled clock needs per_sample_s > 0 (from calibrate({self.task!r})), "
+                             f"got {self.per_sample_s!r}")
+        if not self.train and self.clock != "modelled":
+            raise ValueError("train=False is only meaningful on the modelled clock (the measured clock "
+                             "measures the training)")
+
+
+@dataclass
+class RunResult:
+    """Per-round figures of one run (``rounds``) and its per-client rows (``clients``)."""
+
+    spec: RunSpec
+    rounds: pd.DataFrame
+    clients: pd.DataFrame
+    wall_s: float
+
+
+def _weighted_strategy(inner: Any, spec: RunSpec):
+    """An AdaptiveStrategy whose controller weighs time by 1 − w_e and energy by w_e."""
+    from flwr_adaptive.controller import POLICIES, AllocationController
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    w_e = float(spec.w_energy)
+
+    class WeightedAdaptiveStrategy(AdaptiveStrategy):
+        """Time-only's controller settings with the weights ``(1 − w_e, w_e)``."""
+
+        def make_controller(self) -> AllocationController:
+            kwargs = {**POLICIES["time"].controller_kwargs(), "w_time": 1.0 - w_e, "w_energy": w_e}
+            return AllocationController(self.budget, **kwargs, **self._controller_kwargs)
+
+    strategy = WeightedAdaptiveStrategy(inner, budget=spec.budget, policy="time", smoothing=spec.smoothing,
+                                        deadband=spec.deadband, weighting="samples", allow_cycling=True)
+    strategy.policy = spec.label or f"w_e={w_e:g}"
+    return strategy
+
+
+def _train_fn(spec: RunSpec, parts: Sequence[Any]):
+    """The Flower App's train function, on the chosen clock; returns (fn, clock counter or None)."""
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    from flwr_adaptive.clients import quota_data, telemetry_train
+
+    task = load_task(spec.task)
+    counter = _Counter() if spec.clock == "modelled" else None
+    cpu_clock = counter if counter is not None else time.thread_time
+
+    def meter(context, server_round):
+        pid = int(context.node_config["partition-id"])
+        rng = np.random.default_rng([spec.seed, pid, int(server_round)])
+        return EmulatedMeter(spec.profiles[pid], cpu_clock=cpu_clock, rng=rng)
+
+    @telemetry_train(meter=meter, cpu_clock=cpu_clock)
+    def train(msg, context):
+        pid = int(context.node_config["partition-id"])
+        data = parts[pid]
+        indices = quota_data(np.arange(len(data)))
+        if spec.train:
+            model = task.make_model()
+            model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+            stats = task.train(model, data, indices)
+            arrays, loss, samples = ArrayRecord(model.state_dict()), float(stats["loss"]), int(stats["samples"])
+        else:
+            arrays, loss, samples = msg.content["arrays"], 1.0, int(len(indices))
+        if counter is not None:
+            counter.now += spec.per_sample_s * samples
+        metrics = MetricRecord({keys.TRAIN_LOSS: loss, keys.NUM_EXAMPLES: samples})
+        return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+
+    return train
+
+
+def _timed(fn: Callable, bucket: list[float]) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            bucket.append(time.perf_counter() - t0)
+    return wrapper
+
+
+@contextlib.contextmanager
+def server_identity():
+    """The identity Flower gives a ServerApp process (messages read it when they are built), restored after."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = {a: getattr(TaskIdentity, a) for a in ("_task_id", "_run_id", "_node_id")}
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = 1, 1, SUPERLINK_NODE_ID
+    try:
+        yield
+    finally:
+        for a, v in saved.items():
+            setattr(TaskIdentity, a, v)
+
+
+def run_pma(spec: RunSpec) -> RunResult:
+    """Run ``spec`` and return its per-round and per-client figures.
+
+    ``rounds`` columns: the strategy's history (``round, makespan_s, energy_j, active_j, idle_j,
+    cv_busy, clients, samples, clock`` …) plus ``loss`` and the task's headline metric on the
+    holdout after the round, the cumulative ``virtual_time_s`` / ``virtual_energy_j``, and, for
+    the synchronous policies, ``strategy_s`` (configure + aggregate), ``controller_s`` (allocate +
+    observe) and ``round_wall_s`` (wall clock, clients in sequence). Row 0 is the initial model.
+    """
+    import logging
+
+    from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import build_strategy
+
+    started = time.perf_counter()
+    task = load_task(spec.task)
+    n = len(spec.profiles)
+    parts, holdout = partitions(spec.task, n, spec.seed)
+    train = _train_fn(spec, parts)
+    node_ids = [1000 + pid for pid in range(n)]  # stable here; the strategies key by partition id
+    run_config = {"task": spec.task, "seed": spec.seed}
+    handlers = {node: (train, Context(run_id=1, node_id=node, node_config={"partition-id": pid, "num-partitions": n},
+                                      state=RecordDict(), run_config=run_config))
+                for pid, node in enumerate(node_ids)}
+    client_s: list[float] = []
+    grid = make_grid(handlers, on_call=client_s.append)
+    inner = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n)
+    if spec.w_energy is not None:
+        strategy = _weighted_strategy(inner, spec)
+    else:
+        strategy = build_strategy(spec.policy, strategy=inner, budget=spec.budget, num_nodes=n, seed=spec.seed,
+                                  smoothing=spec.smoothing, deadband=spec.deadband, weighting="samples",
+                                  allow_cycling=True)
+    configure_s: list[float] = []
+    aggregate_s: list[float] = []
+    controller_s: list[float] = []
+    sync = hasattr(strategy, "configure_train")
+    if sync:
+        strategy.configure_train = _timed(strategy.configure_train, configure_s)
+        strategy.aggregate_train = _timed(strategy.aggregate_train, aggregate_s)
+        ctrl = getattr(strategy, "controller", None)
+        if ctrl is not None:
+            ctrl.allocate = _timed(ctrl.allocate, controller_s)
+            ctrl.observe = _timed(ctrl.observe, controller_s)
+    model = task.make_model(seed=spec.seed)
+    evals: dict[int, dict[str, float]] = {}
+    marks: list[tuple[int, int, float]] = []  # (round, len(controller_s), perf_counter) at each evaluation
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        if spec.train or server_round == 0:
+            model.load_state_dict(arrays.to_torch_state_dict())
+            evals[server_round] = {k: float(v) for k, v in task.evaluate(model, holdout).items()}
+        else:
+            evals[server_round] = dict(evals[0])
+        marks.append((server_round, len(controller_s), time.perf_counter()))
+        return MetricRecord({k: v for k, v in evals[server_round].items()})
+
+    flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
+    flwr_logger.setLevel(logging.WARNING)
+    try:
+        with server_identity():
+            strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=spec.rounds,
+                           timeout=3600.0, train_config=ConfigRecord({}), evaluate_fn=evaluate)
+    finally:
+        flwr_logger.setLevel(level)
+    hist = strategy.history.copy()
+    if len(hist) != spec.rounds:
+        raise RuntimeError(f"{spec.policy} on {spec.task} (seed {spec.seed}) ran {len(hist)} of {spec.rounds} rounds; "
+                           "see the [adaptive] warnings above")
+    hist = hist.sort_values("round").reset_index(drop=True)
+    for key in evals[0]:
+        hist[key] = [evals[int(r)][key] for r in hist["round"]]
+    if sync:
+        hist["strategy_s"] = np.add(configure_s[:len(hist)], aggregate_s[:len(hist)])
+        hist["configure_s"] = configure_s[:len(hist)]
+        hist["aggregate_s"] = aggregate_s[:len(hist)]
+        bounds = [m[1] for m in marks]  # controller calls up to each evaluation (index 0: before round 1)
+        hist["controller_s"] = [float(sum(controller_s[bounds[i]:bounds[i + 1]])) for i in range(len(hist))]
+        hist["round_wall_s"] = np.add(hist["strategy_s"].to_numpy(), client_s[:2 * len(hist):2])
+    hist["virtual_time_s"] = hist["makespan_s"].cumsum()
+    hist["virtual_energy_j"] = hist["energy_j"].cumsum()
+    first = {"round": 0, "virtual_time_s": 0.0, "virtual_energy_j": 0.0, **evals[0]}
+    hist = pd.concat([pd.DataFrame([first]), hist], ignore_index=True)
+    hist["policy"] = spec.label or spec.policy
+    clients = strategy.client_history.copy()
+    clients["policy"] = spec.label or spec.policy
+    return RunResult(spec, hist, clients, time.perf_counter() - started)
+
+
+def idle_model_note(profiles: Sequence[DeviceProfile]) -> str:
+    """One line describing a fleet: slowdown range and spread (for logs and the results page)."""
+    s = np.array([p.slowdown for p in profiles])
+    return (f"{len(s)} devices, slowdown {s.min():.2f}–{s.max():.2f} (max/min {s.max() / s.min():.1f}×, "
+            f"σ of log-slowdown {np.log(s).std():.2f})")
+
+
+def fmt_s(seconds: float) -> str:
+    """``1 h 02 min``, ``3 min 05 s`` or ``12.3 s``."""
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.1f} s"
