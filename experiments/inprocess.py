@@ -366,7 +366,8 @@ def run_pma(spec: RunSpec) -> RunResult:
         raise RuntimeError(f"{spec.policy} on {spec.task} (seed {spec.seed}) ran {len(hist)} of {spec.rounds} rounds; "
                            "see the [adaptive] warnings above")
     hist = hist.sort_values("round").reset_index(drop=True)
-    for key in evals[0]:
+    evals = {r: {("holdout_samples" if k == "samples" else k): v for k, v in m.items()} for r, m in evals.items()}
+    for key in evals[0]:  # the holdout's size is not the round's "samples"
         hist[key] = [evals[int(r)][key] for r in hist["round"]]
     if sync:
         hist["strategy_s"] = np.add(configure_s[:len(hist)], aggregate_s[:len(hist)])

@@ -205,7 +205,7 @@ def _unit_cost(spec: RunSpec) -> float:
     return train + 0.05 * spec.rounds
 
 
-def run_units(units: list[RunSpec], jobs: int, work: Path) -> pd.DataFrame:
+def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = None) -> pd.DataFrame:
     """Run (or, when its file exists in ``work``, reuse) every unit; progress lines with an ETA."""
     done_dir = work / "units"
     done_dir.mkdir(parents=True, exist_ok=True)
@@ -229,6 +229,8 @@ def run_units(units: list[RunSpec], jobs: int, work: Path) -> pd.DataFrame:
         elapsed = time.perf_counter() - started
         eta = elapsed * (total_cost - done_cost) / done_cost if done_cost > 0 else math.nan
         what = spec.label or label(spec.policy)
+        if on_progress is not None:
+            on_progress()
         print(f"[reproduce] {spec.meta['kind']} run {k}/{len(todo)} done: {spec.task} / {spec.meta['scenario']} / "
               f"seed {spec.seed} / {what} in {wall:.1f} s (wall); {len(todo) - k} left, ETA {fmt_s(eta)}", flush=True)
 
@@ -421,14 +423,14 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out["curves"][setting] = {}
         for seed in range(args.ddp_seeds):
             k += 1
-            path = work / f"ddp-{len(out['curves'])}-s{seed}.json"
+            path = work / f"ddp-{len(out['curves'])}-r{args.ddp_rounds}-b{args.ddp_budget}-s{seed}.json"
             cmd = [sys.executable, "-m", "experiments.ddp_benchmark", "--slowdowns", ",".join(map(str, slowdowns)),
-                   "--policies", "equal,time,ema", "--rounds", str(args.ddp_rounds), "--seed", str(seed),
-                   "--json", str(path)]
+                   "--policies", "equal,time,ema", "--rounds", str(args.ddp_rounds), "--budget", str(args.ddp_budget),
+                   "--seed", str(seed), "--json", str(path)]
             if not path.exists():
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.section_timeout)
-                if proc.returncode != 0 or not path.exists():
+                if not path.exists():
                     out["failed"].append(f"{setting}, seed {seed}: exit {proc.returncode}: {proc.stderr[-400:]}")
                     print(f"[reproduce] ddp {k}/{total} FAILED ({setting}, seed {seed}); see the page", flush=True)
                     continue
@@ -442,8 +444,8 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 out["clock"] = row["clock"]
             for policy, rows in pd.DataFrame(data["rounds"]).groupby("policy", sort=False):
                 out["curves"][setting].setdefault(policy, []).append(list(rows.sort_values("round")["compute CV"]))
-    out["command"] = "python -m experiments.ddp_benchmark --slowdowns S --policies equal,time,ema " \
-                     f"--rounds {args.ddp_rounds} --seed K --json F"
+    out["command"] = ("python -m experiments.ddp_benchmark --slowdowns S --policies equal,time,ema "
+                      f"--rounds {args.ddp_rounds} --budget {args.ddp_budget} --seed K --json F")
     return out
 
 
@@ -452,13 +454,13 @@ def run_hfl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"curves": {"3 silos × 2 ranks": {}}, "rows": [], "failed": []}
     started = time.perf_counter()
     for seed in range(args.hfl_seeds):
-        folder = work / f"hfl-s{seed}"
+        folder = work / f"hfl-r{args.hfl_rounds}-s{seed}"
         cmd = [sys.executable, "-m", "experiments.hfl", "--policies", "equal,time", "--rounds", str(args.hfl_rounds),
                "--seed", str(seed), "--out", str(folder)]
         if not (folder / "comparison.csv").exists():
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.section_timeout)
-            if proc.returncode != 0 or not (folder / "comparison.csv").exists():
+            if not (folder / "comparison.csv").exists():  # (exit 1 also means "a process was left running")
                 out["failed"].append(f"seed {seed}: exit {proc.returncode}: {(proc.stdout + proc.stderr)[-600:]}")
                 print(f"[reproduce] hfl seed {seed} FAILED; see the page", flush=True)
                 continue
@@ -469,9 +471,12 @@ def run_hfl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for policy in ("equal", "time"):
             hist = pd.read_csv(folder / f"history-{policy}.csv").sort_values("round")
             out["curves"]["3 silos × 2 ranks"].setdefault(label(policy), []).append(list(hist["rank_cv_mean"]))
-            for _, r in hist.iterrows():
-                out["rows"].append({"seed": seed, "policy": label(policy), "round": int(r["round"]),
-                                    "rank_cv_mean": float(r["rank_cv_mean"]), "clock": r.get("clock", "virtual")})
+            ranks = pd.read_csv(folder / f"history-{policy}-ranks.csv")
+            for (rnd, silo), g in ranks.groupby(["round", "partition_id"]):
+                t = g["time_s"].to_numpy(dtype=float)
+                out["rows"].append({"seed": seed, "policy": label(policy), "round": int(rnd), "silo": int(silo),
+                                    "rank_cv": float(t.std() / t.mean()) if t.mean() > 0 else math.nan,
+                                    "clock": str(g["clock"].iloc[0])})
     out["command"] = f"python -m experiments.hfl --policies equal,time --rounds {args.hfl_rounds} --seed K --out DIR"
     return out
 
@@ -557,7 +562,8 @@ def sweep_verdict(sweep: pd.DataFrame, scenario: str) -> tuple[str, dict[str, An
 
 def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_sample: dict[str, float],
                metric_of: dict[str, str], higher_better: dict[str, bool], ddp: dict | None, hfl: dict | None,
-               wall_s: float, machine: str, commit: str, command: str, date: str) -> Path:
+               wall_s: float, earlier_walls: Sequence[float], machine: str, commit: str, command: str,
+               date: str) -> Path:
     """Write ``out/results.md`` and the plots under ``out/results/``; returns the page's path."""
     figs = out / "results"
     figs.mkdir(parents=True, exist_ok=True)
@@ -579,7 +585,9 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
           f"- **Date**: {date}",
           f"- **Commit**: `{commit}`",
           f"- **Machine**: {machine}",
-          f"- **Wall time of the command**: {fmt_s(wall_s)} ({wall_s:.0f} s, jobs={args.jobs})",
+          f"- **Wall time of the command**: {fmt_s(wall_s)} ({wall_s:.0f} s, jobs={args.jobs})"
+          + (f"; it reused the finished runs of {len(earlier_walls)} earlier invocation(s) ({fmt_s(sum(earlier_walls))} in all), "
+             f"{fmt_s(wall_s + sum(earlier_walls))} together" if earlier_walls else ""),
           f"- **Clock of the PMA tables, the sweep and the convergence plots**: {clock_name}. "
           "DDP and HFL use their own clocks (stated in their sections).", ""]
     L += ["## Set-up", "",
@@ -742,9 +750,12 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
               f"over rounds ≥ {FROM_ROUND}, then over seeds.", ""]
         if hfl["rows"]:
             h = pd.DataFrame(hfl["rows"])
-            late = h[h["round"] >= FROM_ROUND].groupby(["policy", "seed"]).mean(numeric_only=True).reset_index()
-            body = [[p, fmt_ci(g["rank_cv_mean"]), str(len(g))] for p, g in late.groupby("policy", sort=False)]
-            L += _md_table(["policy", "rank CV inside silos", "seeds"], body)
+            late = h[h["round"] >= FROM_ROUND].groupby(["policy", "silo", "seed"]).mean(numeric_only=True).reset_index()
+            body = [[p, f"silo {silo}", fmt_ci(g["rank_cv"]), str(len(g))]
+                    for (p, silo), g in late.groupby(["policy", "silo"], sort=False)]
+            both = late.groupby(["policy", "seed"]).mean(numeric_only=True).reset_index()
+            body += [[p, "mean over silos", fmt_ci(g["rank_cv"]), str(len(g))] for p, g in both.groupby("policy", sort=False)]
+            L += _md_table(["policy", "silo", "rank CV (compute time of the silo's ranks)", "seeds"], body)
             png = plot_cv(hfl["curves"], "HFL-DDP", figs / "hfl-cv.png")
             L += ["", f"![HFL rank CV per round](results/{png.name})", ""]
         for f in hfl["failed"]:
@@ -778,6 +789,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-hfl", action="store_true")
     ap.add_argument("--ddp-seeds", type=int, default=3)
     ap.add_argument("--ddp-rounds", type=int, default=5)
+    ap.add_argument("--ddp-budget", type=int, default=2000, help="DDP samples per round over the 4 ranks")
     ap.add_argument("--hfl-seeds", type=int, default=3)
     ap.add_argument("--hfl-rounds", type=int, default=5)
     ap.add_argument("--section-timeout", type=float, default=1800.0, help="seconds before one DDP/HFL command is killed")
@@ -802,7 +814,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                  f"policies from {known}")
     if "equal" not in args.policies:
         ap.error("the target loss and every Δ are against Equal: keep 'equal' in --policies")
-    for name in ("seeds", "rounds", "budget", "jobs", "ddp_seeds", "ddp_rounds", "hfl_seeds", "hfl_rounds"):
+    for name in ("seeds", "rounds", "budget", "jobs", "ddp_seeds", "ddp_rounds", "ddp_budget", "hfl_seeds",
+                 "hfl_rounds"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.seeds < 2:
@@ -824,7 +837,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "work", "fresh", "jobs", "section_timeout")}
+    # What the cached PMA and sweep runs depend on (DDP/HFL files carry their own settings in their names).
+    settings = {k: getattr(args, k) for k in ("tasks", "scenarios", "policies", "seeds", "rounds", "budget", "clock",
+                                              "sweep_task")}
     settings_path = work / "settings.json"
     if settings_path.exists() and json.loads(settings_path.read_text()).get("settings") != json.loads(
             json.dumps(settings)):
@@ -844,18 +859,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_sample[t] = saved[t] if t in saved else calibrate(t)
             print(f"[reproduce] calibration: {t}: {per_sample[t]:.3e} host CPU s per training sample"
                   f"{' (reused from ' + str(settings_path) + ')' if t in saved else ''}", flush=True)
-    settings_path.write_text(json.dumps({"settings": settings, "per_sample_s": per_sample}, indent=1))
+    earlier = json.loads(settings_path.read_text()).get("walls_s", []) if settings_path.exists() else []
+    record = {"settings": settings, "per_sample_s": per_sample, "walls_s": earlier}
+
+    def note_wall() -> None:  # this invocation's wall time so far, kept in case it is interrupted
+        record["walls_s"] = earlier + [round(time.perf_counter() - started, 1)]
+        settings_path.write_text(json.dumps(record, indent=1))
+
+    note_wall()
     units = plan_units(args, per_sample)
     print(f"[reproduce] {len(units)} runs: {sum(u.meta['kind'] == 'pma' for u in units)} PMA "
           f"({len(args.policies)} policies × {len(args.tasks)} tasks × {len(args.scenarios)} scenarios × {args.seeds} "
           f"seeds) + {sum(u.meta['kind'] == 'sweep' for u in units)} sweep; {args.jobs} worker(s); clock {args.clock}",
           flush=True)
-    rows = run_units(units, args.jobs, work)
+    rows = run_units(units, args.jobs, work, on_progress=note_wall)
     ddp = None if args.skip_ddp else run_ddp(args, work)
     hfl = None if args.skip_hfl else run_hfl(args, work)
     wall = time.perf_counter() - started
-    page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, machine, commit, command,
-                      date)
+    page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, earlier, machine, commit,
+                      command, date)
+    note_wall()
     print(f"[reproduce] wrote {page} and {out / 'results'}/ in {fmt_s(wall)} (wall)", flush=True)
     return 0
 
