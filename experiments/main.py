@@ -1,4 +1,4 @@
-"""The main job of ``./run.sh`` (docs/results.md): the emulated testbed, then the policies compared through Flower.
+"""The main job of ``./run.sh`` (docs/measurements.md): the emulated testbed, then the policies compared through Flower.
 
 Prints the 11-device testbed with shortened citations, then runs the Flower App of this
 repository (``apps/pma``) with ``flwr run apps/pma`` once per policy (Equal, Time-only, Low-energy, Min-energy; offline, see

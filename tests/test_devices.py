@@ -209,7 +209,7 @@ def test_optimal_makespan_lies_between_the_continuous_bound_and_one_sample_more(
     assert continuous * (1 - 1e-12) <= opt <= continuous + max(costs)
 
 
-# --------------------------------------------------------------------------- the claim in docs/results.md
+# --------------------------------------------------------------------------- the claim in docs/measurements.md
 def test_time_only_reaches_the_exact_optimum_by_round_3_without_jitter():
     # With σ = 0 the realised costs are the expected ones: the optimum is reachable.
     rounds = simulate("time", get_testbed(jitter_sigma=0.0), VirtualRun(rounds=3, seed=0))
