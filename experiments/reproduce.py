@@ -243,9 +243,15 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
             futures = {pool.submit(_run_unit, spec): spec for spec in todo}
-            for k, fut in enumerate(as_completed(futures), 1):
-                name, rows, wall = fut.result()
-                finished(k, futures[fut], name, rows, wall)
+            try:
+                for k, fut in enumerate(as_completed(futures), 1):
+                    name, rows, wall = fut.result()
+                    finished(k, futures[fut], name, rows, wall)
+            except BaseException:  # interrupted or a run failed: stop the workers now (finished runs are kept)
+                for proc in list(getattr(pool, "_processes", {}).values()):
+                    proc.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -780,8 +786,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: testbed, wide")
     ap.add_argument("--policies", default="all", help="comma-separated registry policies, or 'all'")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--budget", type=int, default=2200, help="samples per round over the 11 devices")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--budget", type=int, default=1100, help="samples per round over the 11 devices")
     ap.add_argument("--clock", choices=("modelled", "measured"), default="modelled")
     ap.add_argument("--sweep-task", default=None, help="task of the w_e sweep (default: the first task)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (modelled clock only; measured uses 1)")
@@ -790,8 +796,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--ddp-seeds", type=int, default=3)
     ap.add_argument("--ddp-rounds", type=int, default=5)
     ap.add_argument("--ddp-budget", type=int, default=2000, help="DDP samples per round over the 4 ranks")
-    ap.add_argument("--hfl-seeds", type=int, default=3)
-    ap.add_argument("--hfl-rounds", type=int, default=5)
+    ap.add_argument("--hfl-seeds", type=int, default=2)
+    ap.add_argument("--hfl-rounds", type=int, default=4)
     ap.add_argument("--section-timeout", type=float, default=1800.0, help="seconds before one DDP/HFL command is killed")
     ap.add_argument("--out", default=str(REPO / "docs"), help="folder of results.md (plots go to <out>/results/)")
     ap.add_argument("--work", default=str(REPO / "results" / "reproduce"),
@@ -824,6 +830,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.clock == "measured":
         args.jobs = 1  # concurrent processes would inflate each other's CPU time
     return args
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the command like Ctrl-C, so its worker processes are stopped too."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -872,6 +888,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"({len(args.policies)} policies × {len(args.tasks)} tasks × {len(args.scenarios)} scenarios × {args.seeds} "
           f"seeds) + {sum(u.meta['kind'] == 'sweep' for u in units)} sweep; {args.jobs} worker(s); clock {args.clock}",
           flush=True)
+    if argv is None:  # the command line, not a caller in this process (tests)
+        _stop_on_sigterm()
     rows = run_units(units, args.jobs, work, on_progress=note_wall)
     ddp = None if args.skip_ddp else run_ddp(args, work)
     hfl = None if args.skip_hfl else run_hfl(args, work)

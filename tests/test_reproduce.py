@@ -59,10 +59,12 @@ def test_sweep_shares_the_pma_runs_draws_exactly(quick):
 
 def test_synchronous_policies_process_the_budget_every_round(quick):
     # Prepare
+    from experiments.reproduce import parse_args
+
     _, runs, _ = quick
     sync = runs[runs["policy"] != "fedasync"]
-    # Assert: every round of every synchronous run trained exactly the 2,200-sample budget
-    assert (sync["samples_per_round"] == 2200).all()
+    # Assert: every round of every synchronous run trained exactly the budget
+    assert (sync["samples_per_round"] == parse_args(["--quick"]).budget).all()
 
 
 def test_target_is_equals_loss_at_80_percent_and_equal_reaches_it_by_then(quick):
@@ -127,6 +129,15 @@ def test_page_has_provenance_tables_and_plots(quick):
     assert len(pngs) == 3  # convergence (1 task) + one sweep plot per scenario
     for rel in pngs:
         assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_wide_ddp_slowdowns_are_lognormal_mid_quantiles():
+    # Prepare: Φ⁻¹(1/8, 3/8, 5/8, 7/8) = ∓1.1503, ∓0.3186; exp, scaled so the fastest is 2
+    from experiments.reproduce import lognormal_quartile_slowdowns
+
+    expected = [2.0, 2.0 * math.exp(1.1503 - 0.3186), 2.0 * math.exp(1.1503 + 0.3186), 2.0 * math.exp(2 * 1.1503)]
+    # Assert
+    assert lognormal_quartile_slowdowns() == pytest.approx(expected, abs=0.01)
 
 
 def test_mean_ci_matches_a_hand_computed_t_interval():
