@@ -737,7 +737,8 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
               "benchmark needs slowdowns ≥ 2 to keep 4 ranks within this machine's cores).", ""]
         if ddp["rows"]:
             d = pd.DataFrame(ddp["rows"])
-            late = d[d["round"] >= FROM_ROUND].groupby(["setting", "policy", "seed"]).mean(numeric_only=True).reset_index()
+            late = d[d["round"] >= FROM_ROUND].groupby(["setting", "policy", "seed"], sort=False).mean(
+                numeric_only=True).reset_index()
             body = []
             for (setting, policy), g in late.groupby(["setting", "policy"], sort=False):
                 body.append([setting, policy, fmt_ci(g["compute CV"]), fmt_ci(g["makespan s"]),
@@ -747,8 +748,7 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
             L += ["", f"![DDP compute CV per round](results/{png.name})", ""]
             L += ["The paper reports an Equal CV of 0.8–1.1 on its devices; the Equal CV above is what the emulated "
                   "spread gives (it follows from the slowdowns: the CV of (2, 3, 4, 6) is 0.39).", ""]
-        for f in ddp["failed"]:
-            L += [f"- DDP run failed: {f}"]
+        L += [f"- DDP run failed: {f}" for f in ddp["failed"]] + ([""] if ddp["failed"] else [])
     if hfl is not None:
         L += ["## HFL-DDP: rank CV inside the silos", "",
               f"`{hfl['command']}` for {args.hfl_seeds} seed(s): `flwr run apps/hfl`, 3 silos × 2 DDP ranks; mean CV "
@@ -756,22 +756,24 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
               f"over rounds ≥ {FROM_ROUND}, then over seeds.", ""]
         if hfl["rows"]:
             h = pd.DataFrame(hfl["rows"])
-            late = h[h["round"] >= FROM_ROUND].groupby(["policy", "silo", "seed"]).mean(numeric_only=True).reset_index()
+            late = h[h["round"] >= FROM_ROUND].groupby(["policy", "silo", "seed"], sort=False).mean(
+                numeric_only=True).reset_index()
             body = [[p, f"silo {silo}", fmt_ci(g["rank_cv"]), str(len(g))]
                     for (p, silo), g in late.groupby(["policy", "silo"], sort=False)]
-            both = late.groupby(["policy", "seed"]).mean(numeric_only=True).reset_index()
+            both = late.groupby(["policy", "seed"], sort=False).mean(numeric_only=True).reset_index()
             body += [[p, "mean over silos", fmt_ci(g["rank_cv"]), str(len(g))] for p, g in both.groupby("policy", sort=False)]
             L += _md_table(["policy", "silo", "rank CV (compute time of the silo's ranks)", "seeds"], body)
             png = plot_cv(hfl["curves"], "HFL-DDP", figs / "hfl-cv.png")
             L += ["", f"![HFL rank CV per round](results/{png.name})", ""]
-        for f in hfl["failed"]:
-            L += [f"- HFL run failed: {f}"]
+        L += [f"- HFL run failed: {f}" for f in hfl["failed"]] + ([""] if hfl["failed"] else [])
     if ddp is None or hfl is None:
         skipped = [n for n, v in (("DDP", ddp), ("HFL-DDP", hfl)) if v is None]
         L += [f"{' and '.join(skipped)} not run in this invocation (`--quick` or `--skip-ddp` / `--skip-hfl`).", ""]
     L += ["## Files", "",
           "- `results/runs.csv`: one row per PMA run (task, scenario, seed, policy) with every figure above.",
-          "- `results/sweep.csv`: one row per sweep run.", ""]
+          "- `results/sweep.csv`: one row per sweep run.",
+          "- Single runs of the other commands (`./run.sh`, the virtual-clock testbed, the controller benchmark, "
+          "the centralised task check): [measurements.md](measurements.md).", ""]
     page = out / "results.md"
     page.write_text("\n".join(L) + "\n")
     return page
