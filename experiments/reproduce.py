@@ -694,12 +694,19 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
         rows_md = []
         for w in SWEEP_W:
             sw = sub[np.isclose(sub["w_e"], w)]
-            rows_md.append([f"{w:g}", fmt_ci(sw["energy_j"], 4), fmt_ci(sw["makespan_s"], 4), fmt_ci(sw["idle_j"], 4)])
+            rows_md.append([f"{w:g}", fmt_ci(sw["energy_j"], 4), fmt_ci(sw["energy_j"] - sw["idle_j"], 4),
+                            fmt_ci(sw["idle_j"], 4), fmt_ci(sw["makespan_s"], 4)])
         for p in ["equal", *extra_controller_policies()]:
             sp = sub[(sub["policy"] == p) & sub["w_e"].isna()]
-            rows_md.append([label(p), fmt_ci(sp["energy_j"], 4), fmt_ci(sp["makespan_s"], 4), fmt_ci(sp["idle_j"], 4)])
+            rows_md.append([label(p), fmt_ci(sp["energy_j"], 4), fmt_ci(sp["energy_j"] - sp["idle_j"], 4),
+                            fmt_ci(sp["idle_j"], 4), fmt_ci(sp["makespan_s"], 4)])
+        ends = [sub[np.isclose(sub["w_e"], w)] for w in (0.0, 1.0)]
+        act = [float((e["energy_j"] - e["idle_j"]).mean()) for e in ends]
+        idle = [float(e["idle_j"].mean()) for e in ends]
+        text += (f" From w_e = 0 to 1, active energy goes from {act[0]:.4g} to {act[1]:.4g} J and idle energy "
+                 f"(waiting for the round's slowest device) from {idle[0]:.4g} to {idle[1]:.4g} J.")
         L += [f"### {scenario} scenario", "", text, ""]
-        L += _md_table(["w_e", "total energy J", "makespan s", "idle energy J"], rows_md) + [""]
+        L += _md_table(["w_e", "total energy J", "active energy J", "idle energy J", "makespan s"], rows_md) + [""]
         L += [f"![w_e sweep, {scenario}](results/{png.name})", ""]
 
     # ---- overhead
