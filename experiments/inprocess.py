@@ -187,7 +187,7 @@ class RunSpec:
     train: bool = True
     w_energy: float | None = None  # set: a weighted controller w_t = 1 − w_e instead of policy's
     smoothing: float = 0.5
-    deadband: float = 0.05
+    deadband: float | None = None  # None: each policy's own default, as the Flower App does
     label: str = ""
     meta: dict = field(default_factory=dict, compare=False)
 
@@ -223,8 +223,9 @@ def _weighted_strategy(inner: Any, spec: RunSpec):
         """Time-only's controller settings with the weights ``(1 − w_e, w_e)``."""
 
         def make_controller(self) -> AllocationController:
-            kwargs = {**POLICIES["time"].controller_kwargs(), "w_time": 1.0 - w_e, "w_energy": w_e}
-            return AllocationController(self.budget, **kwargs, **self._controller_kwargs)
+            policy = POLICIES["time"].controller_kwargs(paper=getattr(self, "paper", False))
+            kwargs = {**policy, "w_time": 1.0 - w_e, "w_energy": w_e, **self._controller_kwargs}
+            return AllocationController(self.budget, **kwargs)
 
     strategy = WeightedAdaptiveStrategy(inner, budget=spec.budget, policy="time", smoothing=spec.smoothing,
                                         deadband=spec.deadband, weighting="samples", allow_cycling=True)
