@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -265,7 +266,15 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
         metrics = MetricRecord({keys.TRAIN_LOSS: loss, keys.NUM_EXAMPLES: samples})
         return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
 
-    return train
+    if counter is None:
+        return train
+
+    def from_zero(msg, context):
+        # Each call's modelled seconds start from 0: the same bits whatever order the nodes are called in.
+        counter.now = 0.0
+        return train(msg, context)
+
+    return from_zero
 
 
 def _timed(fn: Callable, bucket: list[float]) -> Callable:
@@ -311,6 +320,7 @@ def run_pma(spec: RunSpec) -> RunResult:
     from flwr_adaptive.strategies import build_strategy
 
     started = time.perf_counter()
+    random.seed(spec.seed)  # FedAvg samples (orders) its nodes with Python's random: the same order per seed
     task = load_task(spec.task)
     n = len(spec.profiles)
     parts, holdout = partitions(spec.task, n, spec.seed)
