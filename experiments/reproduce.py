@@ -71,6 +71,7 @@ WIDE_SIGMA = 1.0
 JITTER_SIGMA = 0.05
 TARGET_AT = 0.8
 FROM_ROUND = 3  # busy-time CV and DDP/HFL CV are averaged from this round on (the controller has learned)
+REUSED: dict[str, int] = {}  # finished runs this invocation took from --work instead of running them
 FEDSCALE_URL = ("https://github.com/SymbioticLab/FedScale/blob/27d7cd3d81ffcbcfe8716758aa8d67f0b11a982c/"
                 "fedscale/cloud/internal/client_metadata.py")
 
@@ -216,6 +217,7 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
             frames.append(pd.read_csv(path))
         else:
             todo.append(spec)
+    REUSED["pma and sweep"] = len(frames)
     if frames:
         print(f"[reproduce] reusing {len(frames)} finished runs from {done_dir} (--fresh to rerun them)", flush=True)
     total_cost = sum(_unit_cost(u) for u in todo)
@@ -424,6 +426,7 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     settings = {"moderate (slowdowns 2, 3, 4, 6)": [2.0, 3.0, 4.0, 6.0],
                 f"wide (lognormal σ={WIDE_SIGMA:g} mid-quantiles)": lognormal_quartile_slowdowns()}
     out: dict[str, Any] = {"settings": settings, "curves": {}, "rows": [], "clock": None, "failed": []}
+    REUSED["DDP"] = 0
     total, k, started = len(settings) * args.ddp_seeds, 0, time.perf_counter()
     for setting, slowdowns in settings.items():
         out["curves"][setting] = {}
@@ -433,7 +436,9 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             cmd = [sys.executable, "-m", "experiments.ddp_benchmark", "--slowdowns", ",".join(map(str, slowdowns)),
                    "--policies", "equal,time,ema", "--rounds", str(args.ddp_rounds), "--budget", str(args.ddp_budget),
                    "--seed", str(seed), "--json", str(path)]
-            if not path.exists():
+            if path.exists():
+                REUSED["DDP"] += 1
+            else:
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.section_timeout)
                 if not path.exists():
@@ -458,12 +463,15 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def run_hfl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """``experiments.hfl`` (``flwr run apps/hfl``) per seed; per-round rank CV inside the silos per policy."""
     out: dict[str, Any] = {"curves": {"3 silos × 2 ranks": {}}, "rows": [], "failed": []}
+    REUSED["HFL"] = 0
     started = time.perf_counter()
     for seed in range(args.hfl_seeds):
         folder = work / f"hfl-r{args.hfl_rounds}-s{seed}"
         cmd = [sys.executable, "-m", "experiments.hfl", "--policies", "equal,time", "--rounds", str(args.hfl_rounds),
                "--seed", str(seed), "--out", str(folder)]
-        if not (folder / "comparison.csv").exists():
+        if (folder / "comparison.csv").exists():
+            REUSED["HFL"] += 1
+        else:
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.section_timeout)
             if not (folder / "comparison.csv").exists():  # (exit 1 also means "a process was left running")
@@ -592,8 +600,9 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
           f"- **Commit**: `{commit}`",
           f"- **Machine**: {machine}",
           f"- **Wall time of the command**: {fmt_s(wall_s)} ({wall_s:.0f} s, jobs={args.jobs})"
-          + (f"; it reused the finished runs of {len(earlier_walls)} earlier invocation(s) ({fmt_s(sum(earlier_walls))} in all), "
-             f"{fmt_s(wall_s + sum(earlier_walls))} together" if earlier_walls else ""),
+          + (f". It reused finished runs ({', '.join(f'{k}: {v}' for k, v in REUSED.items() if v)}) of "
+             f"{len(earlier_walls)} earlier invocation(s) with the same settings, whose wall time was "
+             f"{fmt_s(sum(earlier_walls))} in all" if any(REUSED.values()) and earlier_walls else ""),
           f"- **Clock of the PMA tables, the sweep and the convergence plots**: {clock_name}. "
           "DDP and HFL use their own clocks (stated in their sections).", ""]
     L += ["## Set-up", "",
