@@ -576,8 +576,8 @@ def sweep_verdict(sweep: pd.DataFrame, scenario: str) -> tuple[str, dict[str, An
 
 def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_sample: dict[str, float],
                metric_of: dict[str, str], higher_better: dict[str, bool], ddp: dict | None, hfl: dict | None,
-               wall_s: float, earlier_walls: Sequence[float], machine: str, commit: str, command: str,
-               date: str) -> Path:
+               wall_s: float, earlier_walls: Sequence[float], earlier_commits: Sequence[str], machine: str,
+               commit: str, command: str, date: str) -> Path:
     """Write ``out/results.md`` and the plots under ``out/results/``; returns the page's path."""
     figs = out / "results"
     figs.mkdir(parents=True, exist_ok=True)
@@ -601,8 +601,10 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
           f"- **Machine**: {machine}",
           f"- **Wall time of the command**: {fmt_s(wall_s)} ({wall_s:.0f} s, jobs={args.jobs})"
           + (f". It reused finished runs ({', '.join(f'{k}: {v}' for k, v in REUSED.items() if v)}) of "
-             f"{len(earlier_walls)} earlier invocation(s) with the same settings, whose wall time was "
-             f"{fmt_s(sum(earlier_walls))} in all" if any(REUSED.values()) and earlier_walls else ""),
+             f"{len(earlier_walls)} earlier invocation(s) with the same settings"
+             + (f" (commit {', '.join(sorted(set(earlier_commits)))})" if earlier_commits else "")
+             + f", whose wall time was {fmt_s(sum(earlier_walls))} in all" if any(REUSED.values()) and earlier_walls
+             else ""),
           f"- **Clock of the PMA tables, the sweep and the convergence plots**: {clock_name}. "
           "DDP and HFL use their own clocks (stated in their sections).", ""]
     L += ["## Set-up", "",
@@ -643,7 +645,11 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
     # ---- headline
     L += ["## Headline: every policy vs Equal", "",
           "Paired per-seed change of the run's total makespan / total energy (active + idle) against Equal, "
-          "mean ± 95 % interval, per task and scenario.", ""]
+          "mean ± 95 % interval, per task and scenario."
+          + (" On the modelled clock a task's cost per sample scales every device alike, so these ratios are the "
+             "same on every task for the policies whose decisions depend on time and energy only; the tasks "
+             "differ in Oort-like's choices (it uses the training loss), in the losses, in time and energy to "
+             "the target and in the final metric (tables below)." if args.clock == "modelled" else ""), ""]
     combos = [(t, sc) for t in args.tasks for sc in args.scenarios]
     body = []
     for p in args.policies:
@@ -893,8 +899,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_sample[t] = saved[t] if t in saved else calibrate(t)
             print(f"[reproduce] calibration: {t}: {per_sample[t]:.3e} host CPU s per training sample"
                   f"{' (reused from ' + str(settings_path) + ')' if t in saved else ''}", flush=True)
-    earlier = json.loads(settings_path.read_text()).get("walls_s", []) if settings_path.exists() else []
-    record = {"settings": settings, "per_sample_s": per_sample, "walls_s": earlier}
+    previous = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    earlier, earlier_commits = previous.get("walls_s", []), previous.get("commits", [])
+    record = {"settings": settings, "per_sample_s": per_sample, "walls_s": earlier,
+              "commits": earlier_commits + [commit]}
 
     def note_wall() -> None:  # this invocation's wall time so far, kept in case it is interrupted
         record["walls_s"] = earlier + [round(time.perf_counter() - started, 1)]
@@ -912,8 +920,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ddp = None if args.skip_ddp else run_ddp(args, work)
     hfl = None if args.skip_hfl else run_hfl(args, work)
     wall = time.perf_counter() - started
-    page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, earlier, machine, commit,
-                      command, date)
+    page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, earlier, earlier_commits,
+                      machine, commit, command, date)
     note_wall()
     print(f"[reproduce] wrote {page} and {out / 'results'}/ in {fmt_s(wall)} (wall)", flush=True)
     return 0
