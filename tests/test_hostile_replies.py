@@ -435,3 +435,64 @@ def test_a_run_that_aggregated_nothing_reports_failure(tmp_path):
     ok = RunSummary(None, "time", "toy", {})
     assert ok.finish(True, 1.0, rounds_trained(strategy)) == "finished"
     ok.check()
+
+
+# --------------------------------------------------------------------------- cost trust
+def _claim(node, time_s, samples=100, virtual=False):
+    from flwr_adaptive.strategies.reports import ClientReport
+
+    return ClientReport(node_id=node, partition_id=node, quota=samples, samples=samples, time_s=time_s,
+                        cpu_time_s=time_s, wall_time_s=time_s, energy_j=None, data_size=None, capped=False,
+                        idle_w=None, virtual_clock=virtual)
+
+
+def test_server_evidence_times_a_node_by_what_the_server_observed_after_two_rounds(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: 5 s of transport/start-up for everyone; node 4 claims 0.2 s but really takes 3 s
+    trust = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    claims = [_claim(1, 2.0), _claim(2, 3.0), _claim(3, 2.5), _claim(4, 0.2)]
+    observed = {1: 7.0, 2: 8.0, 3: 7.5, 4: 8.0}
+    # Execute
+    first = trust.believe(1, claims, observed)
+    second = trust.believe(2, claims, observed)
+    virtual = trust.believe(3, [_claim(n, c.time_s, virtual=True) for n, c in zip(range(1, 5), claims)], observed)
+    # Assert: one suspect round is not enough; the second times node 4 by the observation minus the
+    # common overhead (median of observed - claimed = 5 s); honest nodes are untouched; no server
+    # clock applies to virtual-clock telemetry
+    assert first[4].time_s == 0.2
+    assert second[4].time_s == pytest.approx(3.0) and [second[n].time_s for n in (1, 2, 3)] == [2.0, 3.0, 2.5]
+    assert virtual[4].time_s == 0.2
+    assert sum("server observed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_plausibility_and_growth_cap_bound_a_liars_claim():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    trust = CostTrust()
+    claims = [_claim(1, 0.2), _claim(2, 0.3), _claim(3, 0.25), _claim(4, 1e-9)]
+    believed = trust.believe(1, claims, estimate_of=lambda n: {4: 0.0025}.get(n))
+    # Assert: 1e-9 s is far below 1/4 of the others' median (0.25 s): taken at that median; a node
+    # claiming 0.06 s (just inside 1/4) with an estimate of 0.0025 s/sample may halve at most
+    assert believed[4].time_s == pytest.approx(0.25)
+    inside = trust.believe(2, claims[:3] + [_claim(4, 0.07)], estimate_of=lambda n: {4: 0.0025}.get(n))
+    assert inside[4].time_s == pytest.approx(0.125)
+    assert [believed[n].time_s for n in (1, 2, 3)] == [0.2, 0.3, 0.25]
+    with pytest.raises(ValueError, match="plausible_range must be a number >= 1"):
+        CostTrust(plausible_range=0.5)
+
+
+def test_the_message_strategy_reads_the_arrival_time_the_superlink_stamps():
+    from datetime import datetime, timezone
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    msgs, q = configure(strategy, 1)
+    replies = [reply(m, {**telemetry(q[n], 0.5, PARTS[n]), keys.VIRTUAL_CLOCK: 0})
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    for i, r in enumerate(replies):
+        r.metadata.delivered_at = datetime.fromtimestamp(strategy._sent_at + 6.0 + i, tz=timezone.utc).isoformat()
+    strategy.aggregate_train(1, replies)
+    observed = strategy.observed_seconds([sup_report for sup_report in strategy._believed.values()])
+    assert sorted(round(v, 3) for v in observed.values()) == [6.0, 7.0, 8.0, 9.0]
