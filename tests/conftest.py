@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+# The repository's Flower Apps (apps/pma, apps/hfl) on sys.path, so that `pma_app` / `hfl_app`
+# import in any test file run alone (and in Flower's simulation workers, which inherit sys.path).
+import experiments  # noqa: F401
+
 
 @pytest.fixture
 def flower_identity(monkeypatch):
