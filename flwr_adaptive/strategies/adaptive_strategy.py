@@ -3,7 +3,7 @@
 Contract
 --------
 :class:`AdaptiveStrategy` wraps an inner Message-API strategy (``FedAvg`` by default; ``FedProx``,
-``FedAdam``… work too) and changes two things:
+``FedAdam``… work too) and changes three things:
 
 - ``configure_train`` lets the inner strategy sample nodes and build its messages, then gives
   every node **its own** ``ConfigRecord`` carrying its quota (``keys.QUOTA``), whether it may cycle
@@ -21,6 +21,12 @@ Contract
   feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
   inner strategy aggregates them. A bad client never stops a round; the next round's split covers
   every node the inner strategy samples, so a node that is gone leaves its share to the others.
+  A set-up mistake of the client app (no telemetry wrapper, the wrong decorator order, no
+  ``quota_data``) shows on every reply of the first round and stops the run there with the fix
+  (:mod:`flwr_adaptive.strategies.setup_check`).
+- The round's aggregated train metrics: the inner strategy aggregates the user's own metrics
+  (the telemetry keys are removed first) and the telemetry is added under names that say how it
+  was combined (:mod:`flwr_adaptive.strategies.train_metrics`).
 
 Everything else (evaluation, ``summary``) is the inner strategy's; evaluation replies are screened
 for errors, duplicates and inconsistent keys the same way.
@@ -42,6 +48,7 @@ from logging import INFO, WARNING
 from typing import Any, Hashable, Sequence
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
@@ -50,11 +57,13 @@ from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, describe_removed,
                                                 harmonize_metrics)
+from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
+from flwr_adaptive.strategies.train_metrics import strip_telemetry, telemetry_metrics
 
 __all__ = ["AdaptiveStrategy"]
 
 
-class AdaptiveStrategy(AdaptiveCore, Strategy):
+class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     """Adaptive sample allocation around a Message-API strategy.
 
     Parameters
@@ -200,8 +209,18 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Screen the replies, observe the telemetry, set weights, let the inner aggregate."""
-        kept, reports, skipped = self.screen_train_replies(server_round, list(replies))
+        """Screen the replies, observe the telemetry, set weights, let the inner aggregate.
+
+        Raises
+        ------
+        SetupError
+            In the first round with replies, when every reply shows the same set-up mistake of
+            the client app (see :mod:`flwr_adaptive.strategies.setup_check`).
+        """
+        replies = list(replies)
+        # first: a set-up mistake stops the run with one error, not a warning per reply
+        self.check_setup(server_round, *self.setup_evidence(replies))
+        kept, reports, skipped = self.screen_train_replies(server_round, replies)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
@@ -209,10 +228,31 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             metrics = next(iter(msg.content.metric_records.values()))
             metrics[self.weighted_by_key] = weights[report.node_id]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
+        for msg in kept:  # the inner strategy averages the user's own metrics only
+            strip_telemetry(next(iter(msg.content.metric_records.values())), keep=self.weighted_by_key)
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
+        if kept:
+            metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
+
+    def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
+        """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""
+        mistakes: dict[Hashable, str | None] = {}
+        reasons: dict[Hashable, str] = {}
+        for msg in replies:
+            node = self.sender_of(msg)
+            if node not in self._assigned:
+                continue
+            if msg.has_error():
+                reason = msg.error.reason or ""
+                if keys.SETUP_ERROR_MARK in reason or msg.error.code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION:
+                    mistakes[node], reasons[node] = CLIENT_SETUP, reason
+                continue  # other errors (a crash in training) say nothing about the set-up
+            records = list(msg.content.metric_records.values())
+            mistakes[node] = setup_mistake(records[0] if records else {}, self.assigned_quota(node))
+        return mistakes, reasons
 
     def screen_train_replies(self, server_round: int, replies: list[Message]
                              ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:

@@ -188,6 +188,9 @@ class AdaptiveCore(HistoryMixin):
         #: it with ``CostTrust(plausible_range=..., max_drop=...)`` to tune, or ``None`` to believe all.
         self.trust: CostTrust | None = CostTrust()
         self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed
+        self._held: dict[Hashable, str] = {}  # this round: node id -> why its report was not observed
+        self._outliers_held: set[Hashable] = set()  # controller ids whose first report was held once
+        self._cold_seen: set[Hashable] = set()  # controller ids that sent a cold-start report
         self._resume()
 
     # ------------------------------------------------------------------ overridable hooks
@@ -221,7 +224,7 @@ class AdaptiveCore(HistoryMixin):
         caps = [probe if n in probation else (self._caps.get(k) if known else None)
                 for n, k in zip(node_ids, ids)]
         if all(c is not None for c in caps) and self.budget > sum(caps):
-            split = self._all_local_data(node_ids, caps)
+            split = self._all_local_data(node_ids, caps, server_round)
         elif not known:
             equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
                                          min_quota=self.min_quota,
@@ -301,11 +304,17 @@ class AdaptiveCore(HistoryMixin):
         """Feed the controller; returns the reports it accepted.
 
         Probes (replies of nodes on probation) are not observed; an observation the controller
-        refuses is logged and dropped (the update itself is still aggregated).
+        refuses is logged and dropped (the update itself is still aggregated). Reports that would
+        mislead the controller are held back (aggregated, not observed; see ``held_reason``).
         """
         accepted = []
         self._believed = self.believed_reports(server_round, reports)
         stale = []  # "node-<id>" keys of nodes now keyed by their partition: never used again
+        self._held = {}
+        warm = any(not r.cold_start for r in reports)
+        per_sample = [r.time_s / r.samples for r in reports if not r.over_quota]
+        median = float(np.median(per_sample)) if len(per_sample) >= 3 else None
+        estimated = self.controller.estimates() if median is not None else {}
         for r in reports:
             self._replied.add(r.node_id)
             if r.partition_id is not None:
@@ -323,6 +332,10 @@ class AdaptiveCore(HistoryMixin):
                 except (ValueError, OverflowError) as err:
                     log(WARNING, "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
                         server_round, r.data_size, r.node_id, err)
+            reason = self.held_reason(r, key, warm=warm, median=median, estimated=key in estimated)
+            if reason is not None:
+                self._held[r.node_id] = reason
+                continue
             try:
                 self.controller.observe(key, self._believed.get(r.node_id, r).to_report())
             except ValueError as err:
@@ -333,6 +346,7 @@ class AdaptiveCore(HistoryMixin):
                 self.controller.set_idle_power(key, r.idle_w)
             accepted.append(r)
         self._forget_keys(stale)
+        self._warn_held(server_round, reports)
         return accepted
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
@@ -355,6 +369,61 @@ class AdaptiveCore(HistoryMixin):
             return None if est is None else est[0]
 
         return self.trust.believe(server_round, claims, self.observed_seconds(claims), estimate)
+
+    #: A participant's first observation whose time per sample exceeds this many times the
+    #: round's median is held back once (it gets the median cost until its next report): a
+    #: first call that pays start-up costs must not starve it for rounds. Real device spreads
+    #: we measured stay well below it; a genuinely slower device is observed from its next round.
+    outlier_ratio: float = 10.0
+
+    def held_reason(self, report: ClientReport, key: Hashable, *, warm: bool, median: float | None,
+                    estimated: bool) -> str | None:
+        """Why ``report`` is aggregated but not observed, or ``None`` to observe it.
+
+        - ``"over-quota"``: it trained on more than its quota without ``quota_data``: its cost
+          per sample is unknown.
+        - ``"cold-start"``: the client's first call in its process (``keys.COLD_START``):
+          imports and first-call set-up would bill a one-off start-up as slowness. Held when the
+          round has warm reports (simulation: actors are reused, so its next call is warm) or it
+          is the participant's first cold report. A participant cold again in a round where
+          every report is cold is observed: there every call starts a fresh process (Flower's
+          deployment runtime), so the start-up is paid every round and is part of its cost.
+        - ``"outlier"``: the participant's first observation, more than ``outlier_ratio`` times
+          the round's median time per sample (at least 3 reports).
+        """
+        if report.over_quota:
+            return "over-quota"
+        if report.cold_start:
+            first_cold = key not in self._cold_seen
+            self._cold_seen.add(key)
+            if warm or first_cold:
+                return "cold-start"
+        if (median is not None and median > 0 and not estimated and key not in self._outliers_held
+                and report.time_s / report.samples > self.outlier_ratio * median):
+            self._outliers_held.add(key)
+            return "outlier"
+        return None
+
+    def _warn_held(self, server_round: int, reports: Sequence[ClientReport]) -> None:
+        """One warning per round for clients that trained past their quota; one info line for the rest."""
+        over = [r for r in reports if self._held.get(r.node_id) == "over-quota"]
+        if over:
+            log(WARNING, "[adaptive] round %s: %d client(s) (node %s, ...) trained on more samples than their "
+                "quota and report no local data size: quota_data is not applied to their training data. "
+                "Their updates are aggregated with at most their quota's weight and their cost is not "
+                "measured; call quota_data(trainloader) where the client builds its training data "
+                "(see docs/integration.md)", server_round, len(over), over[0].node_id)
+        other = {n: why for n, why in self._held.items() if why != "over-quota"}
+        if other:
+            log(INFO, "[adaptive] round %s: not taken as cost estimates (aggregated all the same): %s",
+                server_round, ", ".join(f"node {n} ({why})" for n, why in list(other.items())[:10]))
+        capped = [r for r in reports if r.capped]
+        if capped:
+            log(WARNING, "[adaptive] round %s: %d of %d clients had a quota above their local data and "
+                "trained on all of it (allow_cycling=False): the budget %d, split among the nodes sampled "
+                "this round, exceeds what they hold, so their time is not balanced. Lower the budget, use "
+                "budget_per_node with sampling, or set allow_cycling=True", server_round, len(capped),
+                len(reports), self.budget)
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Aggregation weight of each kept reply, by ``weighting``."""
@@ -396,8 +465,9 @@ class AdaptiveCore(HistoryMixin):
                 "quota": r.quota, "samples": r.samples, "time_s": r.time_s,
                 "cpu_time_s": r.cpu_time_s, "wall_time_s": r.wall_time_s,
                 "energy_j": np.nan if r.energy_j is None else r.energy_j,
-                "data_size": r.data_size, "capped": r.capped,
+                "data_size": r.data_size, "capped": r.capped, "cold_start": r.cold_start,
                 "status": ("probe" if r.node_id in self._probation
+                           else self._held[r.node_id] if r.node_id in self._held
                            else "observation-dropped" if r.node_id in unobserved else "ok"),
             })
         for node, reason in skipped.items():
@@ -405,7 +475,7 @@ class AdaptiveCore(HistoryMixin):
                 "round": server_round, "node_id": node, "partition_id": self._partition_of.get(node),
                 "quota": self._assigned.get(node), "samples": 0, "time_s": np.nan,
                 "cpu_time_s": np.nan, "wall_time_s": np.nan, "energy_j": np.nan,
-                "data_size": None, "capped": False, "status": reason,
+                "data_size": None, "capped": False, "cold_start": False, "status": reason,
             })
         self._probation -= {r.node_id for r in reports}
         if self.uses_probation:
@@ -688,17 +758,19 @@ class AdaptiveCore(HistoryMixin):
             out.append(part if owner == n else f"node-{n}")
         return out
 
-    def _all_local_data(self, node_ids: list[Hashable], caps: list[int]) -> dict[Hashable, int]:
+    def _all_local_data(self, node_ids: list[Hashable], caps: list[int], server_round: int = 0
+                        ) -> dict[Hashable, int]:
         """The budget exceeds the nodes' local data (cycling off): each trains on all of it.
 
         Only reached when every node's data size is known: a node of unknown size is unbounded,
-        so the controller can give it what the others leave and the split stays exact.
+        so the controller can give it what the others leave and the split stays exact. Warns
+        every round it happens (under sampling it depends on which nodes were sampled).
         """
         total = sum(caps)
-        self._warn_once("all-data", "[adaptive] budget %d samples exceeds the %d samples of local data "
-                        "of the %d training nodes (allow_cycling=False): every client trains on all its "
-                        "local data, so no time is balanced; set allow_cycling=True or a budget of at "
-                        "most %d to restore adaptation", self.budget, total, len(node_ids), total)
+        log(WARNING, "[adaptive] round %s: budget %d samples exceeds the %d samples of local data of the %d "
+            "nodes training this round (allow_cycling=False): every client trains on all its local data, "
+            "so no time is balanced; set allow_cycling=True, a budget of at most %d, or budget_per_node "
+            "when the strategy samples nodes", server_round, self.budget, total, len(node_ids), total)
         return dict(zip(node_ids, caps))
 
     def _warn_once(self, tag: str, msg: str, *args: Any) -> None:

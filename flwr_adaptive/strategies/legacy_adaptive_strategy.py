@@ -12,6 +12,11 @@ two things:
   left out, clients in ``failures`` or without a result (round timeout) are logged; the kept
   results' ``num_examples`` is set per ``weighting`` and the inner strategy aggregates them
   (``failures`` are passed on unchanged, so the inner ``accept_failures`` still applies to them).
+  The inner strategy's ``fit_metrics_aggregation_fn`` sees each result's metrics without the
+  telemetry keys; the telemetry is added to the aggregate under names that say how it was
+  combined (:mod:`flwr_adaptive.strategies.train_metrics`). A set-up mistake of the client app
+  (no ``TelemetryClient``, no ``quota_data``) shows on every result of the first round and stops
+  the run there with the fix (:mod:`flwr_adaptive.strategies.setup_check`).
 
 Node ids: ``ClientProxy.cid`` is ``str(node_id)`` in Flower ≥ 1.13; it is parsed to ``int`` when
 possible. Everything else (evaluation, ``initialize_parameters``, ``evaluate``) is the inner
@@ -39,6 +44,8 @@ from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout
+from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
+from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
@@ -51,7 +58,7 @@ def node_id_of(proxy: ClientProxy) -> Hashable:
         return proxy.cid
 
 
-class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
+class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     """Adaptive sample allocation around a legacy (``flwr.server.strategy``) strategy.
 
     Parameters
@@ -99,6 +106,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         strategy = LegacyAdaptiveStrategy(FedAvg(fraction_fit=1.0), budget=6000)
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=10))
     """
+
+    setup_api = "legacy"  # set-up errors name TelemetryClient, not @telemetry_train
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
                  smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
@@ -157,20 +166,48 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
                       ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate."""
+        """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate.
+
+        Raises
+        ------
+        SetupError
+            In the first round with results, when every result shows the same set-up mistake of
+            the client app (see :mod:`flwr_adaptive.strategies.setup_check`).
+        """
+        # first: a set-up mistake stops the run with one error, not a warning per reply
+        self.check_setup(server_round, *self.setup_evidence(results, failures))
         kept, reports, skipped = self.screen_fit_results(server_round, results, failures)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
-        reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)])))
+        # the inner strategy's metric function sees the user's own metrics, not the telemetry
+        reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)]),
+                                      metrics=user_metrics(res.metrics)))
                       for proxy, res in kept]
         if reweighted:
             params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
+            metrics = {**(metrics or {}), **telemetry_metrics(reports)}
         else:
             params, metrics = None, {}
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
+
+    def setup_evidence(self, results: list[tuple[ClientProxy, FitRes]],
+                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
+                       ) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
+        """What each result says about the client app's set-up (see ``SetupCheck.check_setup``)."""
+        mistakes: dict[Hashable, str | None] = {}
+        reasons: dict[Hashable, str] = {}
+        for proxy, res in results:
+            node = node_id_of(proxy)
+            if node in self._assigned:
+                mistakes[node] = setup_mistake(res.metrics or {}, self.assigned_quota(node))
+        for failure in failures:
+            text = str(failure) if isinstance(failure, BaseException) else failure[1].status.message
+            if keys.SETUP_ERROR_MARK in (text or "") and not isinstance(failure, BaseException):
+                mistakes[node_id_of(failure[0])], reasons[node_id_of(failure[0])] = CLIENT_SETUP, text
+        return mistakes, reasons
 
     def screen_fit_results(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                            failures: list[tuple[ClientProxy, FitRes] | BaseException]
