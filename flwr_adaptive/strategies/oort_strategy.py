@@ -92,6 +92,7 @@ class OortStrategy(AdaptiveStrategy):
     """
 
     uses_probation = False  # Oort splits equally among the selected: a retried node gets its share
+    outlier_ratio = math.inf  # no cost estimate to protect: the selector times every arm itself
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int, fraction: float = DEFAULT_FRACTION,
                  selector: OortSelector | None = None, seed: int = 0, weighting: str = "samples",
