@@ -9,6 +9,7 @@ Two simulations (Ray start-up dominates: ~10 s each):
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flwr_adaptive import keys
 from flwr_adaptive.accounting import optimal_makespan
 
 import adaptive_support as sup
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.slow
 
 APPS = Path(__file__).parent / "apps"
 BUDGET = 1200  # 6 clients: 200 each when split equally
+FIRST_CALL_S = 2.0  # the app's one-off start-up (tests/apps/pytorchexample/task.py; checked below)
 
 # What a user changes in the generated app: (file, line as generated, replacement lines).
 EDITS = [
@@ -44,15 +47,27 @@ EDITS = [
 ]
 
 
-def _adapted_app(dst: Path) -> dict[str, list[str]]:
-    """Copy the generated app to ``dst`` and apply EDITS; returns each file's diff lines."""
+# The mistakes a user makes with those edits.
+WITHOUT_DECORATOR = [e for e in EDITS if "@telemetry_train" not in e[2]]
+WITHOUT_QUOTA_DATA = [e for e in EDITS if "quota_data(trainloader)" not in e[2]]
+DECORATOR_ABOVE = [e if "@telemetry_train" not in e[2] else
+                   ("client_app.py", "@app.train()\n",
+                    "@telemetry_train(meter=emulated_meter, cpu_clock=CPU_CLOCK, wall_clock=CPU_CLOCK)\n@app.train()\n")
+                   for e in EDITS]
+# One simulation process for all virtual clients: exactly one call, the first, pays the start-up,
+# whatever the machine's core count (more processes would each pay it in whichever round they start).
+ONE_PROCESS = {"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 1}}
+
+
+def _adapted_app(dst: Path, edits=EDITS) -> dict[str, list[str]]:
+    """Copy the generated app to ``dst`` and apply ``edits``; returns each file's diff lines."""
     shutil.copytree(APPS / "pytorchexample", dst / "pytorchexample")
     diffs = {}
     for name in ("server_app.py", "client_app.py"):
         path = dst / "pytorchexample" / name
         before = path.read_text()
         after = before
-        for fname, old, new in EDITS:
+        for fname, old, new in edits:
             if fname == name:
                 assert after.count(old) == 1, f"{name}: the generated line {old!r} is not there once"
                 after = after.replace(old, new)
@@ -62,17 +77,25 @@ def _adapted_app(dst: Path) -> dict[str, list[str]]:
     return diffs
 
 
-@pytest.fixture(scope="module")
-def dropin_run(tmp_path_factory):
-    """Run the adapted app for 3 rounds on 6 emulated devices (one simulation for all asserts)."""
-    from flwr.simulation import run_simulation
-
-    root = tmp_path_factory.mktemp("dropin")
-    diffs = _adapted_app(root)
+@contextlib.contextmanager
+def _imported_app(root: Path):
+    """Import ``root/pytorchexample``'s server and client modules; forget them afterwards."""
     sys.path.insert(0, str(root))
     try:
-        server = importlib.import_module("pytorchexample.server_app")
-        client = importlib.import_module("pytorchexample.client_app")
+        yield lambda name: importlib.import_module(f"pytorchexample.{name}")
+    finally:
+        sys.path.remove(str(root))
+        for mod in [m for m in sys.modules if m == "pytorchexample" or m.startswith("pytorchexample.")]:
+            del sys.modules[mod]
+
+
+def _run_adapted(root: Path, backend_config=ONE_PROCESS):
+    """Run the app under ``root`` (3 rounds, 6 emulated devices); returns (strategy, ServerApp)."""
+    from flwr.simulation import run_simulation
+
+    with _imported_app(root) as load:
+        server, client = load("server_app"), load("client_app")
+        assert load("task").FIRST_CALL_S == FIRST_CALL_S
         created = []
 
         class Recording(server.AdaptiveStrategy):  # the test's only handle on the strategy
@@ -82,17 +105,26 @@ def dropin_run(tmp_path_factory):
 
             def start(self, grid, initial_arrays, *args, **kwargs):
                 self.initial_ndarrays = [a.copy() for a in initial_arrays.to_numpy_ndarrays()]
-                return super().start(grid, initial_arrays, *args, **kwargs)
+                self.result = super().start(grid, initial_arrays, *args, **kwargs)
+                return self.result
 
         server.AdaptiveStrategy = Recording
-        with sup.quiet_flower():
-            run_simulation(server.app, client.app, num_supernodes=len(sup.SLOWDOWNS),
-                           backend_config={"client_resources": {"num_cpus": 1}})
-        yield diffs, created[0], server.app
-    finally:
-        sys.path.remove(str(root))
-        for mod in [m for m in sys.modules if m == "pytorchexample" or m.startswith("pytorchexample.")]:
-            del sys.modules[mod]
+        try:
+            with sup.quiet_flower():
+                run_simulation(server.app, client.app, num_supernodes=len(sup.SLOWDOWNS),
+                               backend_config=backend_config)
+        finally:
+            server.app.strategy = created[0] if created else None
+        return created[0], server.app
+
+
+@pytest.fixture(scope="module")
+def dropin_run(tmp_path_factory):
+    """Run the adapted app for 3 rounds on 6 emulated devices (one simulation for all asserts)."""
+    root = tmp_path_factory.mktemp("dropin")
+    diffs = _adapted_app(root)
+    strategy, app = _run_adapted(root)
+    yield diffs, strategy, app
 
 
 def test_dropin_changes_only_the_strategy_line_the_wrap_and_the_data_helper(dropin_run):
@@ -123,9 +155,11 @@ def test_dropin_quotas_differ_and_sum_to_the_budget_every_round(dropin_run):
     assert list(hist["round"]) == [1, 2, 3]
     assert (hist["quota_sum"] == BUDGET).all()
     # Round 1 is the equal split over the nodes connected then (the generated FedAvg samples as
-    # soon as 2 are up); round 2 splits by cost among the nodes seen in round 1 (the others get
-    # the median cost); by round 3 every node has been seen.
-    seen = set(clients[clients["round"] == 1]["partition_id"])
+    # soon as 2 are up); round 2 splits by cost among the nodes observed in round 1 (the others,
+    # and the one whose call was the process's first, get the median cost); by round 3 every
+    # node has been observed.
+    r1 = clients[clients["round"] == 1]
+    seen = set(r1[r1["status"] == "ok"]["partition_id"])  # observed (the cold start is not)
     r2 = clients[clients["round"] == 2].set_index("partition_id")["quota"]
     known = r2[r2.index.isin(seen)]
     assert list(known.sort_values().index) == sorted(known.index, key=rank.get)
@@ -140,9 +174,11 @@ def test_dropin_each_client_read_exactly_its_quota(dropin_run):
     _, strategy, _ = dropin_run
     rows = strategy.client_history
     # Assert: the counting dataset advanced the fake CPU clock by COST_S per read, so the CPU
-    # seconds a client measured are its reads; the telemetry's samples and device time follow.
-    assert (rows["status"] == "ok").all()
-    assert (rows["cpu_time_s"] == rows["quota"] * sup.COST_S).all()
+    # seconds a client measured are its reads (plus the process's one-off start-up on the one
+    # call that paid it); the telemetry's samples and device time follow.
+    assert (rows["status"] == rows["cold_start"].map({True: "cold-start", False: "ok"})).all()
+    assert rows["cold_start"].sum() == 1  # one simulation process: one first call
+    assert (rows["cpu_time_s"] == rows["quota"] * sup.COST_S + rows["cold_start"] * FIRST_CALL_S).all()
     assert (rows["samples"] == rows["quota"]).all()
     slowdown = rows["partition_id"].map(dict(enumerate(sup.SLOWDOWNS)))
     assert (rows["time_s"] == rows["cpu_time_s"] * slowdown).all()
@@ -174,6 +210,66 @@ def test_dropin_logs_one_line_per_round_and_trains_the_model(dropin_run, caplog)
     final, initial = app.final_arrays.to_numpy_ndarrays(), strategy.initial_ndarrays
     assert [a.shape for a in final] == [a.shape for a in initial]
     assert all(not np.array_equal(f, i) for f, i in zip(final, initial))  # every tensor was trained
+
+
+def test_dropin_cold_start_client_is_back_at_its_share_by_round_3(dropin_run):
+    # Prepare: the client whose call was the process's first paid FIRST_CALL_S more (15-70x its
+    # work); the right split gives each device budget x (1/slowdown) / sum(1/slowdown)
+    _, strategy, _ = dropin_run
+    rows = strategy.client_history
+    cold = rows[rows["cold_start"]]
+    inverse = {pid: 1.0 / s for pid, s in enumerate(sup.SLOWDOWNS)}
+    right = {pid: BUDGET * w / sum(inverse.values()) for pid, w in inverse.items()}
+    r3 = rows[rows["round"] == 3].set_index("partition_id")["quota"]
+    # Assert: the cold call was in round 1 and its client is within 5 % of its share in round 3
+    assert list(cold["round"]) == [1]
+    pid = int(cold["partition_id"].iloc[0])
+    assert abs(r3[pid] - right[pid]) <= 0.05 * right[pid]
+
+
+def test_dropin_aggregated_train_metrics_have_no_averaged_ids(dropin_run):
+    # Prepare
+    _, strategy, _ = dropin_run
+    rows = strategy.client_history
+    per_round = strategy.result.train_metrics_clientapp
+    # Assert: the user's train_loss as FedAvg averages it; telemetry by name, no ids or flags
+    assert sorted(per_round) == [1, 2, 3]
+    for rnd, metrics in per_round.items():
+        assert "train_loss" in metrics
+        assert not set(metrics) & {keys.PARTITION_ID, keys.DATA_SIZE, keys.QUOTA_CAPPED, keys.SAMPLES,
+                                   keys.VIRTUAL_CLOCK, keys.IDLE_W, keys.COLD_START}
+        kept = rows[rows["round"] == rnd]
+        assert metrics[keys.SAMPLES_TOTAL] == kept["samples"].sum()
+        assert metrics[keys.TIME_S_MAX] == kept["time_s"].max()
+        assert metrics[keys.COLD_START_CLIENTS] == kept["cold_start"].sum()
+
+
+# --------------------------------------------------------------------------- set-up mistakes
+@pytest.mark.parametrize("edits, fix", [
+    (WITHOUT_DECORATOR, "@telemetry_train, on the line directly BELOW @app.train()"),
+    (WITHOUT_QUOTA_DATA, "trainloader = quota_data(trainloader)"),
+], ids=["without-telemetry_train", "without-quota_data"])
+def test_dropin_setup_mistake_stops_in_round_1_with_the_fix(tmp_path, edits, fix):
+    from flwr_adaptive.strategies.setup_check import SetupError
+
+    # Prepare
+    _adapted_app(tmp_path, edits)
+    # Execute
+    with pytest.raises(SetupError) as err:
+        _run_adapted(tmp_path)
+    # Assert: stopped in round 1, before any round was recorded, with the fix in the message
+    assert str(err.value).startswith("round 1:") and fix in str(err.value)
+
+
+def test_dropin_telemetry_train_above_app_train_fails_when_the_clientapp_loads(tmp_path):
+    # Prepare
+    _adapted_app(tmp_path, DECORATOR_ABOVE)
+    # Execute / Assert: the ClientApp does not load (Flower answers every node with the error,
+    # and the strategy stops round 1 on it: tests/test_dropin_mistakes.py)
+    with _imported_app(tmp_path) as load, pytest.raises(TypeError) as err:
+        load("client_app")
+    assert "@telemetry_train is above @app.train()" in str(err.value)
+    assert "    @app.train()\n    @telemetry_train\n    def train(msg, context):" in str(err.value)
 
 
 # --------------------------------------------------------------------------- faults
@@ -249,7 +345,9 @@ def test_faults_every_round_completes_with_the_others(fault_run):
     hist = fault_run.history.set_index("round")
     rows = fault_run.client_history
     known = rows[rows["partition_id"].notna()]
-    status = known.pivot(index="round", columns="partition_id", values="status")
+    # each simulation process's first call is a cold start: its report is aggregated, not observed
+    assert set(known[known["status"] == "cold-start"]["round"]) <= {1}
+    status = known.pivot(index="round", columns="partition_id", values="status").replace("cold-start", "ok")
     # Assert: 4 rounds, each aggregated from the good clients
     assert list(hist.index) == [1, 2, 3, 4]
     # client 0 never replied with metrics, so its partition stays unknown: one error per round

@@ -12,9 +12,9 @@ The DDP regime lives in :mod:`flwr_adaptive.clients.ddp`, the project's tasks in
 
 from typing import Any
 
-from flwr_adaptive.clients.telemetry import TelemetryClient, quota_data, telemetry_train
+from flwr_adaptive.clients.telemetry import TelemetryClient, mark_warm, quota_data, telemetry_train
 
-__all__ = ["telemetry_train", "TelemetryClient", "quota_data", "silo_train"]
+__all__ = ["telemetry_train", "TelemetryClient", "quota_data", "mark_warm", "silo_train"]
 
 
 def __getattr__(name: str) -> Any:

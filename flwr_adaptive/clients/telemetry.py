@@ -58,7 +58,7 @@ from flwr_adaptive import keys
 from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
 from flwr_adaptive._logging import logger as log
 
-__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data"]
+__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm"]
 
 
 Clock = Callable[[], float]
@@ -66,6 +66,16 @@ MeterSpec = Any  # None (auto_meter), a meter, or a callable (context, server_ro
 
 _AUTO_METER: list[Any] = []  # one auto-detected meter per process (detection logs its choice once)
 _WARM: list[bool] = []  # non-empty once this process has made a wrapped training call
+
+
+def mark_warm() -> None:
+    """Declare this process warmed up: its wrapped calls are no longer reported as cold starts.
+
+    Call it after your own per-process warm-up (imports, one throw-away training step outside the
+    measured call); without it the first wrapped call in the process reports ``keys.COLD_START``.
+    """
+    if not _WARM:
+        _WARM.append(True)
 
 
 def _resolve_meter(spec: MeterSpec, context: Any, server_round: int) -> Any:

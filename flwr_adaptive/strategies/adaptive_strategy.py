@@ -58,7 +58,7 @@ from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, describe_removed,
                                                 harmonize_metrics)
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
-from flwr_adaptive.strategies.train_metrics import strip_telemetry, telemetry_metrics
+from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 
 __all__ = ["AdaptiveStrategy"]
 
@@ -125,6 +125,10 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                               paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
                               cost_clip=cost_clip, state_dir=state_dir, context=context)
+
+    #: Metric keys removed from each kept reply before the inner strategy aggregates the metrics
+    #: (:mod:`flwr_adaptive.strategies.train_metrics`); their aggregate is added under named keys.
+    stripped_metric_keys: frozenset = STRIPPED_KEYS
 
     @property
     def weighted_by_key(self) -> str:
@@ -229,7 +233,8 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             metrics[self.weighted_by_key] = weights[report.node_id]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         for msg in kept:  # the inner strategy averages the user's own metrics only
-            strip_telemetry(next(iter(msg.content.metric_records.values())), keep=self.weighted_by_key)
+            strip_telemetry(next(iter(msg.content.metric_records.values())), keep=self.weighted_by_key,
+                            stripped=self.stripped_metric_keys)
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
         if kept:
             metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})

@@ -204,6 +204,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     partition, so a budget above the partition size just spans more than one epoch.
     """
 
+    #: Silo replies keep their telemetry for the inner metric function: ``aggregate_silo_metrics``
+    #: orders silos by partition id and concatenates the per-rank lists.
+    stripped_metric_keys: frozenset = frozenset()
+
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
     strict_metric_lists = False  # per-rank lists differ in length across silos (aggregate_silo_metrics)
     #: Most ranks one silo may report (its per-rank lists are screened against it before they are read).

@@ -38,9 +38,9 @@ def user_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k not in STRIPPED_KEYS}
 
 
-def strip_telemetry(record: Any, keep: str = keys.NUM_EXAMPLES) -> None:
-    """Remove the telemetry keys from ``record`` in place (``keep``, the weight key, stays)."""
-    for key in [k for k in record.keys() if k in STRIPPED_KEYS and k != keep]:
+def strip_telemetry(record: Any, keep: str = keys.NUM_EXAMPLES, stripped: frozenset = STRIPPED_KEYS) -> None:
+    """Remove the ``stripped`` keys from ``record`` in place (``keep``, the weight key, stays)."""
+    for key in [k for k in record.keys() if k in stripped and k != keep]:
         del record[key]
 
 
