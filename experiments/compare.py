@@ -159,7 +159,10 @@ class LocalSuperLink:
         cmd = [console_script("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
                "--host", "127.0.0.1", "--port", str(self.port), "--disable-runtime-dependency-installation"]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            # A neutral working directory: Ray workers started under the SuperLink can import a
+            # same-named package from its working directory instead of the app's FAB.
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.home.parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -214,8 +217,10 @@ def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeo
     """
     expired = threading.Event()
     with open(log_path, "w") as log:
+        # run from the log's folder, not the repository: the app is passed by absolute path and no
+        # package of the working directory can shadow the app's own (see LocalSuperLink.start)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=REPO)
+                                text=True, cwd=log_path.parent)
 
         def expire() -> None:
             expired.set()

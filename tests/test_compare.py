@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from pathlib import Path
 
 import psutil
 import pytest
@@ -72,6 +73,35 @@ def test_stream_command_returns_the_exit_code_and_logs_every_line(tmp_path):
     # Assert
     assert code == 3
     assert lines == ["one\n", "two\n"] and (tmp_path / "log").read_text() == "one\ntwo\n"
+
+
+def test_commands_and_the_superlink_run_outside_the_repository(tmp_path, monkeypatch):
+    # Prepare: a package in the working directory of the SuperLink (and so of its Ray workers) can
+    # shadow the app's own; `flwr run` gets the app by absolute path
+    lines, started = [], {}
+
+    class Started:  # stands in for the SuperLink process: records how it was started
+        returncode = None
+
+        def __init__(self, cmd, **kwargs):
+            started.update(kwargs)
+            kwargs["stdout"].write("Uvicorn running on 127.0.0.1\n")
+            kwargs["stdout"].flush()
+
+        def poll(self):
+            return None
+
+    link = compare.LocalSuperLink(tmp_path / "run")
+    monkeypatch.setattr(compare.subprocess, "Popen", Started)
+    # Execute
+    link.start(timeout_s=5)
+    monkeypatch.undo()
+    compare.stream_command(["sh", "-c", "pwd"], env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60,
+                           on_line=lines.append)
+    # Assert
+    assert Path(started["cwd"]) == tmp_path / "run" and compare.REPO not in Path(started["cwd"]).parents
+    assert Path(lines[0].strip()).resolve() == tmp_path.resolve()
+    assert compare.PMA_APP.is_absolute()
 
 
 def test_seen_processes_is_a_snapshot_that_later_additions_do_not_disturb():
