@@ -336,3 +336,71 @@ def test_telemetry_train_above_app_train_raises_showing_the_order(mods):
 def test_telemetry_train_below_app_train_registers_the_wrapper():
     app, train = _client_module(order_above=False)
     assert getattr(app._registered_funcs["train.default"], "__flwr_adaptive_telemetry__", False)
+
+
+# --------------------------------------------------------------------------- partial participation
+NODES8 = list(range(7001, 7009))
+PARTS8 = {n: i for i, n in enumerate(NODES8)}
+
+
+def _sampled_fedavg():
+    from flwr.serverapp.strategy import FedAvg
+
+    return FedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=8)
+
+
+def _sampled_rounds(strategy, rounds, data_size):
+    """Rounds where the inner FedAvg samples half of 8 nodes; every node holds ``data_size`` samples."""
+    grid = FakeGrid(NODES8)
+    out = []
+    for rnd in range(1, rounds + 1):
+        msgs = _configure(strategy, rnd, grid)
+        q = quotas_of(msgs)
+        out.append(q)
+        strategy.aggregate_train(rnd, [reply(m, telemetry(min(q[n], data_size), min(q[n], data_size) * 0.001,
+                                                          PARTS8[n], data_size=data_size, capped=int(q[n] > data_size)))
+                                       for m in msgs for n in [m.metadata.dst_node_id]])
+    return out
+
+
+def test_budget_per_node_scales_each_round_with_the_nodes_sampled():
+    # Prepare: FedAvg samples 4 of 8 nodes per round
+    strategy = AdaptiveStrategy(_sampled_fedavg(), budget_per_node=150)
+    # Execute
+    rounds = _sampled_rounds(strategy, 4, data_size=1000)
+    # Assert: each round's split sums to 150 x the nodes sampled, whatever their number
+    assert all(len(q) == 4 and sum(q.values()) == 600 for q in rounds)
+    assert (strategy.history["quota_sum"] == 600).all()
+
+
+def test_capping_under_sampling_warns_in_every_round_it_happens(caplog):
+    # Prepare: a budget of 800 for the 4 sampled nodes holding 100 samples each: always capped
+    strategy = AdaptiveStrategy(_sampled_fedavg(), budget=800)
+    # Execute
+    with caplog.at_level("WARNING", logger="flwr"):
+        _sampled_rounds(strategy, 4, data_size=100)
+    # Assert: one warning per round (not only the first time), naming the round and the ways out
+    warned = [line for line in sup.adaptive_lines(caplog) if "local data" in line]
+    assert [int(line.split("round ")[1].split(":")[0]) for line in warned] == [1, 2, 3, 4]
+    assert all("budget_per_node" in line for line in warned)
+
+
+def test_budget_options_are_exclusive_and_checked_in_every_constructor():
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+    from flwr_adaptive.strategies.oort_strategy import OortStrategy
+    from flwr_adaptive.strategies.registry import build_strategy
+    from flwr_adaptive.strategies.static_profiling_strategy import StaticProfilingStrategy
+
+    for make in (lambda **kw: AdaptiveStrategy(**kw), lambda **kw: LegacyAdaptiveStrategy(LegacyFedAvg(), **kw),
+                 lambda **kw: StaticProfilingStrategy(**kw), lambda **kw: OortStrategy(**kw),
+                 lambda **kw: build_strategy("time", **kw)):
+        with pytest.raises(ValueError, match="not both"):
+            make(budget=10, budget_per_node=5)
+        with pytest.raises(ValueError, match="not neither"):
+            make()
+        with pytest.raises(ValueError, match="budget_per_node must be a positive int"):
+            make(budget_per_node=0)
+        assert make(budget_per_node=5).budget_per_node == 5
+    with pytest.raises(ValueError, match="fedasync .* pass budget="):
+        build_strategy("fedasync", budget_per_node=5)

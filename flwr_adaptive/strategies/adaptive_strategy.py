@@ -70,8 +70,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     ----------
     strategy : flwr.serverapp.strategy.Strategy, optional
         The wrapped strategy that samples nodes and aggregates (default: ``FedAvg()``).
-    budget : int
+    budget : int, optional
         Samples per round, split among the sampled nodes (sums to it exactly).
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node does not depend on how many are sampled.
     policy : str (default: "time")
         ``"equal"``, ``"time"``, ``"low-energy"``, ``"energy"`` or ``"min-energy"`` (see
         ``POLICIES``). ``"min-energy"`` minimises active + idle energy within ``slack``.
@@ -111,7 +114,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget=6000)
     """
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
+    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
                  smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
                  paper: bool = False, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
@@ -121,7 +124,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             raise ValueError(f"strategy must be a flwr.serverapp.strategy.Strategy, got "
                              f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
                              "flwr_adaptive.strategies.LegacyAdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, slack=slack,
+        AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
                               paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
                               cost_clip=cost_clip, state_dir=state_dir, context=context)
@@ -137,8 +140,10 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
 
     def summary(self) -> None:
         """Log the adaptive settings, then the inner strategy's summary."""
-        log(INFO, "\t├──> Adaptive allocation: policy=%s, budget=%d samples/round, weighting=%s, "
-             "allow_cycling=%s", self.policy, self.budget, self.weighting, self.allow_cycling)
+        budget = (f"budget={self.budget_per_node} samples per training node/round" if self.budget_per_node
+                  else f"budget={self.budget} samples/round")
+        log(INFO, "\t├──> Adaptive allocation: policy=%s, %s, weighting=%s, "
+             "allow_cycling=%s", self.policy, budget, self.weighting, self.allow_cycling)
         log(INFO, "\t├──> Inner strategy: %s", type(self.strategy).__name__)
         self.strategy.summary()
 

@@ -86,8 +86,12 @@ class AdaptiveCore(HistoryMixin):
 
     Parameters
     ----------
-    budget : int
-        Samples per round, split among the participating clients (sums to it exactly).
+    budget : int or None
+        Samples per round, split among the clients that train that round (sums to it exactly).
+        With a strategy that samples nodes (``fraction_train < 1``) those are the sampled ones.
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node stays the same whatever the sampling.
     policy : str (default: "time")
         One of ``flwr_adaptive.controller.POLICIES``: ``"equal"`` (no adaptation), ``"time"``,
         ``"low-energy"``, ``"energy"``, ``"min-energy"``. Energy policies need clients that
@@ -130,9 +134,10 @@ class AdaptiveCore(HistoryMixin):
 
     def __init__(
         self,
-        budget: int,
+        budget: int | None,
         policy: str = "time",
         *,
+        budget_per_node: int | None = None,
         smoothing: float = 0.5,
         deadband: float | None = None,
         slack: float | None = None,
@@ -145,8 +150,19 @@ class AdaptiveCore(HistoryMixin):
         state_dir: str | os.PathLike | None = None,
         context: Any = None,
     ) -> None:
+        if (budget is None) == (budget_per_node is None):
+            raise ValueError("pass either budget= (samples per round, split among the nodes training that "
+                             "round) or budget_per_node= (samples per training node: the round's budget "
+                             f"scales with the nodes sampled), not {'both' if budget is not None else 'neither'}")
+        if budget_per_node is not None:
+            if (isinstance(budget_per_node, bool) or not isinstance(budget_per_node, (int, np.integer))
+                    or budget_per_node < 1):
+                raise ValueError(f"budget_per_node must be a positive int (samples per training node and round), "
+                                 f"got {budget_per_node!r}")
+            budget = int(budget_per_node)  # until the first round says how many nodes train
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round), got {budget!r}")
+        self.budget_per_node = None if budget_per_node is None else int(budget_per_node)
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if weighting not in WEIGHTINGS:
@@ -211,6 +227,8 @@ class AdaptiveCore(HistoryMixin):
         cannot give every node ``min_quota`` (see ``trainers``) only some nodes train; when it
         exceeds all their local data (cycling off) every node trains on all of it.
         """
+        if self.budget_per_node is not None:
+            self.set_round_budget(self.budget_per_node * len(node_ids))
         node_ids = self.trainers(server_round, list(node_ids))
         if not node_ids:
             return {}
@@ -261,6 +279,11 @@ class AdaptiveCore(HistoryMixin):
         masked = [None if f else (self.budget if c is None else c) for f, c in zip(fresh, caps)]
         filled = provisional_caps(masked, self.budget, self._sizes)
         return [filled[i] if f else c for i, (f, c) in enumerate(zip(fresh, caps))]
+
+    def set_round_budget(self, budget: int) -> None:
+        """This round's budget (``budget_per_node`` × the nodes sampled): the split sums to it."""
+        self.budget = int(budget)
+        self.controller.budget = self.budget  # a new budget is always re-split (no deadband)
 
     def trainers(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
         """The nodes that train this round: all of them, unless the budget is too small.

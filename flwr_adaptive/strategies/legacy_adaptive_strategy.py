@@ -65,8 +65,11 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     ----------
     strategy : flwr.server.strategy.Strategy, optional
         The wrapped strategy that samples clients and aggregates (default: ``FedAvg()``).
-    budget : int
+    budget : int, optional
         Samples per round, split among the sampled clients (sums to it exactly).
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node does not depend on how many are sampled.
     policy : str (default: "time")
         ``"equal"``, ``"time"``, ``"low-energy"``, ``"energy"`` or ``"min-energy"`` (see
         ``POLICIES``). ``"min-energy"`` minimises active + idle energy within ``slack``.
@@ -109,7 +112,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
 
     setup_api = "legacy"  # set-up errors name TelemetryClient, not @telemetry_train
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
+    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
                  smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
                  paper: bool = False, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
@@ -119,7 +122,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             raise ValueError(f"strategy must be a flwr.server.strategy.Strategy, got "
                              f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                              "flwr_adaptive.strategies.AdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, slack=slack,
+        AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
                               paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
                               cost_clip=cost_clip, state_dir=state_dir, context=context)

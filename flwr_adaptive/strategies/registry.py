@@ -61,7 +61,9 @@ def parse_run_name(name: str) -> tuple[str, bool]:
         return name[: -len(PAPER_SUFFIX)], True
     return name, False
 
-def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
+
+def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: int | None = None,
+                   strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
                    oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
                    fedasync_staleness: str = "polynomial", smoothing: float = 0.5, deadband: float | None = None,
                    slack: float | None = None, paper: bool = False, weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
@@ -74,8 +76,11 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
     policy : str
         ``equal``, ``time``, ``low-energy``, ``energy``, ``min-energy``, ``static``, ``oort`` or
         ``fedasync``.
-    budget : int
+    budget : int, optional
         Samples per round (per round-equivalent for FedAsync).
+    budget_per_node : int, optional
+        Instead of ``budget`` (synchronous policies): samples per training node, so each round's
+        budget scales with the number of nodes sampled or selected.
     strategy : flwr.serverapp.strategy.Strategy, optional
         The wrapped strategy: sampling and aggregation of the synchronous policies (default
         ``FedAvg()``); FedAsync mixes on its own and ignores it.
@@ -103,9 +108,12 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
     if policy not in POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
     if policy == FEDASYNC:
+        if budget_per_node is not None:
+            raise ValueError("fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, "
+                             "not budget_per_node=")
         return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
                                 allow_cycling=allow_cycling, min_nodes=num_nodes)
-    common = dict(weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
+    common = dict(budget_per_node=budget_per_node, weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
                   context=context)
     if policy == OORT:
         return OortStrategy(strategy, budget=budget, fraction=oort_fraction, seed=seed, **common)
