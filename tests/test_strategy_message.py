@@ -285,7 +285,7 @@ def _fault_apps(strategy):
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
 
-    from flwr_adaptive.clients.telemetry import quota_data, telemetry_train
+    from flwr_adaptive.clients.telemetry import mark_warm, quota_data, telemetry_train
 
     def meter(context, server_round):
         if context.node_config["partition-id"] == 1:
@@ -311,6 +311,7 @@ def _fault_apps(strategy):
 
     @client.query()
     def warm_up(msg, context):
+        mark_warm()  # this process has started: its train calls are not cold starts
         return Message(RecordDict(), reply_to=msg)
 
     server = ServerApp()
