@@ -55,8 +55,8 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, describe_removed,
-                                                harmonize_metrics)
+from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, check_weight,
+                                                describe_removed, harmonize_metrics)
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 
@@ -372,7 +372,8 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         is removed from those replies with one log line. Nobody is skipped for an extra key, so a
         colluding majority cannot get an honest minority left out.
         """
-        required = {self.weighted_by_key, *keys.TELEMETRY_KEYS} if train else set()
+        required = ({self.weighted_by_key, *keys.TELEMETRY_KEYS} if train
+                    else {self.strategy.weighted_by_key} if hasattr(self.strategy, "weighted_by_key") else set())
         removed = harmonize_metrics([m.content for m in kept], required, self.strict_metric_lists)
         if removed:
             log(WARNING, "[adaptive] round %s: metric keys not sent alike by every kept reply are left out "
@@ -386,7 +387,15 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """Drop error replies and inconsistent ones, then the inner strategy aggregates."""
+        """Drop error replies, unusable weights and inconsistent keys, then the inner strategy aggregates.
+
+        When the inner strategy weights by a key (``weighted_by_key``: FedAvg and its
+        subclasses), a reply without it or with a weight that is not a finite number in
+        ``[0, MAX_COUNT]`` is skipped: the inner average divides by the weights' sum, so one
+        negative weight could stop the run or flip the metric. Weights summing to 0 give no
+        aggregate (``None``) for the round.
+        """
+        weight_key = getattr(self.strategy, "weighted_by_key", None)
         kept: list[Message] = []
         seen: set[Hashable] = set()
         for msg in replies:
@@ -400,6 +409,19 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
                      server_round, node, msg.error.reason if msg.has_error() else "expected one MetricRecord")
                 continue
+            if weight_key is not None:
+                metrics = next(iter(msg.content.metric_records.values()))
+                reason = (check_weight(weight_key, metrics[weight_key]) if weight_key in metrics
+                          else f"no weight {weight_key!r}")
+                if reason is not None:
+                    log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
+                        server_round, node, reason)
+                    continue
             kept.append(msg)
+        if weight_key is not None and kept and not sum(
+                next(iter(m.content.metric_records.values()))[weight_key] for m in kept):
+            log(WARNING, "[adaptive] round %s: the evaluation replies weigh %r = 0 in total; no evaluation "
+                "aggregate this round", server_round, weight_key)
+            return None
         self.harmonize(server_round, kept, [m.metadata.src_node_id for m in kept], train=False)
         return self.strategy.aggregate_evaluate(server_round, kept) if kept else None

@@ -29,6 +29,7 @@ One ``FitIns`` (a dict copy; parameters shared) per client per round; see ``flwr
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from logging import WARNING
@@ -43,7 +44,7 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout
+from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 
@@ -277,8 +278,37 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
                            failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]
                            ) -> tuple[float | None, dict[str, Scalar]]:
-        """The inner strategy's evaluation aggregate."""
-        return self.strategy.aggregate_evaluate(server_round, results, failures)
+        """The inner strategy's evaluation aggregate of the usable results.
+
+        A client's second result is ignored; a result whose ``num_examples`` is not an int in
+        ``[0, MAX_COUNT]`` or whose loss is not a finite number is skipped with one log line
+        (the inner average divides by the examples' sum: one negative count could stop the run
+        or flip the loss). Results weighing 0 examples in total give no aggregate.
+        """
+        kept, seen = [], set()
+        for proxy, res in results:
+            node = node_id_of(proxy)
+            if node in seen:
+                log(WARNING, "[adaptive] round %s: client %s returned more than one evaluation result; only "
+                    "its first counts", server_round, node)
+                continue
+            seen.add(node)
+            count = res.num_examples
+            reason = (check_weight("num_examples", count) if type(count) is int
+                      else f"num_examples must be an int, got {count!r}")
+            if reason is None and (isinstance(res.loss, bool) or not isinstance(res.loss, (int, float))
+                                   or not math.isfinite(res.loss)):
+                reason = f"loss must be a finite number, got {res.loss!r}"
+            if reason is not None:
+                log(WARNING, "[adaptive] round %s: evaluation result of client %s skipped (%s)",
+                    server_round, node, reason)
+                continue
+            kept.append((proxy, res))
+        if kept and not sum(res.num_examples for _, res in kept):
+            log(WARNING, "[adaptive] round %s: the evaluation results weigh 0 examples in total; no "
+                "evaluation aggregate this round", server_round)
+            return None, {}
+        return self.strategy.aggregate_evaluate(server_round, kept, failures)
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """The inner strategy's centralized evaluation."""

@@ -13,6 +13,9 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   server sent is the reference, not the majority's: a colluding majority cannot make the model
   change shape.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
+- :func:`check_weight` checks an evaluation reply's weight (``num-examples``, which the
+  inner strategy divides by): a finite number in ``[0, MAX_COUNT]``. A negative weight could
+  cancel the others' (a division by zero out of the inner aggregation) or flip the average.
 - :func:`harmonize_metrics` decides key consistency on what aggregation needs: every kept reply
   keeps the metric keys that **all** kept replies carry with a value of the same kind (number, or
   list of one length when ``strict_lists``); other keys are removed from the replies that carry
@@ -36,7 +39,9 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ArrayLayout", "array_layout", "ndarray_layout", "check_arrays", "check_ndarrays",
+from flwr_adaptive.strategies.reports import MAX_COUNT
+
+__all__ = ["ArrayLayout", "array_layout", "ndarray_layout", "check_arrays", "check_ndarrays", "check_weight",
            "harmonize_metrics", "metric_kind", "describe_removed"]
 
 ArrayLayout = dict[str, tuple[tuple[int, ...], str]]  # array name -> (shape, dtype)
@@ -104,6 +109,19 @@ def check_ndarrays(arrays: Sequence[np.ndarray], reference: ArrayLayout | None) 
     for i, values in enumerate(arrays):
         if reason := _finite_reason(str(i), np.asarray(values)):
             return reason
+    return None
+
+
+def check_weight(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot weight a reply in an average, or ``None`` when it can.
+
+    A weight is a finite number in ``[0, MAX_COUNT]`` (``MAX_COUNT``: the largest count a reply
+    may state, see :mod:`flwr_adaptive.strategies.reports`).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"weight {key!r} must be a number, got {value!r}"
+    if not (math.isfinite(value) and 0 <= value <= MAX_COUNT):
+        return f"weight {key!r} = {value!r} is not a finite number in [0, {MAX_COUNT}]"
     return None
 
 
