@@ -57,7 +57,8 @@ POLICIES = ("equal", "time", "low-energy", "min-energy")
 _ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -142,7 +143,7 @@ class LocalSuperLink:
     """A simulation-mode SuperLink of our own, on a free port, with a generated FLWR_HOME."""
 
     def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.home = workdir / "flwr-home"
         self.home.mkdir(parents=True)
         (self.home / "config.toml").write_text(
@@ -174,9 +175,16 @@ class LocalSuperLink:
         raise SystemExit(f"flower-superlink did not start within {timeout_s:.0f} s; see {self.log}")
 
 
-def _terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def terminate_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
     """Terminate these processes by PID (children first), kill what remains; returns survivors."""
-    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p for p in procs if _alive(p)]
     for p in reversed(alive):
         try:
             p.send_signal(signal.SIGTERM)
@@ -189,7 +197,7 @@ def _terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
         except psutil.NoSuchProcess:
             pass
     _, alive = psutil.wait_procs(alive, timeout=5)
-    return len([p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
+    return len([p for p in alive if _alive(p)])
 
 
 def _kill_tree(pid: int) -> None:
@@ -351,7 +359,7 @@ def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path, *
             for pid, p in memory.seen_processes().items():
                 if pid != me:
                     procs.setdefault(pid, p)
-            left = _terminate(list(procs.values()))
+            left = terminate_processes(list(procs.values()))
             shutil.rmtree(workdir, ignore_errors=True)
             seen = []
             for pid, p in memory.seen_processes().items():

@@ -1,0 +1,33 @@
+"""lite-app: the ClientApp. Trains the received weights on this round's quota of the node's
+partition, then sleeps ``sample-cost-s × slowdown`` per sample: the emulated cost of the work.
+``@telemetry_train`` measures it with this machine's real meter (wall clock)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from flwr_adaptive import keys
+from flwr_adaptive.clients import node_partition, quota_data, telemetry_train
+from lite_app.task import partition, run_config, sgd, slowdown
+
+app = ClientApp()
+
+
+@app.train()
+@telemetry_train
+def train(msg: Message, context: Context) -> Message:
+    """SGD on the quota, then the emulated cost; reply with the weights and the loss."""
+    cfg = run_config(context)
+    pid, _ = node_partition(context.node_config)
+    k = slowdown(context.node_config)
+    x, y = partition(pid, int(cfg["seed"]))
+    indices = quota_data(np.arange(len(x)))
+    weights = msg.content["arrays"].to_numpy_ndarrays()[0]
+    weights, loss = sgd(weights, x[indices], y[indices], float(cfg["lr"]))
+    time.sleep(len(indices) * float(cfg["sample-cost-s"]) * k)
+    metrics = MetricRecord({keys.TRAIN_LOSS: loss, keys.NUM_EXAMPLES: int(len(indices))})
+    return Message(RecordDict({"arrays": ArrayRecord([weights]), "metrics": metrics}), reply_to=msg)
