@@ -227,13 +227,15 @@ class TrainingWindow:
         return self.result
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.result.cpu_s = self._cpu() - self._c0
-        self.result.wall_s = self._wall() - self._w0
+        # The meter's window ends first: a meter that emulates a slower device by sleeping
+        # (SleepEmulatedMeter) makes the call last longer, and the wall time includes that.
         if self._meter is not None:
             try:
                 self.result.measurement = self._meter.end_window(self._name)
             except Exception as exc:
                 log.warning("energy meter failed at the end of the round (%s); no energy reported", exc)
+        self.result.cpu_s = self._cpu() - self._c0
+        self.result.wall_s = self._wall() - self._w0
         close_window(self._token)
 
 
