@@ -20,7 +20,7 @@ __all__ = ["DEFAULTS", "FEATURES", "PARTITION_SIZE", "run_config", "partition", 
 
 DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 5, "budget": 300, "sample-cost-s": 0.01, "min-nodes": 0,
-    "num-clients": 3, "smoothing": 0.5, "deadband": 0.05, "seed": 0, "lr": 0.1, "timeout": 600.0,
+    "num-clients": 3, "smoothing": 0.5, "seed": 0, "lr": 0.1, "timeout": 600.0,
     "out-dir": "", "state-dir": "",
 }
 """The run config keys of ``pyproject.toml`` with their defaults."""
