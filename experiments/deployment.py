@@ -272,9 +272,21 @@ class LocalDeployment:
         """SuperNodes of this deployment (running or not)."""
         return len(self._nodes)
 
-    def add_node(self, config: Mapping[str, Any], start: bool = True) -> int:
-        """Add a SuperNode with this node config (started unless ``start=False``); its index."""
+    def add_node(self, config: Mapping[str, Any], start: bool = True, register: bool = True) -> int:
+        """Add a SuperNode with this node config (started unless ``start=False``); its index.
+
+        With ``supernode_auth`` the node gets a new key pair, registered with the SuperLink
+        unless ``register=False`` (a node the SuperLink must refuse).
+        """
         node = self._new_node(config)
+        if self.supernode_auth and self.superlink is not None:
+            key = self.certs / f"node-{node.index}"
+            for path in (key, key.with_suffix(".pub")):
+                path.unlink(missing_ok=True)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", "", "-f", str(key)],
+                           check=True, capture_output=True)
+            if register:
+                self.register_node(node.index)
         if start:
             self.start_node(node.index)
         return node.index
