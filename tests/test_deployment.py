@@ -165,3 +165,19 @@ def test_tls_and_supernode_auth_and_a_killed_serverapp_that_resumes_from_its_che
         assert dep.node_pid(intruder) is None or "SuperNode ID" not in dep.node_log(intruder)
     finally:
         _stop_and_check(dep)
+
+
+def test_the_deployment_benchmark_quick_form_prints_the_round_wall_time_table(tmp_path, capsys):
+    # Execute: 2 SuperNodes (one 4x slower), 3 rounds, Equal then Time-only
+    from experiments import deploy_bench
+
+    code = deploy_bench.main(["--quick", "--out", str(tmp_path / "bench")])
+    text = capsys.readouterr().out
+    # Assert: both policies ran to the end, one row each, on the wall clock, nothing left running
+    assert code == 0, text[-3000:]
+    table = pd.read_csv(tmp_path / "bench" / "deploy_bench.csv").set_index("policy")
+    assert list(table.index) == ["Equal", "Time-only"] and (table["rounds"] == 2).all()
+    assert (table["round wall s"] > table["makespan s"]).all()  # the round includes start-up and polling
+    assert ((table["start share"] > 0) & (table["start share"] < 1)).all()
+    assert table.loc["Equal", "vs Equal"] == 1.0
+    assert "WALL clock" in text and "processes left running: 0" in text
