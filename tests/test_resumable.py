@@ -119,3 +119,27 @@ def test_the_summary_says_running_after_a_round_and_failed_with_the_error(tmp_pa
     assert running["status"] == "running" and running["rounds"][-1] == {"round": 1, "loss": 0.5}
     assert failed["status"] == "failed" and failed["error"] == "RuntimeError: no nodes left"
     assert isinstance(failed["pid"], int) and failed["updated_at"] >= running["updated_at"]
+
+
+def test_history_appended_per_round_is_the_whole_history_even_across_a_spill(tmp_path):
+    # Prepare: a history whose client rows spill to disk every 3 rows (mid-round, too)
+    from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
+
+    class Rows(HistoryMixin):
+        def __init__(self):
+            self._round_rows, self._client_rows = [], ClientRows(limit=3)
+
+    history, path = Rows(), tmp_path / "history-time.csv"
+    # Execute: 4 rounds of 2 clients, appended after each round
+    for rnd in range(1, 5):
+        history._round_rows.append({"round": rnd, "makespan_s": float(rnd)})
+        for node in (7, 8):
+            history._client_rows.append({"round": rnd, "node_id": node, "quota": 10 * rnd})
+        history.append_history(path, rnd)
+    # Assert: every row once, in order, with one header
+    import pandas as pd
+
+    rounds, clients = pd.read_csv(path), pd.read_csv(tmp_path / "history-time-clients.csv")
+    assert rounds["round"].tolist() == [1, 2, 3, 4]
+    assert list(zip(clients["round"], clients["node_id"])) == [(r, n) for r in range(1, 5) for n in (7, 8)]
+    assert history._client_rows.spilled > 0

@@ -141,7 +141,11 @@ class HistoryMixin:
         path.parent.mkdir(parents=True, exist_ok=True)
         for rows, target in ((self._round_rows, path),
                              (self._client_rows, path.with_name(path.stem + "-clients" + path.suffix))):
-            new = [r for r in rows if r.get("round") == server_round]
-            if new:
+            if getattr(rows, "spilled", 0):  # some rows (maybe of this round) are in the spill file
+                frame = rows.frame()
+                new = frame[frame["round"] == server_round]
+            else:
+                new = pd.DataFrame([r for r in rows if r.get("round") == server_round])
+            if len(new):
                 exists = target.exists() and target.stat().st_size > 0
-                pd.DataFrame(new).to_csv(target, mode="a", header=not exists, index=False)
+                new.to_csv(target, mode="a", header=not exists, index=False)
