@@ -19,7 +19,7 @@ Time-only) on it. It prints one table, all on the **wall clock** of this machine
   transfers;
 - ``vs Equal`` — the ratio of round wall times in this run.
 
-``--quick`` runs 2 nodes × 3 rounds (the suite's smoke test). Every process is stopped by PID at
+``--quick`` runs 2 nodes × 2 rounds (the suite's smoke test). Every process is stopped by PID at
 the end, also on errors. Results (summaries, history CSVs) go to ``--out``.
 
 Cost
@@ -70,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="equal,time")
     ap.add_argument("--out", default=str(REPO / "results" / "deploy_bench"))
     ap.add_argument("--run-timeout", type=float, default=1200.0, help="wall seconds per flwr run")
-    ap.add_argument("--quick", action="store_true", help="2 nodes, 3 rounds, smaller budget (a smoke test)")
+    ap.add_argument("--quick", action="store_true", help="2 nodes, 2 rounds, smaller budget (a smoke test)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.nodes, args.rounds, args.budget, args.sample_cost_s = 2, 3, 100, 0.01
+        args.nodes, args.rounds, args.budget, args.sample_cost_s = 2, 2, 100, 0.01
     slowdowns = args.slowdown or [1.0] * (args.nodes - 1) + [4.0]
     if len(slowdowns) != args.nodes or any(k < 1 for k in slowdowns):
         ap.error(f"--slowdown needs {args.nodes} values >= 1, got {slowdowns}")

@@ -126,13 +126,13 @@ def _serverapp(dep: LocalDeployment) -> psutil.Process | None:
 def test_tls_and_supernode_auth_and_a_killed_serverapp_that_resumes_from_its_checkpoint(tmp_path):
     # Prepare: TLS with certificates from scripts/certs.sh, only registered SuperNodes admitted
     out, state = tmp_path / "out", tmp_path / "state"
-    config = {"policy": "time", "num-server-rounds": 3, "budget": 100, "sample-cost-s": 0.005,
+    config = {"policy": "time", "num-server-rounds": 2, "budget": 100, "sample-cost-s": 0.005,
               "num-clients": 2, "out-dir": str(out), "state-dir": str(state)}
     dep = LocalDeployment(2, workdir=tmp_path / "deploy", supernode_auth=True)
     killed: list[int] = []
 
     def kill_serverapp_after_round_1(line: str) -> None:
-        if "[ROUND 2/3]" in line and not killed:  # round 1 is checkpointed by then
+        if "[ROUND 2/2]" in line and not killed:  # round 1 is checkpointed by then
             proc = _serverapp(dep)
             assert proc is not None, "no flwr-serverapp process found"
             killed.append(proc.pid)
@@ -157,10 +157,10 @@ def test_tls_and_supernode_auth_and_a_killed_serverapp_that_resumes_from_its_che
         # ... and the second run continued at round 2 from the checkpointed model, to the end
         assert dep.run_status(second.run_id) == "finished:completed"
         assert resumed["status"] == "finished" and resumed["resumed_from"] == 1
-        assert [r["round"] for r in resumed["rounds"]] == [0, 1, 2, 3]
+        assert [r["round"] for r in resumed["rounds"]] == [0, 1, 2]
         assert "resuming the run from its checkpoint" in "".join(second.lines)
         history = pd.read_csv(out / "history-time.csv")
-        assert history["round"].tolist() == [1, 2, 3]  # appended per round across both ServerApps
+        assert history["round"].tolist() == [1, 2]  # appended per round across both ServerApps
         assert resumed["rounds"][-1]["mse"] < resumed["rounds"][1]["mse"]  # training went on from round 1
         assert dep.node_pid(intruder) is None or "SuperNode ID" not in dep.node_log(intruder)
     finally:
@@ -168,7 +168,7 @@ def test_tls_and_supernode_auth_and_a_killed_serverapp_that_resumes_from_its_che
 
 
 def test_the_deployment_benchmark_quick_form_prints_the_round_wall_time_table(tmp_path, capsys):
-    # Execute: 2 SuperNodes (one 4x slower), 3 rounds, Equal then Time-only
+    # Execute: 2 SuperNodes (one 4x slower), 2 rounds, Equal then Time-only
     from experiments import deploy_bench
 
     code = deploy_bench.main(["--quick", "--out", str(tmp_path / "bench")])
@@ -176,7 +176,7 @@ def test_the_deployment_benchmark_quick_form_prints_the_round_wall_time_table(tm
     # Assert: both policies ran to the end, one row each, on the wall clock, nothing left running
     assert code == 0, text[-3000:]
     table = pd.read_csv(tmp_path / "bench" / "deploy_bench.csv").set_index("policy")
-    assert list(table.index) == ["Equal", "Time-only"] and (table["rounds"] == 2).all()
+    assert list(table.index) == ["Equal", "Time-only"] and (table["rounds"] == 1).all()
     assert (table["round wall s"] > table["makespan s"]).all()  # the round includes start-up and polling
     assert ((table["start share"] > 0) & (table["start share"] < 1)).all()
     assert table.loc["Equal", "vs Equal"] == 1.0
