@@ -54,6 +54,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, check_weight,
                                                 describe_removed, harmonize_metrics)
@@ -198,8 +199,14 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         Flower answers a message whose node went offline with an error reply from the SuperLink
         (source node id 1) whose ``reply_to`` is our message: it is attributed to that node.
         """
-        by_id = {m.metadata.message_id: n for n, m in getattr(self, "_sent", {}).items() if m.metadata.message_id}
-        node = by_id.get(msg.metadata.reply_to_message_id)
+        sent = getattr(self, "_sent", {})
+        cache = getattr(self, "_sent_by_id", None)
+        if cache is None or cache[0] is not sent or (
+                not cache[1] and sent and next(iter(sent.values())).metadata.message_id):
+            # one map per round (ids are stamped when the grid pushes the messages), not per reply
+            cache = self._sent_by_id = (sent, {m.metadata.message_id: n for n, m in sent.items()
+                                               if m.metadata.message_id})
+        node = cache[1].get(msg.metadata.reply_to_message_id)
         return msg.metadata.src_node_id if node is None else node
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
@@ -234,8 +241,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         for msg, report in zip(kept, reports):
-            metrics = next(iter(msg.content.metric_records.values()))
-            metrics[self.weighted_by_key] = weights[report.node_id]
+            self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         for msg in kept:  # the inner strategy averages the user's own metrics only
             strip_telemetry(next(iter(msg.content.metric_records.values())), keep=self.weighted_by_key,
@@ -270,6 +276,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         skipped: dict[Hashable, str] = {}
         candidates: list[tuple[Message, ClientReport]] = []
         answered: set[Hashable] = set()
+        self._records_of: dict[int, tuple[ArrayRecord, MetricRecord]] = {}  # id(reply) -> its records
         self._arrived_s: dict[Hashable, float] = {}
         for msg in replies:
             node = self.sender_of(msg)
@@ -288,14 +295,15 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
                      msg.error.reason)
                 continue
-            content = msg.content
-            if len(content.array_records) != 1 or len(content.metric_records) != 1:
+            array_items, metric_items = split_records(msg.content)  # one pass, no record views
+            if len(array_items) != 1 or len(metric_items) != 1:
                 skipped[node] = "invalid"
                 log(WARNING, "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
                      "MetricRecords (expected 1 and 1); skipped", server_round, node,
-                     len(content.array_records), len(content.metric_records))
+                     len(array_items), len(metric_items))
                 continue
-            metrics = next(iter(content.metric_records.values()))
+            metrics = metric_items[0][1]
+            self._records_of[id(msg)] = (array_items[0][1], metrics)
             self.note_partition(node, metrics)
             try:
                 report = parse_report(node, metrics, self.assigned_quota(node))
@@ -350,8 +358,10 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                     layouts.append(())
             reference = dict(Counter(layouts).most_common(1)[0][0])
         kept = []
+        records_of = getattr(self, "_records_of", {})
         for msg, report in pairs:
-            reason = check_arrays(next(iter(msg.content.array_records.values())), reference)
+            record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
+            reason = check_arrays(record, reference)
             if reason is None:
                 kept.append((msg, report))
                 continue

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import deque
 import math
 import os
 from logging import INFO, WARNING
@@ -61,7 +62,7 @@ from flwr_adaptive import keys
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
-from flwr_adaptive.priors import provisional_caps
+from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust
@@ -196,6 +197,8 @@ class AdaptiveCore(HistoryMixin):
         self._replied: set[Hashable] = set()  # node ids with a valid reply this run
         self._sizes: np.ndarray | None = None  # the values of _caps (cached for provisional caps)
         self._node_keys: set[str] = set()  # "node-<id>" controller ids handed to the controller
+        self._seconds_per_sample: dict[Hashable, float] = {}  # controller id -> last observed cost
+        self._recent_costs: deque[float] = deque(maxlen=4096)  # the population's recent costs (priors)
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows = ClientRows()  # bounded in memory, older rows spilled to a temporary CSV
         self._rounds_done = 0  # rounds observed, across resumptions
@@ -251,6 +254,8 @@ class AdaptiveCore(HistoryMixin):
         else:
             if not self.allow_cycling:
                 caps = self._with_provisional_caps(node_ids, caps)
+            if self.policy != "equal":
+                caps = self.prior_caps(node_ids, ids, caps, probation)
             self._node_keys.update(k for k in ids if type(k) is str)
             for k, c in zip(ids, caps):
                 self.controller.set_max_quota(k, c)
@@ -284,6 +289,38 @@ class AdaptiveCore(HistoryMixin):
         """This round's budget (``budget_per_node`` × the nodes sampled): the split sums to it."""
         self.budget = int(budget)
         self.controller.budget = self.budget  # a new budget is always re-split (no deadband)
+
+    def prior_caps(self, node_ids: list[Hashable], ids: list[Hashable], caps: list[int | None],
+                   probation: Sequence[Hashable]) -> list[int | None]:
+        """Cap the nodes never measured at the share their cautious prior cost earns.
+
+        The controller prices a participant without an estimate at the median cost. When ``k``
+        such nodes train together the slowest of them is expected near the ``1 − 1/(k+1)``
+        quantile of the population's costs (``flwr_adaptive.priors.cautious_cost``, over the
+        last 4,096 observed costs per sample) and would set the round's makespan. Each is capped
+        at ``budget × (1/τ_q) / (Σ_measured 1/τ_i + k/τ_q)``: the samples it finishes, at that
+        quantile, when the measured nodes finish theirs; what it does not take goes to the
+        measured nodes. With one newcomer this is the median share (no change); the caps are
+        dropped when they could not hold the budget. Override to return ``caps`` unchanged for
+        the controller's median prior.
+        """
+        fresh = [i for i, (n, k) in enumerate(zip(node_ids, ids))
+                 if k not in self._seconds_per_sample and n not in probation]
+        if not fresh or len(fresh) == len(ids) or len(self._recent_costs) < 2:
+            return caps
+        tau_q = cautious_cost(np.fromiter(self._recent_costs, dtype=float, count=len(self._recent_costs)),
+                              len(fresh))
+        measured = [self._seconds_per_sample[k] for k in ids if k in self._seconds_per_sample]
+        if not (tau_q > 0 and all(t > 0 for t in measured)):
+            return caps
+        speed = sum(1.0 / t for t in measured) + len(fresh) / tau_q
+        cap = max(int(self.budget / (tau_q * speed)), self.probe_quota())
+        out = list(caps)
+        for i in fresh:
+            out[i] = cap if out[i] is None else min(out[i], cap)
+        if all(c is not None for c in out) and sum(out) < self.budget:
+            return caps  # the measured nodes cannot take the rest: keep the median prior
+        return out
 
     def trainers(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
         """The nodes that train this round: all of them, unless the budget is too small.
@@ -367,6 +404,9 @@ class AdaptiveCore(HistoryMixin):
                 continue
             if r.idle_w is not None:  # parse_report screened it: finite, >= 0
                 self.controller.set_idle_power(key, r.idle_w)
+            believed = self._believed.get(r.node_id, r)
+            self._seconds_per_sample[key] = believed.time_s / believed.samples
+            self._recent_costs.append(self._seconds_per_sample[key])
             accepted.append(r)
         self._forget_keys(stale)
         self._warn_held(server_round, reports)
@@ -736,6 +776,7 @@ class AdaptiveCore(HistoryMixin):
             return
         for k in ids:
             self._node_keys.discard(k)
+            self._seconds_per_sample.pop(k, None)
             if self._caps.pop(k, None) is not None:
                 self._sizes = None
         self.controller.forget(ids, config=True)

@@ -156,7 +156,10 @@ def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_l
     """
     if not contents:
         return {}
-    records = [next(iter(c.metric_records.values())) for c in contents]
+    from flwr_adaptive.strategies.records import split_records
+
+    views = [split_records(c) for c in contents]  # one pass per reply instead of a view per access
+    records = [m[0][1] for _, m in views]
     required = set(required)
     kinds: list[dict[str, Any]] = [{k: metric_kind(v, strict_lists) for k, v in r.items() if _finite_metric(v)}
                                    for r in records]
@@ -169,13 +172,13 @@ def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_l
         for key in [k for k in rec.keys() if k not in common]:
             del rec[key]
             removed.setdefault(key, []).append(i)
-    for kind in ("array_records", "metric_records"):
-        if any(len(getattr(c, kind)) != 1 for c in contents):
+    for kind in (0, 1):  # array records, metric records
+        if any(len(v[kind]) != 1 for v in views):
             continue  # e.g. evaluation replies carry no arrays
-        names = Counter(next(iter(getattr(c, kind).keys())) for c in contents)
+        names = Counter(v[kind][0][0] for v in views)
         name = names.most_common(1)[0][0]
-        for c in contents:
-            old = next(iter(getattr(c, kind).keys()))
+        for c, v in zip(contents, views):
+            old = v[kind][0][0]
             if old != name:
                 c[name] = c.pop(old)
     return removed
