@@ -87,10 +87,6 @@ def _continuous_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarr
     t0 = float(cand[k - 1])
     t1 = float(cand[k]) if k < len(cand) else t0 + 1.0
     f1 = float(f[k]) if k < len(cand) else float(total(np.array([t1]))[0])
-    if f1 <= float(f[k - 1]):
-        # Past the last breakpoint with every participant at its upper bound (budget = Σhi, the
-        # float sum a hair below it): no longer round fits more, t0 is where all reach hi.
-        return t0
     return t0 + (budget - float(f[k - 1])) * (t1 - t0) / (f1 - float(f[k - 1]))
 
 
