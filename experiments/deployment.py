@@ -389,7 +389,7 @@ class LocalDeployment:
         ``flwr run`` exits 0 even when the run failed: read :meth:`run_status` (or the app's own
         summary) for the outcome.
         """
-        cmd = [console_script("flwr"), "run", str(app), CONNECTION, "--stream"]
+        cmd = [console_script("flwr"), "run", str(Path(app).resolve()), CONNECTION, "--stream"]  # from any cwd
         config = run_config if isinstance(run_config, str) else format_run_config(run_config)
         if config:
             cmd += ["-c", config]
@@ -522,17 +522,19 @@ def main(argv: list[str] | None = None) -> int:
 
     dep = LocalDeployment(args.nodes, node_config=config, workdir=args.workdir, tls=args.tls,
                           supernode_auth=args.auth, keep_workdir=True)
-    with dep:
+    try:
+        dep.start()
         print(f"SuperLink (pid {dep.superlink.pid if dep.superlink else '?'}) on {dep.address}; "
               f"{dep.num_nodes} SuperNodes; logs in {dep.workdir}", flush=True)
         print(f"  FLWR_HOME={dep.home} FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 "
               f"flwr run apps/lite {CONNECTION} --stream", flush=True)
-        try:
-            signal.pause()
-        except KeyboardInterrupt:
-            pass
-    print("stopped every process of the deployment", flush=True)
-    return 0
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        left = dep.stop()
+    print(f"stopped the deployment; processes left running: {left}", flush=True)
+    return 0 if left == 0 else 1
 
 
 if __name__ == "__main__":
