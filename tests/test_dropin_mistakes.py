@@ -404,3 +404,30 @@ def test_budget_options_are_exclusive_and_checked_in_every_constructor():
         assert make(budget_per_node=5).budget_per_node == 5
     with pytest.raises(ValueError, match="fedasync .* pass budget="):
         build_strategy("fedasync", budget_per_node=5)
+
+
+def test_constructor_mistakes_that_would_train_wrongly_or_nothing_fail_at_construction():
+    # Prepare / Execute / Assert: a string read as a truth value; a minimum no node can get
+    with pytest.raises(ValueError, match="allow_cycling must be True or False, got 'no'"):
+        AdaptiveStrategy(budget=10, allow_cycling="no")
+    with pytest.raises(ValueError, match="min_quota=100 exceeds the budget of 10 samples"):
+        AdaptiveStrategy(budget=10, min_quota=100)
+    with pytest.raises(ValueError, match="min_quota=6 exceeds the budget_per_node of 5 samples"):
+        AdaptiveStrategy(budget_per_node=5, min_quota=6)
+    assert AdaptiveStrategy(budget=10, min_quota=10, allow_cycling=np.bool_(True)).allow_cycling is True
+
+
+@pytest.mark.parametrize("policy, option", [("static", {"slack": 0.2}), ("static", {"paper": True}),
+                                            ("oort", {"paper": True}), ("oort", {"forget_after": 5}),
+                                            ("fedasync", {"state_dir": "somewhere"}),
+                                            ("fedasync", {"weighting": "data-size"})])
+def test_build_strategy_refuses_an_option_the_baseline_would_ignore(policy, option):
+    from flwr_adaptive.strategies.registry import build_strategy
+
+    # Execute / Assert: named, with the fix
+    (name,) = option
+    with pytest.raises(ValueError, match=rf"{name} does not apply to policy '{policy}' .* drop {name}"):
+        build_strategy(policy, budget=100, **option)
+    # the defaults every caller passes (e.g. apps/pma's run config) are accepted
+    assert build_strategy(policy, budget=100, smoothing=0.3, deadband=0.05, slack=None, paper=False,
+                          weighting="samples", state_dir=None) is not None

@@ -174,6 +174,11 @@ class AdaptiveCore(HistoryMixin):
                              f"{policy!r}: drop slack or choose that policy")
         if not isinstance(paper, bool):
             raise ValueError(f"paper must be True or False, got {paper!r}")
+        if not isinstance(allow_cycling, (bool, np.bool_)):  # "no" would read as True
+            raise ValueError(f"allow_cycling must be True or False, got {allow_cycling!r}")
+        if isinstance(min_quota, (int, np.integer)) and not isinstance(min_quota, bool) and min_quota > budget:
+            raise ValueError(f"min_quota={min_quota} exceeds the {'budget_per_node' if budget_per_node else 'budget'} "
+                             f"of {budget} samples: no node could train; lower min_quota or raise the budget")
         self.budget = int(budget)
         self.policy = policy
         self.paper = paper
