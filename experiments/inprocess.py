@@ -223,8 +223,10 @@ def _weighted_strategy(inner: Any, spec: RunSpec):
         """Time-only's controller settings with the weights ``(1 − w_e, w_e)``."""
 
         def make_controller(self) -> AllocationController:
-            kwargs = {**POLICIES["time"].controller_kwargs(), "w_time": 1.0 - w_e, "w_energy": w_e}
-            return AllocationController(self.budget, **kwargs, **self._controller_kwargs)
+            # the strategy's own options (deadband, smoothing…) override the policy's defaults
+            kwargs = {**POLICIES["time"].controller_kwargs(), **self._controller_kwargs,
+                      "w_time": 1.0 - w_e, "w_energy": w_e}
+            return AllocationController(self.budget, **kwargs)
 
     strategy = WeightedAdaptiveStrategy(inner, budget=spec.budget, policy="time", smoothing=spec.smoothing,
                                         deadband=spec.deadband, weighting="samples", allow_cycling=True)
