@@ -315,8 +315,8 @@ def test_hfl_per_rank_lists_longer_than_the_budget_can_plan_are_screened_and_nev
 
 
 # --------------------------------------------------------------------------- legacy API
-def _legacy_round(strategy, rnd, faults=None):
-    from flwr.common import Code, FitRes, Parameters, Status, ndarrays_to_parameters
+def _proxy_class():
+    """A legacy ``ClientProxy`` that only carries its cid (the strategies read nothing else)."""
     from flwr.server.client_proxy import ClientProxy
 
     class Proxy(ClientProxy):
@@ -325,6 +325,14 @@ def _legacy_round(strategy, rnd, faults=None):
         def fit(self, *a, **k): ...
         def evaluate(self, *a, **k): ...
         def reconnect(self, *a, **k): ...
+
+    return Proxy
+
+
+def _legacy_round(strategy, rnd, faults=None):
+    from flwr.common import Code, FitRes, Parameters, Status, ndarrays_to_parameters
+
+    Proxy = _proxy_class()
 
     class Manager:
         def __init__(self):
@@ -529,18 +537,11 @@ def test_one_evaluation_reply_with_an_unusable_weight_is_skipped_and_the_others_
 def test_legacy_evaluation_result_with_an_unusable_count_or_loss_is_skipped(count, loss):
     # Prepare: 4 evaluation results; the first is hostile (-3 cancels the others' 3 examples)
     from flwr.common import Code, EvaluateRes, Status
-    from flwr.server.client_proxy import ClientProxy
     from flwr.server.strategy import FedAvg
 
     from flwr_adaptive.strategies import LegacyAdaptiveStrategy
 
-    class Proxy(ClientProxy):
-        def get_properties(self, *a, **k): ...
-        def get_parameters(self, *a, **k): ...
-        def fit(self, *a, **k): ...
-        def evaluate(self, *a, **k): ...
-        def reconnect(self, *a, **k): ...
-
+    Proxy = _proxy_class()
     strategy = LegacyAdaptiveStrategy(FedAvg(), budget=BUDGET)
     results = [(Proxy(str(n)), EvaluateRes(Status(Code.OK, ""), loss if i == 0 else float(i),
                                            count if i == 0 else 1, {}))
