@@ -226,6 +226,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         min_rank = int(steps) if min_rank_quota is None else min_rank_quota
         if isinstance(min_rank, bool) or not isinstance(min_rank, (int, np.integer)) or min_rank < 0:
             raise ValueError(f"min_rank_quota must be an int >= 0, got {min_rank_quota!r}")
+        if min_rank > budget:
+            raise ValueError(f"min_rank_quota={min_rank} exceeds the silo budget of {budget} samples: no rank could "
+                             "train; lower min_rank_quota or raise the budget")
         self.steps = int(steps)
         self._ranks_of: dict[Hashable, int] = {}  # silo key -> k, from its last reply
         self._rank_plan: dict[Hashable, list[int]] = {}  # node id -> this round's rank quotas
