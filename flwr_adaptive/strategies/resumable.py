@@ -31,7 +31,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import time
 from collections import OrderedDict
 from logging import INFO, WARNING
@@ -68,25 +67,6 @@ class Checkpoint:
     def finished(self) -> bool:
         """Whether the checkpointed run completed all its rounds."""
         return self.server_round >= self.num_rounds
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """``state_file.write_atomic`` for bytes (the model), without the folder fsync: the JSON
-    written after it, by ``write_atomic``, makes the pair durable and names the model's digest."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _arrays_to_bytes(arrays: ArrayRecord) -> tuple[bytes, list[str]]:
@@ -157,7 +137,10 @@ class ResumableRun:
         if self.state_dir is None:
             return
         data, names = _arrays_to_bytes(arrays)
-        _atomic_write(self.state_dir / MODEL_FILE, data)
+        # The model file is valid only with the JSON written next, which names its digest and
+        # syncs the folder for both.
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.state_dir / MODEL_FILE, data, sync_dir=False)
         meta = {"version": _VERSION, "round": int(server_round), "num_rounds": int(num_rounds), "names": names,
                 "model_sha256": hashlib.sha256(data).hexdigest(), "saved_at": time.time(),
                 "metrics": {str(k): v for k, v in self.metrics.items()}, "extra": self.extra}
