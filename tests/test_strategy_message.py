@@ -1,9 +1,10 @@
 """End-to-end tests of the Message-API adaptive strategy in Flower's simulation engine.
 
-Two simulations (Ray start-up dominates: ~10 s each):
+Three simulations (Ray start-up dominates: ~10 s each):
 - the drop-in test: the app ``flwr new`` generates for PyTorch (``tests/apps/pytorchexample``),
   switched to the adaptive strategy by editing only the lines a user edits, run with 6 emulated
   devices on a fake CPU clock so that every expected value is exact;
+- the sampled test: the same app with FedAvg sampling half the nodes and a budget above their data;
 - the fault test: clients that raise, report NaN time or miss the timeout once.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -270,6 +272,69 @@ def test_dropin_telemetry_train_above_app_train_fails_when_the_clientapp_loads(t
         load("client_app")
     assert "@telemetry_train is above @app.train()" in str(err.value)
     assert "    @app.train()\n    @telemetry_train\n    def train(msg, context):" in str(err.value)
+
+
+# --------------------------------------------------------------------------- partial participation
+SAMPLED_BUDGET = 7200  # above the 3 x 2000 samples that half of the 6 nodes hold: capped
+SAMPLED_EDITS = [
+    ("server_app.py", '    fraction_train: float = context.run_config.get("fraction-train", 1.0)\n',
+     '    fraction_train: float = context.run_config.get("fraction-train", 0.5)\n'),
+    *[(f, old, new.replace(f"budget={BUDGET}", f"budget={SAMPLED_BUDGET}")) for f, old, new in EDITS],
+]
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def sampled_run(tmp_path_factory):
+    """The adapted app with FedAvg sampling half the nodes and a budget above their data (cycling off)."""
+    root = tmp_path_factory.mktemp("sampled")
+    _adapted_app(root, SAMPLED_EDITS)
+    records = _Records()
+    logging.getLogger("flwr").addHandler(records)
+    try:
+        strategy, _ = _run_adapted(root)
+    finally:
+        logging.getLogger("flwr").removeHandler(records)
+    return strategy, [line for line in records.lines if line.startswith("[adaptive]")]
+
+
+def test_sampled_capping_warns_in_every_round_it_happens(sampled_run):
+    # Prepare: the rounds in which the histories show capping, either reported by clients (a
+    # quota above their local data) or made by the split (every client given all its data,
+    # short of the budget), and the rounds of each kind of warning
+    strategy, warnings = sampled_run
+    hist, clients = strategy.history.set_index("round"), strategy.client_history
+    capped_clients = clients[clients["capped"]].groupby("round").size().to_dict()
+    all_local_data = {rnd for rnd, rows in clients.groupby("round")
+                      if hist.loc[rnd, "quota_sum"] < SAMPLED_BUDGET and (rows["quota"] == rows["data_size"]).all()}
+    reported = {int(line.split("round ")[1].split(":")[0]): line for line in warnings
+                if "had a quota above their local data" in line}
+    split = {int(line.split("round ")[1].split(":")[0]): line for line in warnings
+             if "samples of local data of the" in line}
+    # Assert: half of the 6 nodes train each round, and capping happens in every round (the
+    # budget exceeds the data of any 3 nodes)
+    assert list(hist.index) == [1, 2, 3]
+    assert (clients.groupby("round").size() <= len(sup.SLOWDOWNS) // 2).all()
+    assert set(capped_clients) | all_local_data == {1, 2, 3}
+    assert (clients["samples"] == clients["data_size"]).all()  # each trained on all its data, no more
+    # Assert: a warning in every round it happened, none in another, with that round's numbers
+    assert set(reported) == set(capped_clients)
+    for rnd, line in reported.items():
+        rows = clients[clients["round"] == rnd]
+        assert f"{capped_clients[rnd]} of {len(rows)} clients" in line and f"budget {SAMPLED_BUDGET}" in line
+    assert set(split) == all_local_data
+    for rnd, line in split.items():
+        total = clients[clients["round"] == rnd]["data_size"].sum()
+        assert f"budget {SAMPLED_BUDGET} samples exceeds the {total} samples" in line
+    assert all("budget_per_node" in line for line in [*reported.values(), *split.values()])
 
 
 # --------------------------------------------------------------------------- faults
