@@ -63,3 +63,84 @@ def test_scale_quick_form_prints_one_row_per_size(capsys):
     assert row["adaptive_ms"] > 0 and row["fedavg_ms"] > 0 and row["controller_ms"] > 0
     print(scale.format_table(__import__("pandas").DataFrame([row])))
     assert "| 100 / 1,000 |" in capsys.readouterr().out
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Inner:
+    """A strategy whose work advances the clock: 5 s to configure (lazily, as a generator), 7 s to aggregate."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def configure_train(self, server_round, arrays, config, grid):
+        for node in grid.get_node_ids():
+            self.clock.now += 5.0 / len(grid.get_node_ids())
+            yield node
+
+    def aggregate_train(self, server_round, replies):
+        self.clock.now += 7.0
+        return "aggregated"
+
+
+class _Wrapper:
+    """A wrapper spending 1 s of its own around configure and 2 s around aggregate."""
+
+    def __init__(self, strategy, clock):
+        self.strategy, self.clock = strategy, clock
+
+    def configure_train(self, server_round, arrays, config, grid):
+        self.clock.now += 1.0
+        return list(self.strategy.configure_train(server_round, arrays, config, grid))
+
+    def aggregate_train(self, server_round, replies):
+        self.clock.now += 2.0
+        return self.strategy.aggregate_train(server_round, replies)
+
+
+def test_method_timer_splits_a_wrapper_own_time_from_its_inner_strategy():
+    import adaptive_support as sup
+    from experiments.scale import MethodTimer
+
+    clock = _Clock()
+    inner = _Inner(clock)
+    outer = _Wrapper(inner, clock)
+    outer_timer, inner_timer = MethodTimer(outer, clock=clock), MethodTimer(inner, clock=clock)
+    grid = sup.FakeGrid([11, 12, 13, 14])
+    for rnd in (1, 2):
+        assert outer.configure_train(rnd, None, None, grid) == [11, 12, 13, 14]
+        clock.now += 30.0  # the clients' round trip: in the round's wall time, in neither strategy
+        assert outer.aggregate_train(rnd, []) == "aggregated"
+    # The inner generator's 5 s are timed although it is consumed by the caller (listed inside the timer)
+    assert inner_timer.seconds == {1: pytest.approx(12.0), 2: pytest.approx(12.0)}
+    assert outer_timer.seconds == {1: pytest.approx(15.0), 2: pytest.approx(15.0)}
+    assert outer_timer.seconds[2] - inner_timer.seconds[2] == pytest.approx(3.0)
+    assert outer_timer.round_wall(1) == pytest.approx(45.0) and outer_timer.entered[2] == pytest.approx(45.0)
+
+
+def test_method_timer_on_the_adaptive_strategy_keeps_its_messages_and_aggregate():
+    import adaptive_support as sup
+    from experiments import scale
+    from experiments.cross_device import _message_identity
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    fedavg = scale._fedavg(0.5)
+    strategy = AdaptiveStrategy(fedavg, budget=640, policy="time")
+    strategy.trust = None
+    outer, inner = scale.MethodTimer(strategy), scale.MethodTimer(fedavg)
+    nodes = [10**9 + i for i in range(20)]
+    with _message_identity(), sup.quiet_flower():
+        msgs = strategy.configure_train(1, ArrayRecord([__import__("numpy").zeros(2, "float32")]), ConfigRecord({}),
+                                        sup.FakeGrid(nodes))
+        assert len(msgs) == 10
+        arrays, _ = strategy.aggregate_train(1, scale._replies(msgs, dict.fromkeys(nodes, 1.0)))
+    assert arrays is not None
+    assert 0 < inner.seconds[1] < outer.seconds[1] <= outer.round_wall(1)
