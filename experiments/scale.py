@@ -290,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         flower_nodes = [int(n) for n in args.flower.split(",") if n.strip()]
     except ValueError:
         ap.error(f"--flower takes node counts separated by commas, e.g. 100,1000; got {args.flower!r}")
+    if args.no_direct and not flower_nodes:
+        ap.error("--no-direct leaves nothing to run: add --flower N[,N...] or drop --no-direct")
     if any(n < 10 for n in flower_nodes):
         ap.error(f"--flower node counts must be >= 10 (a tenth of them is sampled); got {flower_nodes}")
     sizes, rounds, repeat = (SIZES[:2], 3, 1) if args.quick else (SIZES, args.rounds, args.repeat)
