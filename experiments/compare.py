@@ -57,7 +57,8 @@ POLICIES = ("equal", "time", "low-energy", "min-energy")
 _ROUND_LINE = re.compile(r"\[adaptive\] round (\d+) .*makespan ([0-9.]+) s")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -142,7 +143,7 @@ class LocalSuperLink:
     """A simulation-mode SuperLink of our own, on a free port, with a generated FLWR_HOME."""
 
     def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.home = workdir / "flwr-home"
         self.home.mkdir(parents=True)
         (self.home / "config.toml").write_text(
@@ -159,7 +160,10 @@ class LocalSuperLink:
         cmd = [console_script("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
                "--host", "127.0.0.1", "--port", str(self.port), "--disable-runtime-dependency-installation"]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            # A neutral working directory: Ray workers started under the SuperLink can import a
+            # same-named package from its working directory instead of the app's FAB.
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.home.parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -171,9 +175,16 @@ class LocalSuperLink:
         raise SystemExit(f"flower-superlink did not start within {timeout_s:.0f} s; see {self.log}")
 
 
-def _terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def terminate_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
     """Terminate these processes by PID (children first), kill what remains; returns survivors."""
-    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p for p in procs if _alive(p)]
     for p in reversed(alive):
         try:
             p.send_signal(signal.SIGTERM)
@@ -186,7 +197,7 @@ def _terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> int:
         except psutil.NoSuchProcess:
             pass
     _, alive = psutil.wait_procs(alive, timeout=5)
-    return len([p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
+    return len([p for p in alive if _alive(p)])
 
 
 def _kill_tree(pid: int) -> None:
@@ -214,8 +225,10 @@ def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeo
     """
     expired = threading.Event()
     with open(log_path, "w") as log:
+        # run from the log's folder, not the repository: the app is passed by absolute path and no
+        # package of the working directory can shadow the app's own (see LocalSuperLink.start)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=REPO)
+                                text=True, cwd=log_path.parent)
 
         def expire() -> None:
             expired.set()
@@ -346,7 +359,7 @@ def run_policies(policies: list[str], args: argparse.Namespace, out_dir: Path, *
             for pid, p in memory.seen_processes().items():
                 if pid != me:
                     procs.setdefault(pid, p)
-            left = _terminate(list(procs.values()))
+            left = terminate_processes(list(procs.values()))
             shutil.rmtree(workdir, ignore_errors=True)
             seen = []
             for pid, p in memory.seen_processes().items():

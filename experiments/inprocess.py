@@ -224,8 +224,9 @@ def _weighted_strategy(inner: Any, spec: RunSpec):
         """Time-only's controller settings with the weights ``(1 − w_e, w_e)``."""
 
         def make_controller(self) -> AllocationController:
+            # the strategy's own options (deadband, smoothing…) override the policy's defaults
             policy = POLICIES["time"].controller_kwargs(paper=getattr(self, "paper", False))
-            kwargs = {**policy, "w_time": 1.0 - w_e, "w_energy": w_e, **self._controller_kwargs}
+            kwargs = {**policy, **self._controller_kwargs, "w_time": 1.0 - w_e, "w_energy": w_e}
             return AllocationController(self.budget, **kwargs)
 
     strategy = WeightedAdaptiveStrategy(inner, budget=spec.budget, policy="time", smoothing=spec.smoothing,

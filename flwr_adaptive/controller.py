@@ -192,6 +192,14 @@ def _as_id(value: Any, what: str = "participant id") -> str | int:
     raise ValueError(f"{what} must be str or int, got {value!r} ({type(value).__name__})")
 
 
+def _id_list(participants: Any) -> list:
+    """``participants`` as a list; a lone ``str`` id (iterable by character) is refused."""
+    if isinstance(participants, (str, bytes)):
+        raise ValueError(f"participants must be a sequence of ids, got the string {_show(participants)}; "
+                         f"pass [{_show(participants)}] for one participant")
+    return list(participants)
+
+
 def _check_int(name: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an int, got {_show(value)} ({type(value).__name__})")
@@ -509,7 +517,11 @@ class AllocationController:
             t, e, n = self._validate(participant, report, t, e, n)
         if e is None:
             e = math.nan
-        slot = self._index.get(participant)
+        try:
+            slot = self._index.get(participant)
+        except TypeError:  # unhashable: not an id
+            raise ValueError(f"participant id must be str or int, got {_show(participant)} "
+                             f"({type(participant).__name__})") from None
         if slot is not None and (type(participant) is str or type(participant) is int):
             self._pending.append((slot, t, e, n))
         else:
@@ -658,7 +670,7 @@ class AllocationController:
         is new again. With ``config=True`` its ``min_quota``/``max_quota`` entries, its idle
         power and its group are dropped too. Forgetting a participant of the current split releases the deadband.
         """
-        ids = [_as_id(p) for p in participants]
+        ids = [_as_id(p) for p in _id_list(participants)]
         self._flush()
         slots = [self._index[p] for p in ids if p in self._index]
         if slots:
@@ -675,7 +687,7 @@ class AllocationController:
 
     def prune(self, keep: Sequence[ParticipantId], config: bool = False) -> list[ParticipantId]:
         """Forget every participant not in ``keep``; returns the ids forgotten (see ``forget``)."""
-        live = {_as_id(p) for p in keep}
+        live = {_as_id(p) for p in _id_list(keep)}
         self._flush()
         gone = [p for p in self._ids if p not in live]
         if config:
@@ -864,7 +876,7 @@ class AllocationController:
     # ------------------------------------------------------------------ allocate
     @staticmethod
     def _check_participants(participants: Sequence[ParticipantId]) -> list[ParticipantId]:
-        participants = list(participants)
+        participants = _id_list(participants)
         if not set(map(type, participants)) <= {int, str}:
             bad = [p for p in participants if not _is_id(p)]
             if bad:

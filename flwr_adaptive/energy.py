@@ -33,6 +33,8 @@ Meters
 - :class:`PsutilMeter` — a model for machines without counters: process CPU seconds × a
   per-core power figure (default :data:`DEFAULT_WATTS_PER_CORE`).
 - :class:`EmulatedMeter` — the virtual clock of a :class:`~flwr_adaptive.devices.DeviceProfile`.
+- :class:`SleepEmulatedMeter` — the same device made real for wall clocks: it sleeps until the
+  device's time has passed (a deployment demo on one machine, where the server times rounds).
 
 Cost
 ----
@@ -64,6 +66,7 @@ __all__ = [
     "NvmlMeter",
     "PsutilMeter",
     "EmulatedMeter",
+    "SleepEmulatedMeter",
     "auto_meter",
     "DEFAULT_WATTS_PER_CORE",
 ]
@@ -475,6 +478,59 @@ class EmulatedMeter(Meter):
 
     def _snapshot(self) -> Any:
         return (self._cpu(), self.round)
+
+
+class SleepEmulatedMeter(EmulatedMeter):
+    """An emulated device made real for wall clocks: the window ends by sleeping the difference.
+
+    For a demonstration on one machine under Flower's Deployment Engine, where the server times
+    rounds on its own wall clock: the work of a window took ``w`` wall seconds and ``c`` CPU
+    seconds; the device would have needed ``d = device_time(profile, c)`` seconds, so
+    ``end_window`` sleeps ``max(0, d - w)`` (as the DDP worker does per step: contention on
+    shared cores that already made ``w > d`` is not slept on top). The measurement is on the
+    **wall** clock: its seconds are the window's wall time including the sleep (what the
+    server waits for); joules are ``active_w × d`` (the device's active power over its own time).
+
+    Parameters
+    ----------
+    profile, cpu_clock, rng, seed
+        As for :class:`EmulatedMeter`.
+    wall_clock : callable
+        Wall seconds (default ``time.perf_counter``; tests inject a fake).
+    sleep : callable
+        How to wait (default ``time.sleep``; tests inject a fake that advances the fake clock).
+    """
+
+    def __init__(self, profile: DeviceProfile, cpu_clock: Callable[[], float] = time.process_time,
+                 rng: np.random.Generator | None = None, seed: int | None = None,
+                 wall_clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(profile, cpu_clock=cpu_clock, rng=rng, seed=seed)
+        self._wall = wall_clock
+        self._sleep = sleep
+        self.source = f"emulated-sleep:{profile.name}"
+
+    def begin_window(self, name: str, round: int | None = None) -> None:  # type: ignore[override]
+        """Start window ``name``; ``round`` (optional) sets the round for drift first."""
+        if round is not None:
+            self.set_round(round)
+        if name in self._open:
+            raise ValueError(f"window {name!r} is already open on the {self.source} meter; end it first")
+        self._open[name] = (self._cpu(), self.round, self._wall())
+
+    def end_window(self, name: str) -> Measurement:
+        """Sleep until the device's time has passed, then measure the window on the wall clock."""
+        if name not in self._open:
+            open_ = ", ".join(map(repr, self._open)) or "none"
+            raise ValueError(f"window {name!r} is not open on the {self.source} meter (open: {open_}); "
+                             "call begin_window first")
+        c0, rnd, w0 = self._open.pop(name)
+        cpu = max(0.0, self._cpu() - c0)
+        device_s = device_time(self.profile, cpu, rnd, self.rng)
+        nap = device_s - (self._wall() - w0)
+        if nap > 0:
+            self._sleep(nap)
+        return Measurement(self._wall() - w0, self.profile.active_w * device_s, self.source, "wall", cpu)
 
 
 # --------------------------------------------------------------------------- auto

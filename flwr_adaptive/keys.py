@@ -23,6 +23,7 @@ PARTITION_ID = "partition-id"  # int: stable id of the client across runs
 QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and was capped
 IDLE_W = "idle-w"  # float: the device's idle watts while it waits for others; -1.0 when unknown
 VIRTUAL_CLOCK = "virtual-clock"  # int 0/1: TIME_S is emulated device time (virtual clock), not wall
+COLD_START = "cold-start"  # int 0/1: the process's first training call (imports, first-call set-up inside)
 
 # Silo -> server, per rank of the silo's DDP group, in rank order (HFL-DDP; lists of length k)
 RANK_SAMPLES = "rank-samples"  # list[int]: samples each rank processed
@@ -33,12 +34,27 @@ RANK_WAIT_S = "rank-wait-s"  # list[float]: each rank's all-reduce seconds (wall
 # the round. Oort-like selection (flwr_adaptive.strategies.oort_strategy) uses it as the statistical utility.
 TRAIN_LOSS = "train-loss"  # float
 
+# The text every set-up error raised by the client wrapper starts with; the server recognises it in
+# an error reply's reason (flwr_adaptive.strategies.setup_check).
+SETUP_ERROR_MARK = "flwr-adaptive set-up error:"
+
 UNMEASURED_ENERGY = -1.0
 UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W when the client cannot tell
 
 # Every telemetry key a wrapped client adds to its reply (NUM_EXAMPLES only when it is missing).
 TELEMETRY_KEYS = (SAMPLES, TIME_S, CPU_TIME_S, WALL_TIME_S, ENERGY_J, DATA_SIZE, PARTITION_ID,
-                  QUOTA_CAPPED, IDLE_W, VIRTUAL_CLOCK)
+                  QUOTA_CAPPED, IDLE_W, VIRTUAL_CLOCK, COLD_START)
+
+# Server side: what the adaptive strategies put in the round's aggregated train metrics in place of
+# the telemetry keys (which a metric average would mangle: an averaged partition id means nothing).
+# The user's own metrics are aggregated by the inner strategy's function, without the telemetry keys.
+SAMPLES_TOTAL = "samples-total"  # int: samples processed by the aggregated replies
+TIME_S_MAX = "time-s-max"  # float: the slowest aggregated client's TIME_S (the round's makespan)
+TIME_S_MEAN = "time-s-mean"  # float: mean TIME_S over the aggregated clients
+ENERGY_J_TOTAL = "energy-j-total"  # float: active joules summed; only when every client measured them
+CAPPED_CLIENTS = "capped-clients"  # int: aggregated clients whose quota exceeded their local data
+COLD_START_CLIENTS = "cold-start-clients"  # int: aggregated clients whose call was their process's first
+AGGREGATE_KEYS = (SAMPLES_TOTAL, TIME_S_MAX, TIME_S_MEAN, ENERGY_J_TOTAL, CAPPED_CLIENTS, COLD_START_CLIENTS)
 
 # The per-rank lists a silo client adds to its reply (lists differ in length across silos).
 SILO_RANK_KEYS = (RANK_SAMPLES, RANK_TIME_S, RANK_ENERGY_J, RANK_WAIT_S)

@@ -103,6 +103,8 @@ def min_makespan_split(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray
     hi = np.asarray(hi, dtype=np.int64)
     if len(a) == 0:
         return np.zeros(0, dtype=np.int64), 0.0
+    if budget == int(hi.sum()):  # every bound binds (no slope left past the last breakpoint)
+        return hi.copy(), float(np.max(a + b * hi))
     T = _continuous_makespan(budget, a, b, lo, hi)
     # The integer optimum is >= the continuous one, so these caps lie below an optimal split.
     n = caps_at(T, a, b, lo, hi)

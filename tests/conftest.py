@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Wall-clock limits make property tests fail on a loaded machine (CI shares its two cores with
+# Flower simulations): no per-example deadline, no "too slow" health check. Example counts stay
+# what each test asks for.
+settings.register_profile("shared-cores", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("shared-cores")
+
+# The repository's Flower Apps (apps/pma, apps/hfl) on sys.path, so that `pma_app` / `hfl_app`
+# import in any test file run alone (and in Flower's simulation workers, which inherit sys.path).
+import experiments  # noqa: F401
 
 
 @pytest.fixture

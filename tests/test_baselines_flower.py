@@ -27,7 +27,7 @@ def _apps(done: dict):
     from flwr.serverapp import ServerApp
     from flwr.serverapp.strategy import FedAvg
 
-    from flwr_adaptive.clients.telemetry import quota_data, telemetry_train
+    from flwr_adaptive.clients.telemetry import mark_warm, quota_data, telemetry_train
     from flwr_adaptive import keys
     from flwr_adaptive.strategies.registry import build_strategy
 
@@ -47,6 +47,7 @@ def _apps(done: dict):
 
     @client.query()
     def warm_up(msg, context):
+        mark_warm()  # this process has started: its train calls are not cold starts
         return Message(RecordDict(), reply_to=msg)
 
     server = ServerApp()

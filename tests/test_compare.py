@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from pathlib import Path
 
 import psutil
 import pytest
@@ -36,7 +37,7 @@ def test_a_silent_hang_is_killed_with_its_children_by_the_watchdog(tmp_path, mon
     fake.chmod(0o755)
     monkeypatch.setattr(compare, "console_script", lambda name: str(fake))
     args = argparse.Namespace(rounds=1, budget=10, task="mnist", seed=0, jitter=0.0, clients=2,
-                              cpus_per_client=1, run_timeout=2.0)
+                              cpus_per_client=1, run_timeout=8.0)  # the child is up long before, even on a loaded machine
     memory = compare.MemoryPeak()
     outcome = []
 
@@ -54,7 +55,7 @@ def test_a_silent_hang_is_killed_with_its_children_by_the_watchdog(tmp_path, mon
     roots = [pid for pid in memory.roots if pid != os.getpid()]
     try:
         assert not worker.is_alive(), "run_policy still waits for a silent command"
-        assert len(outcome) == 1 and "ran past 2 s (wall clock) and was killed" in outcome[0]
+        assert len(outcome) == 1 and "ran past 8 s (wall clock) and was killed" in outcome[0]
         assert len(roots) == 1 and _gone(roots[0])
         assert _gone(int(child_pid.read_text()))
     finally:
@@ -72,6 +73,35 @@ def test_stream_command_returns_the_exit_code_and_logs_every_line(tmp_path):
     # Assert
     assert code == 3
     assert lines == ["one\n", "two\n"] and (tmp_path / "log").read_text() == "one\ntwo\n"
+
+
+def test_commands_and_the_superlink_run_outside_the_repository(tmp_path, monkeypatch):
+    # Prepare: a package in the working directory of the SuperLink (and so of its Ray workers) can
+    # shadow the app's own; `flwr run` gets the app by absolute path
+    lines, started = [], {}
+
+    class Started:  # stands in for the SuperLink process: records how it was started
+        returncode = None
+
+        def __init__(self, cmd, **kwargs):
+            started.update(kwargs)
+            kwargs["stdout"].write("Uvicorn running on 127.0.0.1\n")
+            kwargs["stdout"].flush()
+
+        def poll(self):
+            return None
+
+    link = compare.LocalSuperLink(tmp_path / "run")
+    monkeypatch.setattr(compare.subprocess, "Popen", Started)
+    # Execute
+    link.start(timeout_s=5)
+    monkeypatch.undo()
+    compare.stream_command(["sh", "-c", "pwd"], env=dict(os.environ), log_path=tmp_path / "log", timeout_s=60,
+                           on_line=lines.append)
+    # Assert
+    assert Path(started["cwd"]) == tmp_path / "run" and compare.REPO not in Path(started["cwd"]).parents
+    assert Path(lines[0].strip()).resolve() == tmp_path.resolve()
+    assert compare.PMA_APP.is_absolute()
 
 
 def test_seen_processes_is_a_snapshot_that_later_additions_do_not_disturb():
@@ -125,7 +155,7 @@ def test_the_hfl_driver_kills_a_silent_run_with_its_children_and_records_every_p
 
     def execute():
         try:
-            hfl_app.main(["--policies", "time", "--rounds", "2", "--run-timeout", "2", "--out", str(out)])
+            hfl_app.main(["--policies", "time", "--rounds", "2", "--run-timeout", "8", "--out", str(out)])
         except SystemExit as err:
             outcome.append(str(err))
 
@@ -138,7 +168,7 @@ def test_the_hfl_driver_kills_a_silent_run_with_its_children_and_records_every_p
         if (out / "processes.json").exists() else []
     try:
         assert not worker.is_alive(), "the HFL driver still waits for a silent command"
-        assert len(outcome) == 1 and "ran past 2 s (wall clock) and was killed" in outcome[0]
+        assert len(outcome) == 1 and "ran past 8 s (wall clock) and was killed" in outcome[0]
         assert "[Time-only] round 1/2: mean CV of rank compute time inside the silos 0.100 (virtual clock)" \
             in capsys.readouterr().out
         assert int(child_pid.read_text()) in recorded and len(recorded) >= 3  # SuperLink, flwr, its child

@@ -188,6 +188,31 @@ def test_refused_set_group_changes_nothing():
     assert snapshot(ctrl) == before and ctrl.groups == {"a": "s"} and ctrl.budget == {"s": 10}
 
 
+def test_an_unhashable_participant_id_is_refused_with_value_error_and_changes_nothing():
+    # Prepare
+    ctrl = AllocationController(10)
+    ctrl.observe("a", Report(time_s=1.0, samples=10))
+    ctrl.allocate(["a"])
+    before = snapshot(ctrl)
+    # Execute / Assert: a ValueError naming the id (not a TypeError out of a dict lookup)
+    for bad in (["a"], {"a": 1}):
+        with pytest.raises(ValueError, match="participant id must be str or int"):
+            ctrl.observe(bad, Report(time_s=1.0, samples=10))
+    assert snapshot(ctrl) == before
+
+
+def test_a_lone_string_is_refused_where_a_list_of_ids_is_expected():
+    # Prepare: "ab" would otherwise be read as the two participants "a" and "b"
+    ctrl = AllocationController(10)
+    ctrl.allocate(["a", "b"])
+    before = snapshot(ctrl)
+    # Execute / Assert
+    for call in (ctrl.allocate, ctrl.costs, ctrl.forget, ctrl.prune):
+        with pytest.raises(ValueError, match=r"pass \['ab'\] for one participant"):
+            call("ab")
+    assert snapshot(ctrl) == before
+
+
 def test_costs_registers_nobody():
     ctrl = AllocationController(10)
     ctrl.observe("a", Report(time_s=1.0, samples=10))

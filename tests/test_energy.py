@@ -19,6 +19,7 @@ from flwr_adaptive.energy import (
     NvmlMeter,
     PsutilMeter,
     RaplMeter,
+    SleepEmulatedMeter,
     auto_meter,
 )
 
@@ -306,6 +307,50 @@ def test_emulated_meter_scales_cpu_time_by_slowdown_and_prices_it():
     m = meter.end_window("fit")
     # Assert
     assert m == Measurement(1.5, 7.5, "emulated:pi", "virtual", 0.5)
+
+
+class FakeSleep:
+    """Sleeping advances the fake wall clock and is recorded."""
+
+    def __init__(self, wall: FakeClock) -> None:
+        self.wall, self.naps = wall, []
+
+    def __call__(self, seconds: float) -> None:
+        self.naps.append(seconds)
+        self.wall.t += seconds
+
+
+def test_sleep_emulated_meter_sleeps_until_the_device_time_has_passed_on_the_wall_clock():
+    # Prepare: a 3x slower device; 0.5 CPU s of work that took 0.6 s of wall time
+    profile = DeviceProfile("pi", "arm64", slowdown=3.0, active_w=5.0, idle_w=2.0)
+    cpu, wall = FakeClock(7.0), FakeClock(100.0)
+    sleep = FakeSleep(wall)
+    meter = SleepEmulatedMeter(profile, cpu_clock=cpu, wall_clock=wall, sleep=sleep)
+    meter.begin_window("fit")
+    cpu.t += 0.5
+    wall.t += 0.6
+    # Execute
+    m = meter.end_window("fit")
+    # Assert: device time 1.5 s = 0.6 s of work + 0.9 s of sleep; wall clock; joules over device time
+    assert sleep.naps == [pytest.approx(0.9)]
+    assert m == Measurement(pytest.approx(1.5), pytest.approx(7.5), "emulated-sleep:pi", "wall", 0.5)
+
+
+def test_sleep_emulated_meter_does_not_sleep_contention_on_top():
+    # Prepare: the work already took longer on the wall clock (shared cores) than the device would
+    profile = DeviceProfile("pi", "arm64", slowdown=2.0, active_w=4.0, idle_w=1.0)
+    cpu, wall = FakeClock(), FakeClock()
+    sleep = FakeSleep(wall)
+    meter = SleepEmulatedMeter(profile, cpu_clock=cpu, wall_clock=wall, sleep=sleep)
+    meter.begin_window("fit", round=1)
+    cpu.t += 1.0
+    wall.t += 3.0
+    # Execute
+    m = meter.end_window("fit")
+    # Assert: no nap; the wall time is what it was; energy still over the device's own 2 s
+    assert sleep.naps == [] and m.seconds == 3.0 and m.joules == 8.0 and m.clock == "wall"
+    with pytest.raises(ValueError, match="'fit' is not open"):
+        meter.end_window("fit")
 
 
 def test_emulated_meter_applies_drift_from_the_given_round():

@@ -247,6 +247,7 @@ def test_an_inner_strategy_with_flowers_default_metric_aggregation_gets_the_silo
     ({"budget": 4, "steps": 5}, "budget must be an int >= steps"),
     ({"budget": 100, "steps": 0}, "steps must be an int >= 1"),
     ({"budget": 100, "steps": 5, "min_rank_quota": -1}, "min_rank_quota"),
+    ({"budget": 100, "steps": 5, "min_rank_quota": 101}, "min_rank_quota=101 exceeds the silo budget of 100 samples"),
 ])
 def test_bad_settings_are_refused_naming_the_value(kwargs, match):
     from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy

@@ -315,8 +315,8 @@ def test_hfl_per_rank_lists_longer_than_the_budget_can_plan_are_screened_and_nev
 
 
 # --------------------------------------------------------------------------- legacy API
-def _legacy_round(strategy, rnd, faults=None):
-    from flwr.common import Code, FitRes, Parameters, Status, ndarrays_to_parameters
+def _proxy_class():
+    """A legacy ``ClientProxy`` that only carries its cid (the strategies read nothing else)."""
     from flwr.server.client_proxy import ClientProxy
 
     class Proxy(ClientProxy):
@@ -325,6 +325,14 @@ def _legacy_round(strategy, rnd, faults=None):
         def fit(self, *a, **k): ...
         def evaluate(self, *a, **k): ...
         def reconnect(self, *a, **k): ...
+
+    return Proxy
+
+
+def _legacy_round(strategy, rnd, faults=None):
+    from flwr.common import Code, FitRes, Parameters, Status, ndarrays_to_parameters
+
+    Proxy = _proxy_class()
 
     class Manager:
         def __init__(self):
@@ -435,3 +443,126 @@ def test_a_run_that_aggregated_nothing_reports_failure(tmp_path):
     ok = RunSummary(None, "time", "toy", {})
     assert ok.finish(True, 1.0, rounds_trained(strategy)) == "finished"
     ok.check()
+
+
+# --------------------------------------------------------------------------- cost trust
+def _claim(node, time_s, samples=100, virtual=False):
+    from flwr_adaptive.strategies.reports import ClientReport
+
+    return ClientReport(node_id=node, partition_id=node, quota=samples, samples=samples, time_s=time_s,
+                        cpu_time_s=time_s, wall_time_s=time_s, energy_j=None, data_size=None, capped=False,
+                        idle_w=None, virtual_clock=virtual)
+
+
+def test_server_evidence_times_a_node_by_what_the_server_observed_after_two_rounds(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: 5 s of transport/start-up for everyone; node 4 claims 0.2 s but really takes 3 s
+    trust = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    claims = [_claim(1, 2.0), _claim(2, 3.0), _claim(3, 2.5), _claim(4, 0.2)]
+    observed = {1: 7.0, 2: 8.0, 3: 7.5, 4: 8.0}
+    # Execute
+    first = trust.believe(1, claims, observed)
+    second = trust.believe(2, claims, observed)
+    virtual = trust.believe(3, [_claim(n, c.time_s, virtual=True) for n, c in zip(range(1, 5), claims)], observed)
+    # Assert: one suspect round is not enough; the second times node 4 by the observation minus the
+    # common overhead (median of observed - claimed = 5 s); honest nodes are untouched; no server
+    # clock applies to virtual-clock telemetry
+    assert first[4].time_s == 0.2
+    assert second[4].time_s == pytest.approx(3.0) and [second[n].time_s for n in (1, 2, 3)] == [2.0, 3.0, 2.5]
+    assert virtual[4].time_s == 0.2
+    assert sum("server observed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_plausibility_and_growth_cap_bound_a_liars_claim():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    trust = CostTrust()
+    claims = [_claim(1, 0.2), _claim(2, 0.3), _claim(3, 0.25), _claim(4, 1e-9)]
+    believed = trust.believe(1, claims, estimate_of=lambda n: {4: 0.0025}.get(n))
+    # Assert: 1e-9 s is far below 1/4 of the others' median (0.25 s): taken at that median; a node
+    # claiming 0.06 s (just inside 1/4) with an estimate of 0.0025 s/sample may halve at most
+    assert believed[4].time_s == pytest.approx(0.25)
+    inside = trust.believe(2, claims[:3] + [_claim(4, 0.07)], estimate_of=lambda n: {4: 0.0025}.get(n))
+    assert inside[4].time_s == pytest.approx(0.125)
+    assert [believed[n].time_s for n in (1, 2, 3)] == [0.2, 0.3, 0.25]
+    with pytest.raises(ValueError, match="plausible_range must be a number >= 1"):
+        CostTrust(plausible_range=0.5)
+
+
+def test_the_message_strategy_reads_the_arrival_time_the_superlink_stamps():
+    from datetime import datetime, timezone
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    msgs, q = configure(strategy, 1)
+    replies = [reply(m, {**telemetry(q[n], 0.5, PARTS[n]), keys.VIRTUAL_CLOCK: 0})
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    for i, r in enumerate(replies):
+        r.metadata.delivered_at = datetime.fromtimestamp(strategy._sent_at + 6.0 + i, tz=timezone.utc).isoformat()
+    strategy.aggregate_train(1, replies)
+    observed = strategy.observed_seconds([sup_report for sup_report in strategy._believed.values()])
+    assert sorted(round(v, 3) for v in observed.values()) == [6.0, 7.0, 8.0, 9.0]
+
+
+# --------------------------------------------------------------------------- evaluation replies
+BAD_EVAL_WEIGHTS = [-3, -1e300, math.nan, math.inf, [1, 2]]
+
+
+@pytest.mark.parametrize("weight", BAD_EVAL_WEIGHTS)
+def test_one_evaluation_reply_with_an_unusable_weight_is_skipped_and_the_others_averaged(weight, caplog):
+    # Prepare: 4 evaluation replies; the first weighs `weight` (-3 cancels the others' 3)
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(FedAvg(fraction_evaluate=1.0, min_evaluate_nodes=4, min_available_nodes=4),
+                                budget=BUDGET)
+    msgs = list(strategy.configure_evaluate(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(NODES)))
+    replies = [Message(RecordDict({"metrics": MetricRecord({"num-examples": weight if i == 0 else 1,
+                                                            "eval_loss": float(i)})}), reply_to=m)
+               for i, m in enumerate(msgs)]
+    hostile = msgs[0].metadata.dst_node_id
+    # Execute
+    metrics = strategy.aggregate_evaluate(1, replies)
+    # Assert: the mean of the three others' losses, one line naming the hostile node
+    assert metrics["eval_loss"] == pytest.approx(2.0)
+    lines = [line for line in sup.adaptive_lines(caplog) if str(hostile) in line and "skipped" in line]
+    assert len(lines) == 1 and "num-examples" in lines[0]
+
+
+@pytest.mark.parametrize("count, loss", [(-3, 1.0), (0, math.nan)])
+def test_legacy_evaluation_result_with_an_unusable_count_or_loss_is_skipped(count, loss):
+    # Prepare: 4 evaluation results; the first is hostile (-3 cancels the others' 3 examples)
+    from flwr.common import Code, EvaluateRes, Status
+    from flwr.server.strategy import FedAvg
+
+    from flwr_adaptive.strategies import LegacyAdaptiveStrategy
+
+    Proxy = _proxy_class()
+    strategy = LegacyAdaptiveStrategy(FedAvg(), budget=BUDGET)
+    results = [(Proxy(str(n)), EvaluateRes(Status(Code.OK, ""), loss if i == 0 else float(i),
+                                           count if i == 0 else 1, {}))
+               for i, n in enumerate(NODES)]
+    # Execute
+    loss_aggregated, _ = strategy.aggregate_evaluate(1, results, [])
+    # Assert: the mean of the three others' losses
+    assert loss_aggregated == pytest.approx(2.0)
+
+
+def test_evaluation_replies_weighing_nothing_give_no_aggregate():
+    # Prepare: every evaluation reply weighs 0 examples (e.g. empty evaluation sets)
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(FedAvg(fraction_evaluate=1.0, min_evaluate_nodes=4, min_available_nodes=4),
+                                budget=BUDGET)
+    msgs = list(strategy.configure_evaluate(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(NODES)))
+    replies = [Message(RecordDict({"metrics": MetricRecord({"num-examples": 0, "eval_loss": 1.0})}), reply_to=m)
+               for m in msgs]
+    # Execute / Assert: no division by zero out of the inner FedAvg
+    assert strategy.aggregate_evaluate(1, replies) is None

@@ -135,6 +135,20 @@ def test_the_core_imports_neither_flwr_nor_torch():
     assert not loaded & {"flwr", "torch"}
 
 
+def test_the_client_side_imports_neither_torch_nor_the_controller():
+    # A ClientApp process starts once per message under Flower's Deployment Engine: importing the
+    # client wrappers must not pay for torch, the task data or the server's controller and solver
+    script = ("import sys, json; import flwr_adaptive.clients; "
+              "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('flwr_adaptive', 'torch', "
+              "'flwr_datasets', 'datasets', 'scipy', 'pandas')))))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert "flwr_adaptive.clients.telemetry" in loaded
+    assert not {m.split(".")[0] for m in loaded} & {"torch", "flwr_datasets", "datasets", "scipy", "pandas"}
+    assert not loaded & {"flwr_adaptive.controller", "flwr_adaptive.solver", "flwr_adaptive.clients.tasks"}
+
+
 def _doc_files() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "apps").glob("*/README.md"))]
 

@@ -223,6 +223,7 @@ def test_a_silo_round_reports_the_silo_telemetry_and_one_list_per_rank():
     assert m[keys.RANK_SAMPLES] == [120, 80] and m[keys.RANK_TIME_S] == [0.8, 0.6]
     assert m[keys.RANK_ENERGY_J] == [8.0, 3.0] and m[keys.RANK_WAIT_S] == [0.01, 0.02]
     assert set(keys.TELEMETRY_KEYS) | set(keys.SILO_RANK_KEYS) <= set(m)
+    assert m[keys.COLD_START] == 0  # ranks that already ran a round
 
 
 def test_one_unmeasured_rank_leaves_the_silo_energy_unmeasured():
@@ -308,6 +309,28 @@ def test_closing_a_silo_mid_round_waits_for_the_round_to_end(monkeypatch):
     # Assert: the ranks were stopped only after the round ended
     assert not closed_early and group.events == ["round", "round done", "close"]
     assert not silo.alive and not closer.is_alive()
+
+
+def test_only_the_round_that_starts_the_ranks_is_reported_cold(monkeypatch):
+    import flwr_adaptive.clients.silo as silo_mod
+
+    # Prepare: ranks that finish at once; kept alive between rounds, then not
+    _BlockingGroup.made = []
+    monkeypatch.setattr(silo_mod, "LocalDDPGroup", _BlockingGroup)
+    kept = silo_mod.Silo(spec=None, ranks=2, name="4")
+    fresh = silo_mod.Silo(spec=None, ranks=2, name="5", keep_alive=False)
+    # Execute
+    rounds = []
+    for silo in (kept, kept, fresh, fresh):
+        thread = threading.Thread(target=lambda s=silo: rounds.append(s.train([5, 5], 5)), daemon=True)
+        thread.start()
+        while thread.is_alive():
+            for group in _BlockingGroup.made:
+                group.release.set()
+            thread.join(0.05)
+    # Assert: a kept group is cold in its first round only; one restarted every round always is
+    assert [r.cold_start for r in rounds] == [True, False, True, True]
+    assert [r.metrics()[keys.COLD_START] for r in rounds] == [1, 0, 1, 1]
 
 
 class _FakeSilo:

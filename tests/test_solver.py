@@ -54,6 +54,32 @@ def test_min_makespan_hand_computed():
     assert n.tolist() == [6, 4] and T == 8.0
 
 
+def test_budget_equal_to_the_sum_of_upper_bounds_puts_everyone_at_the_bound():
+    # Prepare: Σhi = budget, the float sum of the bounds' breakpoints lands a hair below 7
+    a, b = np.zeros(4), np.array([1.5, 4.5, 3.0, 2.0])
+    lo, hi = np.zeros(4, dtype=np.int64), np.array([0, 1, 0, 6])
+    # Execute
+    n, T = min_makespan_split(7, a, b, lo, hi)
+    # Assert: the only split, its makespan 2·6
+    assert n.tolist() == [0, 1, 0, 6] and T == 12.0
+
+
+def test_a_controller_whose_data_sizes_sum_to_the_budget_allocates_them():
+    # Prepare: local data sizes summing to the budget exactly (cycling off: each quota capped)
+    from flwr_adaptive.controller import AllocationController, Report
+
+    caps = {"p0": 40, "p1": 7, "p2": 13, "p3": 8, "p4": 39, "p5": 42}
+    ctrl = AllocationController.from_policy("time", sum(caps.values()), max_quota=caps, deadband=0.0)
+    per_sample = dict(zip(caps, [0.7, 1.5, 1.5, 2.0, 0.3, 0.1]))
+    # Execute: rounds with fixed + per-sample costs
+    for _ in range(3):
+        quotas = ctrl.allocate(list(caps))
+        for p, q in quotas.items():
+            ctrl.observe(p, Report(time_s=per_sample[p] * q + 0.5, samples=q))
+    # Assert: every participant at its data size
+    assert ctrl.allocate(list(caps)) == caps
+
+
 def test_min_energy_hand_computed_trades_makespan_for_energy_within_slack():
     # Prepare: equal speed (1 s/sample), budget 10; device 0 draws 10 W active, device 1 50 W,
     # no idle draw. Minimum makespan 5 s at (5, 5); a 20 % slack allows T = 6, so device 0 takes 6.

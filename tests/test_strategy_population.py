@@ -250,3 +250,12 @@ def test_controller_forget_drops_slots_and_bounds_and_the_next_split_still_sums(
     assert ctrl.state_dict()["max_quota"] == []
     quotas = ctrl.allocate(["b", "c", "a"])  # "a" is new again: the median cost, no cap
     assert sum(quotas.values()) == 100 and quotas["b"] > quotas["c"]
+
+
+def test_min_makespan_split_with_the_budget_equal_to_the_sum_of_the_caps_gives_every_cap():
+    from flwr_adaptive.solver import min_makespan_split
+
+    b = np.array([1.0, 1.0, 0.25, 0.75])
+    quotas, makespan = min_makespan_split(160, np.zeros(4), b, np.ones(4, dtype=np.int64),
+                                          np.array([30, 50, 50, 30]))
+    assert quotas.tolist() == [30, 50, 50, 30] and makespan == 50.0

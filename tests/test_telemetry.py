@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from flwr_adaptive import keys
 from flwr_adaptive.devices import DeviceProfile
-from flwr_adaptive.energy import EmulatedMeter
+from flwr_adaptive.energy import EmulatedMeter, SleepEmulatedMeter
 
 import adaptive_support as sup
 from flwr_adaptive.clients.data import QuotaWindow, close_window, current_window, open_window, quota_data, select_indices
@@ -190,6 +190,27 @@ def test_wrapped_train_reads_the_quota_and_reports_exact_telemetry(flower_identi
     assert metrics[keys.DATA_SIZE] == 500 and metrics[keys.PARTITION_ID] == 2
     assert metrics[keys.QUOTA_CAPPED] == 0 and metrics[keys.IDLE_W] == 1.5 and metrics[keys.VIRTUAL_CLOCK] == 1
     assert current_window() is None
+
+
+def test_a_sleep_emulated_device_makes_the_call_last_its_device_time_on_the_wall_clock(flower_identity):
+    # Prepare: a 3x slower device realised by sleeping; the wall clock is the CPU clock plus naps
+    clock, record, naps = sup.FakeClock(), {}, []
+
+    def wall() -> float:
+        return clock.now + sum(naps)
+
+    profile = DeviceProfile("slow", "arm64", slowdown=3.0, active_w=8.0, idle_w=1.5)
+    meter = SleepEmulatedMeter(profile, cpu_clock=clock, wall_clock=wall, sleep=naps.append)
+    wrapped = telemetry_train(_counting_train(500, clock, record), meter=meter, cpu_clock=clock, wall_clock=wall)
+    # Execute
+    reply = wrapped(_train_message({keys.QUOTA: 64, keys.ALLOW_CYCLING: False, keys.ROUND: 2}), _context(2))
+    metrics = reply.content["metrics"]
+    # Assert: the reported time is wall time including the nap (what the server waits for)
+    cpu = 64 * sup.COST_S + 0.5
+    assert naps == [pytest.approx(2 * cpu)]
+    assert metrics[keys.CPU_TIME_S] == pytest.approx(cpu)
+    assert metrics[keys.WALL_TIME_S] == pytest.approx(3 * cpu) and metrics[keys.TIME_S] == pytest.approx(3 * cpu)
+    assert metrics[keys.ENERGY_J] == pytest.approx(3 * cpu * 8.0) and metrics[keys.VIRTUAL_CLOCK] == 0
 
 
 def test_wrapped_train_without_a_quota_trains_on_all_data_and_still_reports(flower_identity):

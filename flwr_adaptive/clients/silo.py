@@ -110,6 +110,9 @@ class SiloRound:
         Index-stream positions before and after the round (``end`` is the next round's start).
     wall_s : float
         Wall seconds of the whole call, rank start-up included.
+    cold_start : bool
+        The ranks were started for this round: their compute includes torch's first-call set-up
+        (reported as ``keys.COLD_START``, so the server does not take it for slowness).
     """
 
     quotas: list[int]
@@ -118,6 +121,7 @@ class SiloRound:
     start: int
     end: int
     wall_s: float
+    cold_start: bool = False
 
     @property
     def samples(self) -> int:
@@ -158,6 +162,7 @@ class SiloRound:
             keys.QUOTA_CAPPED: 0,
             keys.IDLE_W: float(keys.UNKNOWN) if idle_w is None else float(idle_w),
             keys.VIRTUAL_CLOCK: int(self.clock == "process"),
+            keys.COLD_START: int(self.cold_start),
             keys.RANK_SAMPLES: [int(t.samples) for t in tel],
             keys.RANK_TIME_S: [float(t.time_s) for t in tel],
             keys.RANK_ENERGY_J: [keys.UNMEASURED_ENERGY if e is None else float(e) for e in energies],
@@ -296,7 +301,7 @@ class Silo:
             raise ValueError(f"silo {self.name}: {err}") from None
         with self._lock:
             began = time.perf_counter()
-            self.start()
+            cold = self.start()
             group = self._group
             assert group is not None
             try:
@@ -313,7 +318,7 @@ class Silo:
             wall = time.perf_counter() - began
         end = plan.start + sum(t.samples for t in telemetry)
         return SiloRound(quotas=list(plan.quotas), telemetry=telemetry, state=trained, start=plan.start, end=end,
-                         wall_s=wall)
+                         wall_s=wall, cold_start=cold)
 
     def close(self) -> None:
         """Stop the ranks (idempotent); a round in progress (another thread) is finished first."""

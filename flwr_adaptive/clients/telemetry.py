@@ -26,6 +26,8 @@ training data. For each training call the wrapper
    ``keys.QUOTA_CAPPED`` 1 when the quota exceeded the local data and cycling was off
    ``keys.IDLE_W``      the device's idle watts (emulated meters know them); -1.0 when unknown
    ``keys.VIRTUAL_CLOCK`` 1 when ``TIME_S`` / ``ENERGY_J`` are on the virtual clock
+   ``keys.COLD_START``  1 on the first wrapped call in this process (it pays imports and
+                        torch's first-call set-up; the strategy does not take it at face value)
    ``num-examples``     set to ``SAMPLES`` only when the client did not set it
    ===================  =====================================================================
 
@@ -33,6 +35,11 @@ The measured window is the whole wrapped call (model loading included): in a syn
 that is what the others wait for, and the controller balances exactly that. A meter that fails
 gives unmeasured energy and wall time, never an exception; an exception of the train function
 itself propagates (Flower turns it into an error reply, which the strategy skips).
+
+``@telemetry_train`` must sit directly below ``@app.train()``: decorators apply bottom-up, so above
+it Flower would register (and call) the unwrapped function. The wrapper detects that order when it
+is applied (the function is already registered in a ``ClientApp`` in scope) and raises a
+``TypeError`` that shows the right order; the strategy stops the run in its first round too.
 
 Cost
 ----
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from typing import Any, Callable, Mapping
 
@@ -50,13 +58,24 @@ from flwr_adaptive import keys
 from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
 from flwr_adaptive._logging import logger as log
 
-__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data"]
+__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm"]
 
 
 Clock = Callable[[], float]
 MeterSpec = Any  # None (auto_meter), a meter, or a callable (context, server_round) -> meter
 
 _AUTO_METER: list[Any] = []  # one auto-detected meter per process (detection logs its choice once)
+_WARM: list[bool] = []  # non-empty once this process has made a wrapped training call
+
+
+def mark_warm() -> None:
+    """Declare this process warmed up: its wrapped calls are no longer reported as cold starts.
+
+    Call it after your own per-process warm-up (imports, one throw-away training step outside the
+    measured call); without it the first wrapped call in the process reports ``keys.COLD_START``.
+    """
+    if not _WARM:
+        _WARM.append(True)
 
 
 def _resolve_meter(spec: MeterSpec, context: Any, server_round: int) -> Any:
@@ -125,6 +144,7 @@ class Measured:
         self.cpu_s = 0.0
         self.measurement: Any = None
         self.idle_w: float | None = None
+        self.cold = False
 
     def metrics(self, num_examples: Any = None) -> dict[str, int | float]:
         """The telemetry keys (see the module docstring) as plain ints and floats."""
@@ -149,6 +169,7 @@ class Measured:
             keys.QUOTA_CAPPED: int(w.capped),
             keys.IDLE_W: float(keys.UNKNOWN) if self.idle_w is None else float(self.idle_w),
             keys.VIRTUAL_CLOCK: int(m is not None and getattr(m, "clock", "wall") == "virtual"),
+            keys.COLD_START: int(self.cold),
         }
 
 
@@ -186,6 +207,9 @@ class TrainingWindow:
         self._name = f"train-round-{server_round}"
 
     def __enter__(self) -> Measured:
+        self.result.cold = not _WARM
+        if not _WARM:
+            _WARM.append(True)
         self._token = open_window(self.window)
         try:
             meter = _resolve_meter(self._meter_spec, self._context, self._round)
@@ -203,13 +227,15 @@ class TrainingWindow:
         return self.result
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.result.cpu_s = self._cpu() - self._c0
-        self.result.wall_s = self._wall() - self._w0
+        # The meter's window ends first: a meter that emulates a slower device by sleeping
+        # (SleepEmulatedMeter) makes the call last longer, and the wall time includes that.
         if self._meter is not None:
             try:
                 self.result.measurement = self._meter.end_window(self._name)
             except Exception as exc:
                 log.warning("energy meter failed at the end of the round (%s); no energy reported", exc)
+        self.result.cpu_s = self._cpu() - self._c0
+        self.result.wall_s = self._wall() - self._w0
         close_window(self._token)
 
 
@@ -255,6 +281,8 @@ def telemetry_train(fn: Callable | None = None, *, meter: MeterSpec = None, seed
     _check_meter_spec(meter)
 
     def decorate(train_fn: Callable) -> Callable:
+        _check_not_registered(train_fn)
+
         @functools.wraps(train_fn)
         def wrapper(msg: Any, context: Any) -> Any:
             from flwr.app import MetricRecord
@@ -277,9 +305,51 @@ def telemetry_train(fn: Callable | None = None, *, meter: MeterSpec = None, seed
                 record[keys.NUM_EXAMPLES] = telemetry[keys.SAMPLES]
             return reply
 
+        wrapper.__flwr_adaptive_telemetry__ = True  # type: ignore[attr-defined]
         return wrapper
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _wraps(candidate: Any, fn: Callable, depth: int = 4) -> bool:
+    """Whether ``candidate`` is ``fn`` or a Flower mod chain around it (closures, a few levels)."""
+    if candidate is fn:
+        return True
+    if depth == 0 or not callable(candidate):
+        return False
+    cells = getattr(candidate, "__closure__", None) or ()
+    for cell in cells:
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(inner) and _wraps(inner, fn, depth - 1):
+            return True
+    return False
+
+
+def _check_not_registered(fn: Callable) -> None:
+    """Raise when ``fn`` is already registered in a ClientApp in the caller's scope (decorator order)."""
+    frame = sys._getframe(2)  # the caller of decorate: telemetry_train(fn), or the user's scope
+    for _ in range(3):
+        if frame is None:
+            return
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                registered = getattr(value, "_registered_funcs", None)
+                if type(value).__name__ != "ClientApp" or not isinstance(registered, dict):
+                    continue
+                for name, func in registered.items():
+                    if _wraps(func, fn):
+                        action = name.split(".", 1)[-1]
+                        call = "train()" if action == "default" else f"train({action!r})"
+                        raise TypeError(
+                            f"{keys.SETUP_ERROR_MARK} @telemetry_train is above @app.{call}, so Flower registered "
+                            f"{fn.__name__!r} unwrapped: it would train on all data and report no telemetry. "
+                            f"Decorators apply bottom-up: put @telemetry_train on the line directly below "
+                            f"@app.{call}:\n\n    @app.{call}\n    @telemetry_train\n"
+                            f"    def {fn.__name__}(msg, context):\n        ...\n")
+        frame = frame.f_back
 
 
 def _numpy_client_base():

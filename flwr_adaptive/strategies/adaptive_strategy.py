@@ -3,7 +3,7 @@
 Contract
 --------
 :class:`AdaptiveStrategy` wraps an inner Message-API strategy (``FedAvg`` by default; ``FedProx``,
-``FedAdam``… work too) and changes two things:
+``FedAdam``… work too) and changes three things:
 
 - ``configure_train`` lets the inner strategy sample nodes and build its messages, then gives
   every node **its own** ``ConfigRecord`` carrying its quota (``keys.QUOTA``), whether it may cycle
@@ -21,6 +21,12 @@ Contract
   feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
   inner strategy aggregates them. A bad client never stops a round; the next round's split covers
   every node the inner strategy samples, so a node that is gone leaves its share to the others.
+  A set-up mistake of the client app (no telemetry wrapper, the wrong decorator order, no
+  ``quota_data``) shows on every reply of the first round and stops the run there with the fix
+  (:mod:`flwr_adaptive.strategies.setup_check`).
+- The round's aggregated train metrics: the inner strategy aggregates the user's own metrics
+  (the telemetry keys are removed first) and the telemetry is added under names that say how it
+  was combined (:mod:`flwr_adaptive.strategies.train_metrics`).
 
 Everything else (evaluation, ``summary``) is the inner strategy's; evaluation replies are screened
 for errors, duplicates and inconsistent keys the same way.
@@ -42,27 +48,34 @@ from logging import INFO, WARNING
 from typing import Any, Hashable, Sequence
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, describe_removed,
-                                                harmonize_metrics)
+from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, check_weight,
+                                                describe_removed, harmonize_metrics)
+from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
+from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 
 __all__ = ["AdaptiveStrategy"]
 
 
-class AdaptiveStrategy(AdaptiveCore, Strategy):
+class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     """Adaptive sample allocation around a Message-API strategy.
 
     Parameters
     ----------
     strategy : flwr.serverapp.strategy.Strategy, optional
         The wrapped strategy that samples nodes and aggregates (default: ``FedAvg()``).
-    budget : int
+    budget : int, optional
         Samples per round, split among the sampled nodes (sums to it exactly).
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node does not depend on how many are sampled.
     policy : str (default: "time")
         ``"equal"``, ``"time"``, ``"low-energy"``, ``"energy"`` or ``"min-energy"`` (see
         ``POLICIES``). ``"min-energy"`` minimises active + idle energy within ``slack``.
@@ -102,7 +115,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget=6000)
     """
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
+    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
                  smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
                  paper: bool = False, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
@@ -112,10 +125,14 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             raise ValueError(f"strategy must be a flwr.serverapp.strategy.Strategy, got "
                              f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
                              "flwr_adaptive.strategies.LegacyAdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, slack=slack,
+        AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
                               paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
                               cost_clip=cost_clip, state_dir=state_dir, context=context)
+
+    #: Metric keys removed from each kept reply before the inner strategy aggregates the metrics
+    #: (:mod:`flwr_adaptive.strategies.train_metrics`); their aggregate is added under named keys.
+    stripped_metric_keys: frozenset = STRIPPED_KEYS
 
     @property
     def weighted_by_key(self) -> str:
@@ -124,8 +141,10 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
 
     def summary(self) -> None:
         """Log the adaptive settings, then the inner strategy's summary."""
-        log(INFO, "\t├──> Adaptive allocation: policy=%s, budget=%d samples/round, weighting=%s, "
-             "allow_cycling=%s", self.policy, self.budget, self.weighting, self.allow_cycling)
+        budget = (f"budget={self.budget_per_node} samples per training node/round" if self.budget_per_node
+                  else f"budget={self.budget} samples/round")
+        log(INFO, "\t├──> Adaptive allocation: policy=%s, %s, weighting=%s, "
+             "allow_cycling=%s", self.policy, budget, self.weighting, self.allow_cycling)
         log(INFO, "\t├──> Inner strategy: %s", type(self.strategy).__name__)
         self.strategy.summary()
 
@@ -180,8 +199,14 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         Flower answers a message whose node went offline with an error reply from the SuperLink
         (source node id 1) whose ``reply_to`` is our message: it is attributed to that node.
         """
-        by_id = {m.metadata.message_id: n for n, m in getattr(self, "_sent", {}).items() if m.metadata.message_id}
-        node = by_id.get(msg.metadata.reply_to_message_id)
+        sent = getattr(self, "_sent", {})
+        cache = getattr(self, "_sent_by_id", None)
+        if cache is None or cache[0] is not sent or (
+                not cache[1] and sent and next(iter(sent.values())).metadata.message_id):
+            # one map per round (ids are stamped when the grid pushes the messages), not per reply
+            cache = self._sent_by_id = (sent, {m.metadata.message_id: n for n, m in sent.items()
+                                               if m.metadata.message_id})
+        node = cache[1].get(msg.metadata.reply_to_message_id)
         return msg.metadata.src_node_id if node is None else node
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
@@ -200,19 +225,50 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Screen the replies, observe the telemetry, set weights, let the inner aggregate."""
-        kept, reports, skipped = self.screen_train_replies(server_round, list(replies))
+        """Screen the replies, observe the telemetry, set weights, let the inner aggregate.
+
+        Raises
+        ------
+        SetupError
+            In the first round with replies, when every reply shows the same set-up mistake of
+            the client app (see :mod:`flwr_adaptive.strategies.setup_check`).
+        """
+        replies = list(replies)
+        # first: a set-up mistake stops the run with one error, not a warning per reply
+        self.check_setup(server_round, *self.setup_evidence(replies))
+        kept, reports, skipped = self.screen_train_replies(server_round, replies)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         for msg, report in zip(kept, reports):
-            metrics = next(iter(msg.content.metric_records.values()))
-            metrics[self.weighted_by_key] = weights[report.node_id]
+            self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
+        for msg in kept:  # the inner strategy averages the user's own metrics only
+            strip_telemetry(next(iter(msg.content.metric_records.values())), keep=self.weighted_by_key,
+                            stripped=self.stripped_metric_keys)
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
+        if kept:
+            metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
+
+    def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
+        """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""
+        mistakes: dict[Hashable, str | None] = {}
+        reasons: dict[Hashable, str] = {}
+        for msg in replies:
+            node = self.sender_of(msg)
+            if node not in self._assigned:
+                continue
+            if msg.has_error():
+                reason = msg.error.reason or ""
+                if keys.SETUP_ERROR_MARK in reason or msg.error.code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION:
+                    mistakes[node], reasons[node] = CLIENT_SETUP, reason
+                continue  # other errors (a crash in training) say nothing about the set-up
+            records = list(msg.content.metric_records.values())
+            mistakes[node] = setup_mistake(records[0] if records else {}, self.assigned_quota(node))
+        return mistakes, reasons
 
     def screen_train_replies(self, server_round: int, replies: list[Message]
                              ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
@@ -220,6 +276,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         skipped: dict[Hashable, str] = {}
         candidates: list[tuple[Message, ClientReport]] = []
         answered: set[Hashable] = set()
+        self._records_of: dict[int, tuple[ArrayRecord, MetricRecord]] = {}  # id(reply) -> its records
         self._arrived_s: dict[Hashable, float] = {}
         for msg in replies:
             node = self.sender_of(msg)
@@ -238,14 +295,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
                      msg.error.reason)
                 continue
-            content = msg.content
-            if len(content.array_records) != 1 or len(content.metric_records) != 1:
+            array_items, metric_items = split_records(msg.content)  # one pass, no record views
+            if len(array_items) != 1 or len(metric_items) != 1:
                 skipped[node] = "invalid"
                 log(WARNING, "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
                      "MetricRecords (expected 1 and 1); skipped", server_round, node,
-                     len(content.array_records), len(content.metric_records))
+                     len(array_items), len(metric_items))
                 continue
-            metrics = next(iter(content.metric_records.values()))
+            metrics = metric_items[0][1]
+            self._records_of[id(msg)] = (array_items[0][1], metrics)
             self.note_partition(node, metrics)
             try:
                 report = parse_report(node, metrics, self.assigned_quota(node))
@@ -300,8 +358,10 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                     layouts.append(())
             reference = dict(Counter(layouts).most_common(1)[0][0])
         kept = []
+        records_of = getattr(self, "_records_of", {})
         for msg, report in pairs:
-            reason = check_arrays(next(iter(msg.content.array_records.values())), reference)
+            record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
+            reason = check_arrays(record, reference)
             if reason is None:
                 kept.append((msg, report))
                 continue
@@ -322,7 +382,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         is removed from those replies with one log line. Nobody is skipped for an extra key, so a
         colluding majority cannot get an honest minority left out.
         """
-        required = {self.weighted_by_key, *keys.TELEMETRY_KEYS} if train else set()
+        required = ({self.weighted_by_key, *keys.TELEMETRY_KEYS} if train
+                    else {self.strategy.weighted_by_key} if hasattr(self.strategy, "weighted_by_key") else set())
         removed = harmonize_metrics([m.content for m in kept], required, self.strict_metric_lists)
         if removed:
             log(WARNING, "[adaptive] round %s: metric keys not sent alike by every kept reply are left out "
@@ -336,7 +397,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """Drop error replies and inconsistent ones, then the inner strategy aggregates."""
+        """Drop error replies, unusable weights and inconsistent keys, then the inner strategy aggregates.
+
+        When the inner strategy weights by a key (``weighted_by_key``: FedAvg and its
+        subclasses), a reply without it or with a weight that is not a finite number in
+        ``[0, MAX_COUNT]`` is skipped: the inner average divides by the weights' sum, so one
+        negative weight could stop the run or flip the metric. Weights summing to 0 give no
+        aggregate (``None``) for the round.
+        """
+        weight_key = getattr(self.strategy, "weighted_by_key", None)
         kept: list[Message] = []
         seen: set[Hashable] = set()
         for msg in replies:
@@ -350,6 +419,19 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
                      server_round, node, msg.error.reason if msg.has_error() else "expected one MetricRecord")
                 continue
+            if weight_key is not None:
+                metrics = next(iter(msg.content.metric_records.values()))
+                reason = (check_weight(weight_key, metrics[weight_key]) if weight_key in metrics
+                          else f"no weight {weight_key!r}")
+                if reason is not None:
+                    log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
+                        server_round, node, reason)
+                    continue
             kept.append(msg)
+        if weight_key is not None and kept and not sum(
+                next(iter(m.content.metric_records.values()))[weight_key] for m in kept):
+            log(WARNING, "[adaptive] round %s: the evaluation replies weigh %r = 0 in total; no evaluation "
+                "aggregate this round", server_round, weight_key)
+            return None
         self.harmonize(server_round, kept, [m.metadata.src_node_id for m in kept], train=False)
         return self.strategy.aggregate_evaluate(server_round, kept) if kept else None

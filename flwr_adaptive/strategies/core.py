@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import deque
 import math
 import os
 from logging import INFO, WARNING
@@ -61,7 +62,7 @@ from flwr_adaptive import keys
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
-from flwr_adaptive.priors import provisional_caps
+from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust
@@ -86,8 +87,12 @@ class AdaptiveCore(HistoryMixin):
 
     Parameters
     ----------
-    budget : int
-        Samples per round, split among the participating clients (sums to it exactly).
+    budget : int or None
+        Samples per round, split among the clients that train that round (sums to it exactly).
+        With a strategy that samples nodes (``fraction_train < 1``) those are the sampled ones.
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node stays the same whatever the sampling.
     policy : str (default: "time")
         One of ``flwr_adaptive.controller.POLICIES``: ``"equal"`` (no adaptation), ``"time"``,
         ``"low-energy"``, ``"energy"``, ``"min-energy"``. Energy policies need clients that
@@ -130,9 +135,10 @@ class AdaptiveCore(HistoryMixin):
 
     def __init__(
         self,
-        budget: int,
+        budget: int | None,
         policy: str = "time",
         *,
+        budget_per_node: int | None = None,
         smoothing: float = 0.5,
         deadband: float | None = None,
         slack: float | None = None,
@@ -145,8 +151,19 @@ class AdaptiveCore(HistoryMixin):
         state_dir: str | os.PathLike | None = None,
         context: Any = None,
     ) -> None:
+        if (budget is None) == (budget_per_node is None):
+            raise ValueError("pass either budget= (samples per round, split among the nodes training that "
+                             "round) or budget_per_node= (samples per training node: the round's budget "
+                             f"scales with the nodes sampled), not {'both' if budget is not None else 'neither'}")
+        if budget_per_node is not None:
+            if (isinstance(budget_per_node, bool) or not isinstance(budget_per_node, (int, np.integer))
+                    or budget_per_node < 1):
+                raise ValueError(f"budget_per_node must be a positive int (samples per training node and round), "
+                                 f"got {budget_per_node!r}")
+            budget = int(budget_per_node)  # until the first round says how many nodes train
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round), got {budget!r}")
+        self.budget_per_node = None if budget_per_node is None else int(budget_per_node)
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if weighting not in WEIGHTINGS:
@@ -157,6 +174,11 @@ class AdaptiveCore(HistoryMixin):
                              f"{policy!r}: drop slack or choose that policy")
         if not isinstance(paper, bool):
             raise ValueError(f"paper must be True or False, got {paper!r}")
+        if not isinstance(allow_cycling, (bool, np.bool_)):  # "no" would read as True
+            raise ValueError(f"allow_cycling must be True or False, got {allow_cycling!r}")
+        if isinstance(min_quota, (int, np.integer)) and not isinstance(min_quota, bool) and min_quota > budget:
+            raise ValueError(f"min_quota={min_quota} exceeds the {'budget_per_node' if budget_per_node else 'budget'} "
+                             f"of {budget} samples: no node could train; lower min_quota or raise the budget")
         self.budget = int(budget)
         self.policy = policy
         self.paper = paper
@@ -180,6 +202,8 @@ class AdaptiveCore(HistoryMixin):
         self._replied: set[Hashable] = set()  # node ids with a valid reply this run
         self._sizes: np.ndarray | None = None  # the values of _caps (cached for provisional caps)
         self._node_keys: set[str] = set()  # "node-<id>" controller ids handed to the controller
+        self._seconds_per_sample: dict[Hashable, float] = {}  # controller id -> last observed cost
+        self._recent_costs: deque[float] = deque(maxlen=4096)  # the population's recent costs (priors)
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows = ClientRows()  # bounded in memory, older rows spilled to a temporary CSV
         self._rounds_done = 0  # rounds observed, across resumptions
@@ -188,6 +212,9 @@ class AdaptiveCore(HistoryMixin):
         #: it with ``CostTrust(plausible_range=..., max_drop=...)`` to tune, or ``None`` to believe all.
         self.trust: CostTrust | None = CostTrust()
         self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed
+        self._held: dict[Hashable, str] = {}  # this round: node id -> why its report was not observed
+        self._outliers_held: set[Hashable] = set()  # controller ids whose first report was held once
+        self._cold_seen: set[Hashable] = set()  # controller ids that sent a cold-start report
         self._resume()
 
     # ------------------------------------------------------------------ overridable hooks
@@ -208,6 +235,8 @@ class AdaptiveCore(HistoryMixin):
         cannot give every node ``min_quota`` (see ``trainers``) only some nodes train; when it
         exceeds all their local data (cycling off) every node trains on all of it.
         """
+        if self.budget_per_node is not None:
+            self.set_round_budget(self.budget_per_node * len(node_ids))
         node_ids = self.trainers(server_round, list(node_ids))
         if not node_ids:
             return {}
@@ -221,7 +250,7 @@ class AdaptiveCore(HistoryMixin):
         caps = [probe if n in probation else (self._caps.get(k) if known else None)
                 for n, k in zip(node_ids, ids)]
         if all(c is not None for c in caps) and self.budget > sum(caps):
-            split = self._all_local_data(node_ids, caps)
+            split = self._all_local_data(node_ids, caps, server_round)
         elif not known:
             equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
                                          min_quota=self.min_quota,
@@ -230,6 +259,8 @@ class AdaptiveCore(HistoryMixin):
         else:
             if not self.allow_cycling:
                 caps = self._with_provisional_caps(node_ids, caps)
+            if self.policy != "equal":
+                caps = self.prior_caps(node_ids, ids, caps, probation)
             self._node_keys.update(k for k in ids if type(k) is str)
             for k, c in zip(ids, caps):
                 self.controller.set_max_quota(k, c)
@@ -258,6 +289,43 @@ class AdaptiveCore(HistoryMixin):
         masked = [None if f else (self.budget if c is None else c) for f, c in zip(fresh, caps)]
         filled = provisional_caps(masked, self.budget, self._sizes)
         return [filled[i] if f else c for i, (f, c) in enumerate(zip(fresh, caps))]
+
+    def set_round_budget(self, budget: int) -> None:
+        """This round's budget (``budget_per_node`` × the nodes sampled): the split sums to it."""
+        self.budget = int(budget)
+        self.controller.budget = self.budget  # a new budget is always re-split (no deadband)
+
+    def prior_caps(self, node_ids: list[Hashable], ids: list[Hashable], caps: list[int | None],
+                   probation: Sequence[Hashable]) -> list[int | None]:
+        """Cap the nodes never measured at the share their cautious prior cost earns.
+
+        The controller prices a participant without an estimate at the median cost. When ``k``
+        such nodes train together the slowest of them is expected near the ``1 − 1/(k+1)``
+        quantile of the population's costs (``flwr_adaptive.priors.cautious_cost``, over the
+        last 4,096 observed costs per sample) and would set the round's makespan. Each is capped
+        at ``budget × (1/τ_q) / (Σ_measured 1/τ_i + k/τ_q)``: the samples it finishes, at that
+        quantile, when the measured nodes finish theirs; what it does not take goes to the
+        measured nodes. With one newcomer this is the median share (no change); the caps are
+        dropped when they could not hold the budget. Override to return ``caps`` unchanged for
+        the controller's median prior.
+        """
+        fresh = [i for i, (n, k) in enumerate(zip(node_ids, ids))
+                 if k not in self._seconds_per_sample and n not in probation]
+        if not fresh or len(fresh) == len(ids) or len(self._recent_costs) < 2:
+            return caps
+        tau_q = cautious_cost(np.fromiter(self._recent_costs, dtype=float, count=len(self._recent_costs)),
+                              len(fresh))
+        measured = [self._seconds_per_sample[k] for k in ids if k in self._seconds_per_sample]
+        if not (tau_q > 0 and all(t > 0 for t in measured)):
+            return caps
+        speed = sum(1.0 / t for t in measured) + len(fresh) / tau_q
+        cap = max(int(self.budget / (tau_q * speed)), self.probe_quota())
+        out = list(caps)
+        for i in fresh:
+            out[i] = cap if out[i] is None else min(out[i], cap)
+        if all(c is not None for c in out) and sum(out) < self.budget:
+            return caps  # the measured nodes cannot take the rest: keep the median prior
+        return out
 
     def trainers(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
         """The nodes that train this round: all of them, unless the budget is too small.
@@ -301,11 +369,17 @@ class AdaptiveCore(HistoryMixin):
         """Feed the controller; returns the reports it accepted.
 
         Probes (replies of nodes on probation) are not observed; an observation the controller
-        refuses is logged and dropped (the update itself is still aggregated).
+        refuses is logged and dropped (the update itself is still aggregated). Reports that would
+        mislead the controller are held back (aggregated, not observed; see ``held_reason``).
         """
         accepted = []
         self._believed = self.believed_reports(server_round, reports)
         stale = []  # "node-<id>" keys of nodes now keyed by their partition: never used again
+        self._held = {}
+        warm = any(not r.cold_start for r in reports)
+        per_sample = [r.time_s / r.samples for r in reports if not r.over_quota]
+        median = float(np.median(per_sample)) if len(per_sample) >= 3 else None
+        estimated = self.controller.estimates() if median is not None else {}
         for r in reports:
             self._replied.add(r.node_id)
             if r.partition_id is not None:
@@ -323,6 +397,10 @@ class AdaptiveCore(HistoryMixin):
                 except (ValueError, OverflowError) as err:
                     log(WARNING, "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
                         server_round, r.data_size, r.node_id, err)
+            reason = self.held_reason(r, key, warm=warm, median=median, estimated=key in estimated)
+            if reason is not None:
+                self._held[r.node_id] = reason
+                continue
             try:
                 self.controller.observe(key, self._believed.get(r.node_id, r).to_report())
             except ValueError as err:
@@ -331,8 +409,12 @@ class AdaptiveCore(HistoryMixin):
                 continue
             if r.idle_w is not None:  # parse_report screened it: finite, >= 0
                 self.controller.set_idle_power(key, r.idle_w)
+            believed = self._believed.get(r.node_id, r)
+            self._seconds_per_sample[key] = believed.time_s / believed.samples
+            self._recent_costs.append(self._seconds_per_sample[key])
             accepted.append(r)
         self._forget_keys(stale)
+        self._warn_held(server_round, reports)
         return accepted
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
@@ -355,6 +437,61 @@ class AdaptiveCore(HistoryMixin):
             return None if est is None else est[0]
 
         return self.trust.believe(server_round, claims, self.observed_seconds(claims), estimate)
+
+    #: A participant's first observation whose time per sample exceeds this many times the
+    #: round's median is held back once (it gets the median cost until its next report): a
+    #: first call that pays start-up costs must not starve it for rounds. Real device spreads
+    #: we measured stay well below it; a genuinely slower device is observed from its next round.
+    outlier_ratio: float = 10.0
+
+    def held_reason(self, report: ClientReport, key: Hashable, *, warm: bool, median: float | None,
+                    estimated: bool) -> str | None:
+        """Why ``report`` is aggregated but not observed, or ``None`` to observe it.
+
+        - ``"over-quota"``: it trained on more than its quota without ``quota_data``: its cost
+          per sample is unknown.
+        - ``"cold-start"``: the client's first call in its process (``keys.COLD_START``):
+          imports and first-call set-up would bill a one-off start-up as slowness. Held when the
+          round has warm reports (simulation: actors are reused, so its next call is warm) or it
+          is the participant's first cold report. A participant cold again in a round where
+          every report is cold is observed: there every call starts a fresh process (Flower's
+          deployment runtime), so the start-up is paid every round and is part of its cost.
+        - ``"outlier"``: the participant's first observation, more than ``outlier_ratio`` times
+          the round's median time per sample (at least 3 reports).
+        """
+        if report.over_quota:
+            return "over-quota"
+        if report.cold_start:
+            first_cold = key not in self._cold_seen
+            self._cold_seen.add(key)
+            if warm or first_cold:
+                return "cold-start"
+        if (median is not None and median > 0 and not estimated and key not in self._outliers_held
+                and report.time_s / report.samples > self.outlier_ratio * median):
+            self._outliers_held.add(key)
+            return "outlier"
+        return None
+
+    def _warn_held(self, server_round: int, reports: Sequence[ClientReport]) -> None:
+        """One warning per round for clients that trained past their quota; one info line for the rest."""
+        over = [r for r in reports if self._held.get(r.node_id) == "over-quota"]
+        if over:
+            log(WARNING, "[adaptive] round %s: %d client(s) (node %s, ...) trained on more samples than their "
+                "quota and report no local data size: quota_data is not applied to their training data. "
+                "Their updates are aggregated with at most their quota's weight and their cost is not "
+                "measured; call quota_data(trainloader) where the client builds its training data "
+                "(see docs/integration.md)", server_round, len(over), over[0].node_id)
+        other = {n: why for n, why in self._held.items() if why != "over-quota"}
+        if other:
+            log(INFO, "[adaptive] round %s: not taken as cost estimates (aggregated all the same): %s",
+                server_round, ", ".join(f"node {n} ({why})" for n, why in list(other.items())[:10]))
+        capped = [r for r in reports if r.capped]
+        if capped:
+            log(WARNING, "[adaptive] round %s: %d of %d clients had a quota above their local data and "
+                "trained on all of it (allow_cycling=False): the budget %d, split among the nodes sampled "
+                "this round, exceeds what they hold, so their time is not balanced. Lower the budget, use "
+                "budget_per_node with sampling, or set allow_cycling=True", server_round, len(capped),
+                len(reports), self.budget)
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Aggregation weight of each kept reply, by ``weighting``."""
@@ -396,8 +533,9 @@ class AdaptiveCore(HistoryMixin):
                 "quota": r.quota, "samples": r.samples, "time_s": r.time_s,
                 "cpu_time_s": r.cpu_time_s, "wall_time_s": r.wall_time_s,
                 "energy_j": np.nan if r.energy_j is None else r.energy_j,
-                "data_size": r.data_size, "capped": r.capped,
+                "data_size": r.data_size, "capped": r.capped, "cold_start": r.cold_start,
                 "status": ("probe" if r.node_id in self._probation
+                           else self._held[r.node_id] if r.node_id in self._held
                            else "observation-dropped" if r.node_id in unobserved else "ok"),
             })
         for node, reason in skipped.items():
@@ -405,7 +543,7 @@ class AdaptiveCore(HistoryMixin):
                 "round": server_round, "node_id": node, "partition_id": self._partition_of.get(node),
                 "quota": self._assigned.get(node), "samples": 0, "time_s": np.nan,
                 "cpu_time_s": np.nan, "wall_time_s": np.nan, "energy_j": np.nan,
-                "data_size": None, "capped": False, "status": reason,
+                "data_size": None, "capped": False, "cold_start": False, "status": reason,
             })
         self._probation -= {r.node_id for r in reports}
         if self.uses_probation:
@@ -643,6 +781,7 @@ class AdaptiveCore(HistoryMixin):
             return
         for k in ids:
             self._node_keys.discard(k)
+            self._seconds_per_sample.pop(k, None)
             if self._caps.pop(k, None) is not None:
                 self._sizes = None
         self.controller.forget(ids, config=True)
@@ -688,17 +827,19 @@ class AdaptiveCore(HistoryMixin):
             out.append(part if owner == n else f"node-{n}")
         return out
 
-    def _all_local_data(self, node_ids: list[Hashable], caps: list[int]) -> dict[Hashable, int]:
+    def _all_local_data(self, node_ids: list[Hashable], caps: list[int], server_round: int = 0
+                        ) -> dict[Hashable, int]:
         """The budget exceeds the nodes' local data (cycling off): each trains on all of it.
 
         Only reached when every node's data size is known: a node of unknown size is unbounded,
-        so the controller can give it what the others leave and the split stays exact.
+        so the controller can give it what the others leave and the split stays exact. Warns
+        every round it happens (under sampling it depends on which nodes were sampled).
         """
         total = sum(caps)
-        self._warn_once("all-data", "[adaptive] budget %d samples exceeds the %d samples of local data "
-                        "of the %d training nodes (allow_cycling=False): every client trains on all its "
-                        "local data, so no time is balanced; set allow_cycling=True or a budget of at "
-                        "most %d to restore adaptation", self.budget, total, len(node_ids), total)
+        log(WARNING, "[adaptive] round %s: budget %d samples exceeds the %d samples of local data of the %d "
+            "nodes training this round (allow_cycling=False): every client trains on all its local data, "
+            "so no time is balanced; set allow_cycling=True, a budget of at most %d, or budget_per_node "
+            "when the strategy samples nodes", server_round, self.budget, total, len(node_ids), total)
         return dict(zip(node_ids, caps))
 
     def _warn_once(self, tag: str, msg: str, *args: Any) -> None:

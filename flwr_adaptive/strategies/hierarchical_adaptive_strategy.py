@@ -204,6 +204,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     partition, so a budget above the partition size just spans more than one epoch.
     """
 
+    #: Silo replies keep their telemetry for the inner metric function: ``aggregate_silo_metrics``
+    #: orders silos by partition id and concatenates the per-rank lists.
+    stripped_metric_keys: frozenset = frozenset()
+
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
     strict_metric_lists = False  # per-rank lists differ in length across silos (aggregate_silo_metrics)
     #: Most ranks one silo may report (its per-rank lists are screened against it before they are read).
@@ -222,6 +226,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         min_rank = int(steps) if min_rank_quota is None else min_rank_quota
         if isinstance(min_rank, bool) or not isinstance(min_rank, (int, np.integer)) or min_rank < 0:
             raise ValueError(f"min_rank_quota must be an int >= 0, got {min_rank_quota!r}")
+        if min_rank > budget:
+            raise ValueError(f"min_rank_quota={min_rank} exceeds the silo budget of {budget} samples: no rank could "
+                             "train; lower min_rank_quota or raise the budget")
         self.steps = int(steps)
         self._ranks_of: dict[Hashable, int] = {}  # silo key -> k, from its last reply
         self._rank_plan: dict[Hashable, list[int]] = {}  # node id -> this round's rank quotas

@@ -6,6 +6,9 @@ A class that mixes in :class:`HistoryMixin` appends plain ``dict`` rows to ``sel
 (one per round; per round-equivalent for FedAsync) and ``self._client_rows`` (one per client and
 round, or per job). ``history`` and ``client_history`` return them as ``pandas.DataFrame``\\s and
 ``save_history(path)`` writes both as CSV: ``path`` and ``<stem>-clients<suffix>`` next to it.
+``append_history(path, server_round)`` appends only that round's rows to the same two files
+(header when a file is new): called after every round, a run that dies keeps its history, and
+a resumed run continues the files of the run it resumes.
 
 ``self._client_rows`` may be a :class:`ClientRows`: it keeps at most ``limit`` rows in memory and
 appends older ones, as CSV, to an anonymous temporary file (deleted when the strategy is), so a
@@ -129,3 +132,20 @@ class HistoryMixin:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.history.to_csv(path, index=False)
         self.client_history.to_csv(path.with_name(path.stem + "-clients" + path.suffix), index=False)
+
+    def append_history(self, path: str | os.PathLike, server_round: int) -> None:
+        """Append the rows of ``server_round`` to ``path`` and its ``-clients`` file (CSV)."""
+        import pandas as pd
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for rows, target in ((self._round_rows, path),
+                             (self._client_rows, path.with_name(path.stem + "-clients" + path.suffix))):
+            if getattr(rows, "spilled", 0):  # some rows (maybe of this round) are in the spill file
+                frame = rows.frame()
+                new = frame[frame["round"] == server_round]
+            else:
+                new = pd.DataFrame([r for r in rows if r.get("round") == server_round])
+            if len(new):
+                exists = target.exists() and target.stat().st_size > 0
+                new.to_csv(target, mode="a", header=not exists, index=False)

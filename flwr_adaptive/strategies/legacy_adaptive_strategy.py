@@ -12,6 +12,11 @@ two things:
   left out, clients in ``failures`` or without a result (round timeout) are logged; the kept
   results' ``num_examples`` is set per ``weighting`` and the inner strategy aggregates them
   (``failures`` are passed on unchanged, so the inner ``accept_failures`` still applies to them).
+  The inner strategy's ``fit_metrics_aggregation_fn`` sees each result's metrics without the
+  telemetry keys; the telemetry is added to the aggregate under names that say how it was
+  combined (:mod:`flwr_adaptive.strategies.train_metrics`). A set-up mistake of the client app
+  (no ``TelemetryClient``, no ``quota_data``) shows on every result of the first round and stops
+  the run there with the fix (:mod:`flwr_adaptive.strategies.setup_check`).
 
 Node ids: ``ClientProxy.cid`` is ``str(node_id)`` in Flower ≥ 1.13; it is parsed to ``int`` when
 possible. Everything else (evaluation, ``initialize_parameters``, ``evaluate``) is the inner
@@ -24,6 +29,7 @@ One ``FitIns`` (a dict copy; parameters shared) per client per round; see ``flwr
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from logging import WARNING
@@ -38,7 +44,9 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout
+from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout
+from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
+from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
@@ -51,15 +59,18 @@ def node_id_of(proxy: ClientProxy) -> Hashable:
         return proxy.cid
 
 
-class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
+class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     """Adaptive sample allocation around a legacy (``flwr.server.strategy``) strategy.
 
     Parameters
     ----------
     strategy : flwr.server.strategy.Strategy, optional
         The wrapped strategy that samples clients and aggregates (default: ``FedAvg()``).
-    budget : int
+    budget : int, optional
         Samples per round, split among the sampled clients (sums to it exactly).
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node does not depend on how many are sampled.
     policy : str (default: "time")
         ``"equal"``, ``"time"``, ``"low-energy"``, ``"energy"`` or ``"min-energy"`` (see
         ``POLICIES``). ``"min-energy"`` minimises active + idle energy within ``slack``.
@@ -100,7 +111,9 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=10))
     """
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
+    setup_api = "legacy"  # set-up errors name TelemetryClient, not @telemetry_train
+
+    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
                  smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
                  paper: bool = False, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
@@ -110,7 +123,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
             raise ValueError(f"strategy must be a flwr.server.strategy.Strategy, got "
                              f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                              "flwr_adaptive.strategies.AdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, smoothing=smoothing, deadband=deadband, slack=slack,
+        AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
                               paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
                               cost_clip=cost_clip, state_dir=state_dir, context=context)
@@ -157,20 +170,48 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
                       ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate."""
+        """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate.
+
+        Raises
+        ------
+        SetupError
+            In the first round with results, when every result shows the same set-up mistake of
+            the client app (see :mod:`flwr_adaptive.strategies.setup_check`).
+        """
+        # first: a set-up mistake stops the run with one error, not a warning per reply
+        self.check_setup(server_round, *self.setup_evidence(results, failures))
         kept, reports, skipped = self.screen_fit_results(server_round, results, failures)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
-        reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)])))
+        # the inner strategy's metric function sees the user's own metrics, not the telemetry
+        reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)]),
+                                      metrics=user_metrics(res.metrics)))
                       for proxy, res in kept]
         if reweighted:
             params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
+            metrics = {**(metrics or {}), **telemetry_metrics(reports)}
         else:
             params, metrics = None, {}
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
+
+    def setup_evidence(self, results: list[tuple[ClientProxy, FitRes]],
+                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
+                       ) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
+        """What each result says about the client app's set-up (see ``SetupCheck.check_setup``)."""
+        mistakes: dict[Hashable, str | None] = {}
+        reasons: dict[Hashable, str] = {}
+        for proxy, res in results:
+            node = node_id_of(proxy)
+            if node in self._assigned:
+                mistakes[node] = setup_mistake(res.metrics or {}, self.assigned_quota(node))
+        for failure in failures:
+            text = str(failure) if isinstance(failure, BaseException) else failure[1].status.message
+            if keys.SETUP_ERROR_MARK in (text or "") and not isinstance(failure, BaseException):
+                mistakes[node_id_of(failure[0])], reasons[node_id_of(failure[0])] = CLIENT_SETUP, text
+        return mistakes, reasons
 
     def screen_fit_results(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                            failures: list[tuple[ClientProxy, FitRes] | BaseException]
@@ -237,8 +278,37 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
                            failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]
                            ) -> tuple[float | None, dict[str, Scalar]]:
-        """The inner strategy's evaluation aggregate."""
-        return self.strategy.aggregate_evaluate(server_round, results, failures)
+        """The inner strategy's evaluation aggregate of the usable results.
+
+        A client's second result is ignored; a result whose ``num_examples`` is not an int in
+        ``[0, MAX_COUNT]`` or whose loss is not a finite number is skipped with one log line
+        (the inner average divides by the examples' sum: one negative count could stop the run
+        or flip the loss). Results weighing 0 examples in total give no aggregate.
+        """
+        kept, seen = [], set()
+        for proxy, res in results:
+            node = node_id_of(proxy)
+            if node in seen:
+                log(WARNING, "[adaptive] round %s: client %s returned more than one evaluation result; only "
+                    "its first counts", server_round, node)
+                continue
+            seen.add(node)
+            count = res.num_examples
+            reason = (check_weight("num_examples", count) if type(count) is int
+                      else f"num_examples must be an int, got {count!r}")
+            if reason is None and (isinstance(res.loss, bool) or not isinstance(res.loss, (int, float))
+                                   or not math.isfinite(res.loss)):
+                reason = f"loss must be a finite number, got {res.loss!r}"
+            if reason is not None:
+                log(WARNING, "[adaptive] round %s: evaluation result of client %s skipped (%s)",
+                    server_round, node, reason)
+                continue
+            kept.append((proxy, res))
+        if kept and not sum(res.num_examples for _, res in kept):
+            log(WARNING, "[adaptive] round %s: the evaluation results weigh 0 examples in total; no "
+                "evaluation aggregate this round", server_round)
+            return None, {}
+        return self.strategy.aggregate_evaluate(server_round, kept, failures)
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """The inner strategy's centralized evaluation."""

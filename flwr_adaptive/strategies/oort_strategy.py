@@ -67,8 +67,11 @@ class OortStrategy(AdaptiveStrategy):
     strategy : flwr.serverapp.strategy.Strategy, optional
         The wrapped strategy: samples the candidate nodes and aggregates (default ``FedAvg()``; use
         ``fraction_train=1.0`` so that every node is a candidate).
-    budget : int
+    budget : int, optional
         Samples per round, split equally among the selected nodes.
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes selected, so the load per node does not depend on how many are sampled.
     fraction : float (default: 0.6)
         Share of the candidates selected per round: ``k = max(1, round(fraction · candidates))``.
     selector : OortSelector, optional
@@ -92,8 +95,9 @@ class OortStrategy(AdaptiveStrategy):
     """
 
     uses_probation = False  # Oort splits equally among the selected: a retried node gets its share
+    outlier_ratio = math.inf  # no cost estimate to protect: the selector times every arm itself
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, fraction: float = DEFAULT_FRACTION,
+    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, fraction: float = DEFAULT_FRACTION,
                  selector: OortSelector | None = None, seed: int = 0, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, state_dir: str | os.PathLike | None = None,
                  context: Context | None = None) -> None:
@@ -103,7 +107,7 @@ class OortStrategy(AdaptiveStrategy):
         self.selector = selector if selector is not None else OortSelector(seed=seed)
         self._losses: dict[Hashable, float] = {}
         self._candidates = 0
-        super().__init__(strategy, budget=budget, policy="equal", weighting=weighting, allow_cycling=allow_cycling,
+        super().__init__(strategy, budget=budget, budget_per_node=budget_per_node, policy="equal", weighting=weighting, allow_cycling=allow_cycling,
                          min_quota=min_quota, state_dir=state_dir, context=context)
 
     # ------------------------------------------------------------------ hooks

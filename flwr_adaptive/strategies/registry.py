@@ -50,6 +50,16 @@ _PAPER_POLICIES = ("time", "low-energy", "energy")
 LABELS.update({p + PAPER_SUFFIX: LABELS[p] + " (paper)" for p in _PAPER_POLICIES})
 
 
+#: Options of ``build_strategy`` that a baseline does not take and that change what a run means
+#: (set to anything but the default, they are refused rather than silently ignored). The
+#: estimation knobs ``smoothing`` and ``deadband`` are let through: one sweep sets them for all.
+_UNUSED = {
+    STATIC: ("forget_after", "slack", "paper"),
+    OORT: ("cost_clip", "forget_after", "slack", "paper"),
+    FEDASYNC: ("slack", "paper", "weighting", "min_quota", "forget_after", "cost_clip", "state_dir", "context"),
+}
+
+
 def run_name(policy: str, paper: bool = False) -> str:
     """The name of a run of ``policy`` (``"time-paper"`` with ``paper=True``): files and table rows."""
     return policy + PAPER_SUFFIX if paper else policy
@@ -61,7 +71,9 @@ def parse_run_name(name: str) -> tuple[str, bool]:
         return name[: -len(PAPER_SUFFIX)], True
     return name, False
 
-def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
+
+def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: int | None = None,
+                   strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
                    oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
                    fedasync_staleness: str = "polynomial", smoothing: float = 0.5, deadband: float | None = None,
                    slack: float | None = None, paper: bool = False, weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
@@ -74,8 +86,11 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
     policy : str
         ``equal``, ``time``, ``low-energy``, ``energy``, ``min-energy``, ``static``, ``oort`` or
         ``fedasync``.
-    budget : int
+    budget : int, optional
         Samples per round (per round-equivalent for FedAsync).
+    budget_per_node : int, optional
+        Instead of ``budget`` (synchronous policies): samples per training node, so each round's
+        budget scales with the number of nodes sampled or selected.
     strategy : flwr.serverapp.strategy.Strategy, optional
         The wrapped strategy: sampling and aggregation of the synchronous policies (default
         ``FedAvg()``); FedAsync mixes on its own and ignores it.
@@ -99,13 +114,29 @@ def build_strategy(policy: str, *, budget: int, strategy: Strategy | None = None
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
+
+    Raises
+    ------
+    ValueError
+        An unknown policy, or an option the chosen baseline does not take (see ``_UNUSED``) set
+        to anything but its default (it would be silently ignored).
     """
     if policy not in POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    given = {"slack": slack is not None, "paper": paper is not False, "weighting": weighting != "samples", "min_quota": min_quota != 1,
+             "forget_after": forget_after != 3, "cost_clip": cost_clip != 100.0, "state_dir": bool(state_dir),
+             "context": context is not None}
+    ignored = [name for name in _UNUSED.get(policy, ()) if given[name]]
+    if ignored:
+        raise ValueError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to policy {policy!r} (it would be ignored); "
+                         f"drop {' and '.join(ignored)} or choose a policy that uses it")
     if policy == FEDASYNC:
+        if budget_per_node is not None:
+            raise ValueError("fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, "
+                             "not budget_per_node=")
         return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
                                 allow_cycling=allow_cycling, min_nodes=num_nodes)
-    common = dict(weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
+    common = dict(budget_per_node=budget_per_node, weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
                   context=context)
     if policy == OORT:
         return OortStrategy(strategy, budget=budget, fraction=oort_fraction, seed=seed, **common)

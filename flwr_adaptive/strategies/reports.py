@@ -5,9 +5,17 @@ Contract
 ``parse_report(node_id, metrics, quota)`` turns one reply's metrics (a Flower ``MetricRecord`` or
 a legacy ``FitRes.metrics`` dict) into a :class:`ClientReport`, or raises ``ValueError`` naming
 the node, the key and the value when the telemetry is missing or invalid (non-finite, negative
-time, zero samples or more samples than the quota, wrong type, a count beyond ``MAX_COUNT``, a
-time or energy per sample outside ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, where the controller's
-arithmetic would underflow to 0 or overflow). The strategies skip such a reply: it is logged, not fatal.
+time, zero samples, wrong type, more samples than the quota from a client that selected its data
+with ``quota_data``, a count beyond ``MAX_COUNT``, a time or energy per sample outside
+``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, where the controller's arithmetic would underflow to 0 or
+overflow). The strategies skip such a reply: it is logged, not fatal.
+
+A client that trained on more samples than its quota **without** ``quota_data`` (it reports no
+local data size) is not hostile but mis-set-up: its report is kept with ``over_quota=True`` and
+``samples`` capped at the quota, so that its update is aggregated with at most its quota's weight
+(never silently excluded), its cost is not observed, and the strategy warns with the fix (and stops
+in the first round when every node does it: :mod:`flwr_adaptive.strategies.setup_check`).
+
 The keys are those of :mod:`flwr_adaptive.keys`; nothing else is spelled here.
 
 Cost
@@ -66,6 +74,12 @@ class ClientReport:
         The device's idle power while it waits for the others; ``None`` when unknown.
     virtual_clock : bool
         Whether ``time_s`` and ``energy_j`` come from an emulated device (virtual clock).
+    over_quota : bool
+        The client trained on more than its quota without ``quota_data``; ``samples`` is then the
+        quota (its weight), and the cost per sample is unknown.
+    cold_start : bool
+        The client's first training call in its process (``keys.COLD_START``): imports and
+        first-call set-up are inside ``time_s``.
     """
 
     node_id: NodeId
@@ -80,6 +94,8 @@ class ClientReport:
     capped: bool
     idle_w: float | None
     virtual_clock: bool
+    over_quota: bool = False
+    cold_start: bool = False
 
     def to_report(self) -> Report:
         """The controller's view of this round: own compute time, active energy, samples."""
@@ -142,7 +158,11 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
     samples = _integer(node_id, metrics, keys.SAMPLES)
     if samples <= 0:
         raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} must be > 0, got {samples}")
-    if quota is not None and samples > quota:
+    data_size = _integer(node_id, metrics, keys.DATA_SIZE)
+    over_quota = quota is not None and samples > quota and data_size < 0
+    if over_quota:
+        samples = quota  # weight at most its quota's; see the module docstring
+    elif quota is not None and samples > quota:
         # Budgets are exact (rounds × budget samples in all): a client may process fewer samples
         # than its quota (capped), never more.
         raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} = {samples} exceeds the quota of "
@@ -163,11 +183,11 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
                          f"(or {keys.UNMEASURED_ENERGY} for unmeasured), got {energy!r}")
     if energy > 0:
         _per_sample(node_id, keys.ENERGY_J, energy, samples)
-    data_size = _integer(node_id, metrics, keys.DATA_SIZE)
     partition = _integer(node_id, metrics, keys.PARTITION_ID)
     idle_w = _number(node_id, metrics, keys.IDLE_W)
     capped = _integer(node_id, metrics, keys.QUOTA_CAPPED)
     virtual = _integer(node_id, metrics, keys.VIRTUAL_CLOCK)
+    cold = _integer(node_id, metrics, keys.COLD_START) if keys.COLD_START in metrics else 0
     return ClientReport(
         node_id=node_id,
         partition_id=None if partition < 0 else partition,
@@ -181,4 +201,6 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
         capped=bool(capped),
         idle_w=None if idle_w < 0 else idle_w,
         virtual_clock=bool(virtual),
+        over_quota=over_quota,
+        cold_start=bool(cold),
     )

@@ -4,25 +4,36 @@ Contract
 --------
 ``flwr run`` exits 0 even when the run failed, so scripts that drive it (this repository's
 ``experiments``, a user's CI) read this file instead. :class:`RunSummary` writes it at the
-start with ``"status": "started"``, keeps one entry per evaluated round (``add_round``) and, in
-``finish``, sets ``"status"`` to ``"finished"`` only when every round ran (else
+start with ``"status": "started"`` (and the ServerApp's ``pid`` and ``host``), keeps one entry
+per evaluated round (``add_round``; ``write()`` after a round makes the status ``"running"``)
+and, in ``finish``, sets ``"status"`` to ``"finished"`` only when every round ran (else
 ``"incomplete"``), or to ``"failed"`` with an ``"error"`` when no round aggregated a single reply
 (the model is still the initial one: e.g. a timeout shorter than a round). ``check()`` then raises,
 so the ServerApp ends as failed (``flwr list`` shows ``finished:failed``) rather than normally.
+Inside ``with summary.guard():`` an exception (or Flower stopping the ServerApp) writes
+``"failed"`` with the error before it propagates. A ServerApp killed outright (SIGKILL, a lost
+machine) cannot write: its file stays ``"started"``/``"running"`` with the last round it
+completed and ``updated_at``, which is what a reader checks.
 :func:`rounds_trained` counts the rounds of a strategy's history that aggregated a reply.
-Without an ``out_dir`` nothing is written; the dict is still kept in ``data``.
+Without an ``out_dir`` nothing is written; the dict is still kept in ``data``. Writes are atomic
+(:func:`~flwr_adaptive.strategies.state_file.write_atomic`).
 
 Cost
 ----
-One small JSON write at the start and one at the end.
+One small JSON write at the start, after each round the app writes, and at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
+
+from flwr_adaptive.strategies.state_file import write_atomic
 
 __all__ = ["RunSummary", "rounds_trained"]
 
@@ -46,12 +57,30 @@ class RunSummary:
                  config: Mapping[str, Any]) -> None:
         self.path = None if out_dir is None else Path(out_dir) / f"summary-{policy}.json"
         self.data: dict[str, Any] = {"policy": policy, "status": "started", "task": task, "rounds": [],
-                                     "config": dict(config)}
+                                     "config": dict(config), "pid": os.getpid(), "host": socket.gethostname()}
         self.write()
 
     def add_round(self, server_round: int, metrics: Mapping[str, Any]) -> None:
         """Record the holdout metrics after ``server_round`` (0: the initial model)."""
         self.data["rounds"].append({"round": server_round, **{k: float(v) for k, v in metrics.items()}})
+        if server_round > 0 and self.data["status"] == "started":
+            self.data["status"] = "running"
+
+    def fail(self, error: str) -> None:
+        """Close the run as ``"failed"`` with ``error`` (what went wrong)."""
+        self.data["status"] = "failed"
+        self.data["error"] = error
+        self.write()
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator["RunSummary"]:
+        """Mark the summary ``"failed"`` when the block raises (also SystemExit/KeyboardInterrupt)."""
+        try:
+            yield self
+        except BaseException as err:
+            if self.data["status"] != "failed":  # check() already wrote why
+                self.fail(f"{type(err).__name__}: {err}")
+            raise
 
     def finish(self, done: bool, server_wall_s: float, trained_rounds: int | None = None) -> str:
         """Close the run and return its status.
@@ -80,10 +109,12 @@ class RunSummary:
             raise RuntimeError(f"run of policy {self.data['policy']!r} failed: {self.data['error']}{where}")
 
     def write(self) -> None:
-        """Write the file now (no-op without ``out_dir``)."""
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.data, indent=1))
+        """Write the file now, atomically (no-op without ``out_dir``)."""
+        if self.path is None:
+            return
+        self.data["updated_at"] = time.time()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(self.data, indent=1))
 
 
 def rounds_trained(strategy: Any) -> int:

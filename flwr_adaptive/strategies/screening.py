@@ -13,6 +13,9 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   server sent is the reference, not the majority's: a colluding majority cannot make the model
   change shape.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
+- :func:`check_weight` checks an evaluation reply's weight (``num-examples``, which the
+  inner strategy divides by): a finite number in ``[0, MAX_COUNT]``. A negative weight could
+  cancel the others' (a division by zero out of the inner aggregation) or flip the average.
 - :func:`harmonize_metrics` decides key consistency on what aggregation needs: every kept reply
   keeps the metric keys that **all** kept replies carry with a value of the same kind (number, or
   list of one length when ``strict_lists``); other keys are removed from the replies that carry
@@ -36,7 +39,9 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ArrayLayout", "array_layout", "ndarray_layout", "check_arrays", "check_ndarrays",
+from flwr_adaptive.strategies.reports import MAX_COUNT
+
+__all__ = ["ArrayLayout", "array_layout", "ndarray_layout", "check_arrays", "check_ndarrays", "check_weight",
            "harmonize_metrics", "metric_kind", "describe_removed"]
 
 ArrayLayout = dict[str, tuple[tuple[int, ...], str]]  # array name -> (shape, dtype)
@@ -107,6 +112,19 @@ def check_ndarrays(arrays: Sequence[np.ndarray], reference: ArrayLayout | None) 
     return None
 
 
+def check_weight(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot weight a reply in an average, or ``None`` when it can.
+
+    A weight is a finite number in ``[0, MAX_COUNT]`` (``MAX_COUNT``: the largest count a reply
+    may state, see :mod:`flwr_adaptive.strategies.reports`).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"weight {key!r} must be a number, got {value!r}"
+    if not (math.isfinite(value) and 0 <= value <= MAX_COUNT):
+        return f"weight {key!r} = {value!r} is not a finite number in [0, {MAX_COUNT}]"
+    return None
+
+
 def metric_kind(value: Any, strict_lists: bool) -> Any:
     """What Flower's metric aggregation needs to be equal across replies: number, or list (+ length)."""
     if isinstance(value, list):
@@ -138,7 +156,10 @@ def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_l
     """
     if not contents:
         return {}
-    records = [next(iter(c.metric_records.values())) for c in contents]
+    from flwr_adaptive.strategies.records import split_records
+
+    views = [split_records(c) for c in contents]  # one pass per reply instead of a view per access
+    records = [m[0][1] for _, m in views]
     required = set(required)
     kinds: list[dict[str, Any]] = [{k: metric_kind(v, strict_lists) for k, v in r.items() if _finite_metric(v)}
                                    for r in records]
@@ -151,13 +172,13 @@ def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_l
         for key in [k for k in rec.keys() if k not in common]:
             del rec[key]
             removed.setdefault(key, []).append(i)
-    for kind in ("array_records", "metric_records"):
-        if any(len(getattr(c, kind)) != 1 for c in contents):
+    for kind in (0, 1):  # array records, metric records
+        if any(len(v[kind]) != 1 for v in views):
             continue  # e.g. evaluation replies carry no arrays
-        names = Counter(next(iter(getattr(c, kind).keys())) for c in contents)
+        names = Counter(v[kind][0][0] for v in views)
         name = names.most_common(1)[0][0]
-        for c in contents:
-            old = next(iter(getattr(c, kind).keys()))
+        for c, v in zip(contents, views):
+            old = v[kind][0][0]
             if old != name:
                 c[name] = c.pop(old)
     return removed

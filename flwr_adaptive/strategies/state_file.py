@@ -64,13 +64,15 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically and durably (see the module contract)."""
+def write_atomic(path: str | os.PathLike, data: str | bytes, *, sync_dir: bool = True) -> None:
+    """Replace ``path`` by ``data`` (text as UTF-8, or bytes) atomically and durably (see the
+    module contract). ``sync_dir=False`` leaves the folder's fsync to a later write of the same
+    folder, for a file that is only valid together with the one written after it."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -80,7 +82,8 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    if sync_dir:
+        _fsync_dir(path.parent)
 
 
 def read_state(path: str | os.PathLike, what_to_do: str) -> dict[str, Any] | None:

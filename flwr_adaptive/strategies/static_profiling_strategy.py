@@ -44,8 +44,11 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     ----------
     strategy : flwr.serverapp.strategy.Strategy, optional
         The wrapped strategy: samples nodes and aggregates (default ``FedAvg()``).
-    budget : int
+    budget : int, optional
         Samples per round, split among the sampled nodes (sums to it exactly).
+    budget_per_node : int, optional
+        Instead of ``budget``: samples per training node; each round's budget is this times the
+        number of nodes sampled, so the load per node does not depend on how many are sampled.
     policy : str (default: "time")
         Weights used to turn the profiled costs into the fixed split (``"time"``,
         ``"low-energy"`` or ``"energy"``; ``"equal"`` would never use the profile).
@@ -74,7 +77,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     Frozen estimates never expire (no ``forget_after``).
     """
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, policy: str = "time",
+    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
                  profile_rounds: int = 1, smoothing: float = 0.5, deadband: float | None = None, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, cost_clip: float = 100.0,
                  state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
@@ -85,7 +88,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         if isinstance(profile_rounds, bool) or not isinstance(profile_rounds, int) or profile_rounds < 1:
             raise ValueError(f"profile_rounds must be an int >= 1, got {profile_rounds!r}")
         self.profile_rounds = profile_rounds
-        super().__init__(strategy, budget=budget, policy=policy, smoothing=smoothing, deadband=deadband,
+        super().__init__(strategy, budget=budget, budget_per_node=budget_per_node, policy=policy, smoothing=smoothing, deadband=deadband,
                          weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, cost_clip=cost_clip,
                          state_dir=state_dir, context=context)
 

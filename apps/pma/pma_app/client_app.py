@@ -1,5 +1,6 @@
 """pma-app: the ClientApp. Flower's generated shape plus flwr-adaptive's two additions:
-``@telemetry_train`` (under ``@app.train()``) and ``quota_data`` over the training data."""
+``@telemetry_train`` (under ``@app.train()``) and ``quota_data`` over the training data. The
+meter is the node's (``pma_app.task.node_meter``: emulated in simulation, real in deployment)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from flwr_adaptive import keys
-from flwr_adaptive.clients import quota_data, telemetry_train
-from pma_app.task import CPU_CLOCK, device_meter, load_partition, load_task, run_config, warm_up
+from flwr_adaptive.clients import node_partition, quota_data, telemetry_train
+from pma_app.task import CPU_CLOCK, load_partition, load_task, node_meter, run_config, warm_up
 
 app = ClientApp()
 
 
-@telemetry_train(meter=device_meter, cpu_clock=CPU_CLOCK)
+@telemetry_train(meter=node_meter, cpu_clock=CPU_CLOCK)
 def _train_quota(msg: Message, context: Context) -> Message:
     """The measured part: train the received model on this round's quota of the partition."""
     cfg = run_config(context)
     task = load_task(cfg["task"])
-    pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+    pid, n = node_partition(context.node_config)
     train_set = load_partition(cfg["task"], pid, n, int(cfg["seed"]))
     model = task.make_model()
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
@@ -36,7 +37,7 @@ def train(msg: Message, context: Context) -> Message:
     emulated devices, and its first call would otherwise bill them the imports), then the
     measured training on the quota."""
     cfg = run_config(context)
+    pid, n = node_partition(context.node_config)  # a SuperNode without them fails here, with the fix
     warm_up(cfg["task"])
-    load_partition(cfg["task"], int(context.node_config["partition-id"]),
-                   int(context.node_config["num-partitions"]), int(cfg["seed"]))
+    load_partition(cfg["task"], pid, n, int(cfg["seed"]))
     return _train_quota(msg, context)

@@ -2,6 +2,8 @@
 
 The training set counts its reads and advances a fake CPU clock by ``COST_S`` per sample read, so
 that a client's measured CPU time is exactly ``reads × COST_S`` (a power of two: exact floats).
+The first ``train`` call in a process also advances it by ``FIRST_CALL_S``, as torch's first-call
+set-up does (several virtual clients share one simulation process: only one of them pays it).
 """
 
 import torch
@@ -12,6 +14,7 @@ from flwr_adaptive.devices import DeviceProfile
 from flwr_adaptive.energy import EmulatedMeter
 
 COST_S = 2.0 ** -10  # fake CPU seconds per sample read
+FIRST_CALL_S = 2.0  # fake CPU seconds of a process's first train() call (one-off start-up)
 TRAIN_SIZE = 2000
 SLOWDOWNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # one emulated device per partition id
 PROFILES = tuple(DeviceProfile(f"dev{i}", "x86_64", slowdown=s, active_w=10.0 + i, idle_w=2.0)
@@ -29,6 +32,7 @@ class FakeCpuClock:
 
 
 CPU_CLOCK = FakeCpuClock()
+_STARTED: list[bool] = []  # non-empty once this process has trained
 
 
 def emulated_meter(context, server_round):
@@ -77,6 +81,9 @@ def load_data(partition_id: int, num_partitions: int, batch_size: int):
 
 def train(net, trainloader, epochs, lr, device):
     """Train the model on the training set."""
+    if not _STARTED:  # a fresh process pays the start-up once
+        _STARTED.append(True)
+        CPU_CLOCK.now += FIRST_CALL_S
     net.to(device)  # move model to GPU if available
     criterion = torch.nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
