@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flwr_adaptive import keys
 from flwr_adaptive.fedasync_mixer import FedAsyncMixer, VirtualClockQueue, staleness_weight
 
 
@@ -73,3 +74,130 @@ def test_virtual_clock_queue_orders_by_finish_time_then_submission():
     queue.push("tie", 9.0)
     assert [queue.pop()[0] for _ in range(3)] == ["fast", "slow", "tie"]
     assert queue.peek_time() == float("inf")
+
+
+# =========================================================================== arrival order on a live Grid
+class ArrivalGrid:
+    """A Grid whose replies become available in a scripted order, one per ``pull_messages``.
+
+    ``arrivals`` lists the node whose in-flight job replies next (then the oldest in-flight job);
+    a node without a job in flight when its turn comes fails the test (the strategy did not push
+    its next job at once). ``time_s`` is each node's claimed duration per job, ``values`` the
+    value of every entry of the model its j-th reply carries, ``fail`` nodes reply with an
+    error, ``silent`` nodes never reply.
+    """
+
+    def __init__(self, time_s, values=None, arrivals=(), fail=(), silent=()):
+        self.time_s, self.values = dict(time_s), values or {}
+        self.arrivals, self.fail, self.silent = list(arrivals), set(fail), set(silent)
+        self.in_flight: dict[str, object] = {}
+        self.events: list[tuple] = []  # ("push", node, job number, model value) / ("reply", node, job number)
+
+    def get_node_ids(self):
+        return list(self.time_s)
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            message_id = f"m{len(self.events)}"
+            msg.metadata.__dict__["_message_id"] = message_id
+            self.in_flight[message_id] = msg
+            config = msg.content["config"]
+            self.events.append(("push", msg.metadata.dst_node_id, int(config[keys.ROUND]),
+                                float(msg.content["arrays"].to_numpy_ndarrays()[0][0])))
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids):
+        from flwr.app import ArrayRecord, Error, Message, MetricRecord, RecordDict
+
+        live = [i for i in message_ids if self.in_flight[i].metadata.dst_node_id not in self.silent]
+        if not live:
+            return []
+        if self.arrivals:
+            node = self.arrivals.pop(0)
+            mine = [i for i in live if self.in_flight[i].metadata.dst_node_id == node]
+            assert mine, f"node {node} replies next but has no job in flight"
+            message_id = mine[0]
+        else:
+            message_id = live[0]
+        msg = self.in_flight.pop(message_id)
+        node, config = msg.metadata.dst_node_id, msg.content["config"]
+        job = int(config[keys.ROUND])
+        self.events.append(("reply", node, job))
+        if node in self.fail:
+            return [Message(Error(code=1, reason=f"node {node} always fails"), reply_to=msg)]
+        quota, t = int(config[keys.QUOTA]), self.time_s[node]
+        metrics = {"num-examples": quota, keys.SAMPLES: quota, keys.TIME_S: t, keys.CPU_TIME_S: t,
+                   keys.WALL_TIME_S: t, keys.ENERGY_J: 10.0 * t, keys.DATA_SIZE: 1000, keys.PARTITION_ID: node,
+                   keys.QUOTA_CAPPED: 0, keys.IDLE_W: 1.0, keys.VIRTUAL_CLOCK: 1}
+        value = self.values.get(node, [1.0] * job)[job - 1]
+        arrays = ArrayRecord([np.full_like(a, value, dtype=float) for a in msg.content["arrays"].to_numpy_ndarrays()])
+        return [Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)}), reply_to=msg)]
+
+
+def _run_arrival(grid, budget, rounds, evaluate_fn=None, timeout=3600.0, **kw):
+    from flwr.app import ArrayRecord
+
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
+
+    strategy = FedAsyncStrategy(budget=budget, min_nodes=len(grid.time_s), order="arrival", **kw)
+    strategy.poll_interval_s = 0.001
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=rounds,
+                            timeout=timeout, evaluate_fn=evaluate_fn)
+    return strategy, result
+
+
+@pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+def test_arrival_order_mixes_replies_as_they_arrive_and_pushes_next_job_at_once(caplog):
+    # Prepare: node 1 claims 10 s per job, node 2 1 s: the virtual clock would mix node 2 first,
+    # but node 1's reply arrives first. budget 4 = 2 samples per node; 2 rounds = 4 jobs.
+    caplog.set_level("WARNING", logger="flwr")
+    grid = ArrivalGrid({1: 10.0, 2: 1.0}, values={1: [1.0, 4.0], 2: [2.0, 3.0]}, arrivals=[1, 2, 2, 1])
+    evaluated = []
+
+    # Execute
+    strategy, result = _run_arrival(grid, budget=4, rounds=2, alpha=0.5, staleness="polynomial", a=0.5,
+                                    evaluate_fn=lambda r, arrays: evaluated.append(r))
+
+    # Assert: each reply is followed at once by that node's next job on the newest model.
+    w = [0.5 * (s + 1) ** -0.5 for s in (0, 1, 0, 2)]  # staleness by hand: versions mixed since sent
+    x1 = w[0] * 1.0
+    x2 = (1 - w[1]) * x1 + w[1] * 2.0
+    x3 = (1 - w[2]) * x2 + w[2] * 3.0
+    x4 = (1 - w[3]) * x3 + w[3] * 4.0
+    assert grid.events == [("push", 1, 1, 0.0), ("push", 2, 1, 0.0),
+                           ("reply", 1, 1), ("push", 1, 2, pytest.approx(x1)),
+                           ("reply", 2, 1), ("push", 2, 2, pytest.approx(x2)),
+                           ("reply", 2, 2), ("reply", 1, 2)]
+    jobs = strategy.client_history
+    assert list(jobs["node_id"]) == [1, 2, 2, 1]
+    assert list(jobs["staleness"]) == [0, 1, 0, 2]
+    assert list(jobs["alpha_t"]) == pytest.approx(w)
+    assert int(jobs["samples"].sum()) == 2 * 4
+    np.testing.assert_allclose(result.arrays.to_numpy_ndarrays()[0], np.full(3, x4))
+    hist = strategy.history
+    assert list(hist["samples"]) == [4, 4] and evaluated == [0, 1, 2]
+    assert set(hist["order"]) == {"arrival"} and set(hist["timeline"]) == {"wall"}
+    assert hist["virtual_time_s"].isna().all() and (hist["elapsed_s"].diff().dropna() >= 0).all()
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_arrival_order_survives_a_failing_and_a_silent_node(caplog):
+    # Prepare: node 3 answers every job with an error, node 4 never answers; budget 8 = 2 per node.
+    grid = ArrivalGrid({1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0}, fail={3}, silent={4})
+
+    # Execute: 2 rounds = 16 samples.
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy, _ = _run_arrival(grid, budget=8, rounds=2, timeout=0.2)
+
+    # Assert: nodes 3 and 4 fail twice each and are dropped; nodes 1 and 2 process all 16 samples.
+    jobs = strategy.client_history
+    bad = jobs[jobs["status"] != "ok"]
+    assert sorted(bad["node_id"]) == [3, 3, 4, 4]
+    assert all(s.startswith("no reply within timeout") for s in bad[bad["node_id"] == 4]["status"])
+    ok = jobs[jobs["status"] == "ok"]
+    assert set(ok["node_id"]) == {1, 2} and int(ok["samples"].sum()) == 16
+    assert list(strategy.history["samples"]) == [8, 8]
+    assert sum(1 for e in grid.events if e[0] == "push" and e[1] in (3, 4)) == 4
+    assert "dropped for the rest of the run" in caplog.text

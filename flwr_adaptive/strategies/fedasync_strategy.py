@@ -1,4 +1,4 @@
-"""FedAsync baseline: asynchronous PMA over Flower's Grid, replayed on the virtual clock.
+"""FedAsync baseline: asynchronous PMA over Flower's Grid, replayed on the virtual clock or live.
 
 Contract
 --------
@@ -11,7 +11,9 @@ restarts at once on the newest model. The server mixes each arriving update
 (:class:`~flwr_adaptive.fedasync_mixer.FedAsyncMixer`: constant, polynomial ``(s+1)^-a`` or hinge);
 staleness = model versions mixed since the job's model was sent.
 
-Arrival order is the **virtual clock's** (docs/energy.md, "The virtual clock"): a job that starts at
+Two orders (constructor option ``order``):
+
+- ``"virtual"`` (default, the emulated comparison): arrival order is the **virtual clock's** (docs/energy.md, "The virtual clock"): a job that starts at
 virtual time ``t`` finishes at ``t + time_s``, the device time its client reports. The replay
 keeps finished jobs in a :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest
 finisher, mixes its update, sends that node its next job on the new model and **waits for the
@@ -26,14 +28,23 @@ total as ``num_rounds`` synchronous rounds. Each time the mixed samples pass a m
 history row are written with that stretch's virtual time and energy (active energy of the work
 done in it, pro-rated for jobs that straddle the boundary, plus idle power of nodes that have no
 work left: FedAsync's only idle time is at the end), so totals compare with synchronous policies.
+In ``"arrival"`` order the same accounting runs on the server's wall clock (seconds since the
+first wave; a job starts when pushed and finishes when its reply is pulled); a job's energy counts
+in the round-equivalent that mixes it. Each history row says which ``order`` and which
+``timeline`` clock (``virtual`` or ``wall``) produced it.
 
 A failed job (error reply, timeout, invalid telemetry or arrays) is logged; its samples go back to
 the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
 the rest of the run. A bad client never stops the run.
 
-In a real deployment on wall-clock telemetry the same replay holds (order by reported compute
-time) but the real devices would idle while one job at a time runs: this class exists to measure
-FedAsync on the emulated testbed, not to deploy it.
+- ``"arrival"`` (a real deployment): ``start`` pushes one job to every node, then polls
+  ``grid.pull_messages`` for the outstanding jobs (sleeping ``poll_interval_s`` between empty
+  polls), mixes **every** reply in the order it is pulled, and pushes that node's next job at
+  once on the newest model, so every device works all the time. A job without a reply after
+  ``timeout`` seconds fails like an error reply.
+
+The virtual replay on a real deployment would leave the devices idle while one job at a time
+runs: use it to measure FedAsync on the emulated testbed, and ``order="arrival"`` to deploy it.
 
 Cost
 ----
@@ -66,6 +77,7 @@ from flwr_adaptive.strategies.trust import CostTrust
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
 
 FEDASYNC = "fedasync"  # the policy name in run configs, history rows and log lines
+ORDERS = ("virtual", "arrival")  # replay on the virtual clock | mix live replies as they are pulled
 
 
 @dataclass
@@ -104,19 +116,31 @@ class FedAsyncStrategy(HistoryMixin):
         Consecutive failed jobs after which a node is dropped for the rest of the run.
     wait_s : float (default: 600)
         Longest wait for ``min_nodes`` nodes to connect.
+    order : str (default: "virtual")
+        ``"virtual"``: replay arrivals on the virtual clock, one job in flight after the first
+        wave (the emulated comparison). ``"arrival"``: every node always has a job in flight and
+        replies are mixed in the order the Grid delivers them, timed on the server's wall clock
+        (a real deployment).
     """
+
+    #: Seconds between two ``pull_messages`` polls that returned nothing (``order="arrival"``).
+    poll_interval_s: float = 0.2
 
     def __init__(self, *, budget: int, alpha: float = 0.6, staleness: str = "polynomial",
                  a: float | None = None, b: float = 4.0, allow_cycling: bool = False, min_nodes: int = 1,
-                 max_failures: int = 2, wait_s: float = 600.0) -> None:
+                 max_failures: int = 2, wait_s: float = 600.0, order: str = "virtual") -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round-equivalent), got {budget!r}")
         if staleness not in STALENESS_FUNCTIONS:
             raise ValueError(f"unknown staleness function {staleness!r}; choose one of {', '.join(STALENESS_FUNCTIONS)}")
+        if order not in ORDERS:
+            raise ValueError(f"unknown order {order!r}; choose 'virtual' (replay on the virtual clock, emulated "
+                             f"testbed) or 'arrival' (mix replies as they arrive, real deployment)")
         for name, value in (("min_nodes", min_nodes), ("max_failures", max_failures)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.budget = int(budget)
+        self.order = order
         self.policy = FEDASYNC
         self.mixer = FedAsyncMixer(alpha=alpha, staleness=staleness, a=a, b=b)  # validates alpha
         self.allow_cycling = bool(allow_cycling)
@@ -133,8 +157,9 @@ class FedAsyncStrategy(HistoryMixin):
     def summary(self) -> None:
         """Log the settings."""
         m = self.mixer
-        log(INFO, "\t├──> FedAsync (virtual-clock replay): alpha=%g, staleness=%s (a=%g, b=%g), "
-             "budget=%d samples per round-equivalent, allow_cycling=%s", m.alpha, m.staleness, m.a, m.b,
+        mode = "virtual-clock replay" if self.order == "virtual" else "live, mixed in arrival order"
+        log(INFO, "\t├──> FedAsync (%s): alpha=%g, staleness=%s (a=%g, b=%g), "
+             "budget=%d samples per round-equivalent, allow_cycling=%s", mode, m.alpha, m.staleness, m.a, m.b,
              self.budget, self.allow_cycling)
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -198,6 +223,16 @@ class FedAsyncStrategy(HistoryMixin):
         nodes = self._wait_for_nodes()
         self._share = dict(zip(nodes, AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
                                                            min_quota=0).allocate(nodes).values()))
+        boundary = self._run_arrival(nodes, num_rounds) if self.order == "arrival" else self._replay(nodes, num_rounds)
+        if boundary <= num_rounds:
+            log(WARNING, "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
+                 "processed (every node failed or was dropped)", boundary - 1, num_rounds, self._mixed_samples,
+                 self._total)
+        result.arrays = self._record(self._model)
+        return result
+
+    def _replay(self, nodes: list[Hashable], num_rounds: int) -> int:
+        """The virtual-clock replay; returns the first round-equivalent not closed."""
         first = [j for j in (self._new_job(n, 0.0) for n in nodes) if j is not None]
         self._send(first)
         boundary = 1
@@ -213,12 +248,59 @@ class FedAsyncStrategy(HistoryMixin):
                 self._send([nxt])
             else:
                 self._done_at.setdefault(node, finish)
-        if boundary <= num_rounds:
-            log(WARNING, "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
-                 "processed (every node failed or was dropped)", boundary - 1, num_rounds, self._mixed_samples,
-                 self._total)
-        result.arrays = self._record(self._model)
-        return result
+        return boundary
+
+    def _run_arrival(self, nodes: list[Hashable], num_rounds: int) -> int:
+        """Live FedAsync: mix every reply as it is pulled, push that node's next job at once.
+
+        Times are wall-clock seconds since the first wave. Returns the first round-equivalent not closed.
+        """
+        started = time.monotonic()
+        pending: dict[str, _Job] = {}  # message id -> job in flight
+
+        def push(job: _Job | None) -> None:
+            while job is not None:
+                ids = list(self._grid.push_messages([self._message(job)]))
+                if ids:
+                    pending[str(ids[0])] = job
+                    return
+                job = self._fail(job, "push-failed", time.monotonic() - started)
+
+        for node in nodes:
+            push(self._new_job(node, 0.0))
+        boundary = 1
+        while pending:
+            replies = list(self._grid.pull_messages(list(pending)))
+            now = time.monotonic() - started
+            for reply in replies:
+                job = pending.pop(str(reply.metadata.reply_to_message_id), None)
+                if job is None:  # not one of ours, or already timed out
+                    continue
+                reason = self._accept(job, reply)
+                if reason is not None:
+                    push(self._fail(job, reason, now))
+                    continue
+                self._failures[job.node] = 0
+                job.finish_s = now  # the wall clock orders and times the run, not the claimed duration
+                self._mix(job, boundary)
+                while boundary <= num_rounds and self._mixed_samples >= boundary * self.budget:
+                    self._close(boundary, now)
+                    boundary += 1
+                nxt = self._new_job(job.node, now)
+                if nxt is None:
+                    self._done_at.setdefault(job.node, now)
+                push(nxt)
+            for message_id, job in list(pending.items()):
+                if now - job.start_s > self._timeout:
+                    del pending[message_id]
+                    push(self._fail(job, f"no reply within timeout={self._timeout:g} s", now))
+            if self._total > self._assigned:  # a dropped node's samples: give them to nodes that ran out of work
+                for node in [n for n in self._done_at if n not in self._dropped]:
+                    del self._done_at[node]  # it works again (its idle time so far goes uncounted)
+                    push(self._new_job(node, now))
+            if pending and not replies:
+                time.sleep(self.poll_interval_s)
+        return boundary
 
     # ------------------------------------------------------------------ jobs
     def _wait_for_nodes(self) -> list[Hashable]:
@@ -261,20 +343,24 @@ class FedAsyncStrategy(HistoryMixin):
                     self._inflight[job.node] = job
                     self._queue.push(job.node, job.finish_s, job)
                     continue
-                self._assigned -= job.quota  # its samples go back to the pool
-                self._failures[job.node] = self._failures.get(job.node, 0) + 1
-                self._client_rows.append(self._client_row(job, reason))
-                if self._failures[job.node] >= self.max_failures:
-                    self._dropped.add(job.node)
-                    log(WARNING, "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest "
-                         "of the run", job.node, self._failures[job.node], reason)
-                    continue
-                log(WARNING, "[adaptive] fedasync: node %s job %d failed (%s); retrying", job.node, job.index, reason)
-                self._jobs_of[job.node] -= 1
-                again = self._new_job(job.node, job.start_s)  # same start, job number and model
+                again = self._fail(job, reason, job.start_s)  # same start, job number and model
                 if again is not None:
                     retry.append(again)
             jobs = retry
+
+    def _fail(self, job: _Job, reason: str, retry_at: float) -> _Job | None:
+        """Record a failed job; returns its retry starting at ``retry_at``, or ``None`` (node dropped, no work left)."""
+        self._assigned -= job.quota  # its samples go back to the pool
+        self._failures[job.node] = self._failures.get(job.node, 0) + 1
+        self._client_rows.append(self._client_row(job, reason))
+        if self._failures[job.node] >= self.max_failures:
+            self._dropped.add(job.node)
+            log(WARNING, "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest "
+                 "of the run", job.node, self._failures[job.node], reason)
+            return None
+        log(WARNING, "[adaptive] fedasync: node %s job %d failed (%s); retrying", job.node, job.index, reason)
+        self._jobs_of[job.node] -= 1
+        return self._new_job(job.node, retry_at)
 
     def _accept(self, job: _Job, reply: Message | None) -> str | None:
         """Fill ``job`` from its reply; returns why the reply is unusable, or ``None``."""
@@ -375,26 +461,29 @@ class FedAsyncStrategy(HistoryMixin):
         values = np.array(list(busy.values()), dtype=float)
         cv = float(values.std() / values.mean()) if len(values) > 1 and values.mean() > 0 else 0.0
         clocks = {j.report.virtual_clock for j in mixed}
+        clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")  # the telemetry's
         quotas = np.array([j.quota for j in mixed], dtype=float)
         stale = np.array([j.staleness for j in mixed], dtype=float)
         row = {
             "round": r, "policy": FEDASYNC, "clients": len(mixed), "skipped": 0,
             "makespan_s": t - t0, "cv_busy": cv, "active_j": seg_active, "idle_j": seg_idle,
             "energy_j": seg_active + seg_idle,
-            "clock": "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall"),
+            "clock": clock,
             "samples": int(sum(j.report.samples for j in mixed)),
             "quota_min": float(quotas.min()) if len(quotas) else math.nan,
             "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
             "quota_max": float(quotas.max()) if len(quotas) else math.nan,
             "quota_sum": int(quotas.sum()),
-            "virtual_time_s": t, "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
+            "order": self.order, "timeline": clock if self.order == "virtual" else "wall",
+            "virtual_time_s": t if self.order == "virtual" else math.nan, "elapsed_s": t,
+            "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
             "staleness_max": int(stale.max()) if len(stale) else 0, "model_version": self.mixer.version,
         }
         self._round_rows.append(row)
         self._segment_start = t
         energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
-        log(INFO, "[adaptive] round %s (fedasync, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
-             "| CV busy %.3f | %d updates mixed, staleness mean %.2f max %d", r, row["clock"], self.budget,
+        log(INFO, "[adaptive] round %s (fedasync, %s order, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
+             "| CV busy %.3f | %d updates mixed, staleness mean %.2f max %d", r, self.order, row["timeline"], self.budget,
              row["makespan_s"], energy, cv, len(mixed), row["staleness_mean"], row["staleness_max"])
 
     def _client_row(self, job: _Job, status: str) -> dict[str, Any]:

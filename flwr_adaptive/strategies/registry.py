@@ -75,7 +75,7 @@ def parse_run_name(name: str) -> tuple[str, bool]:
 def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: int | None = None,
                    strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
                    oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
-                   fedasync_staleness: str = "polynomial", smoothing: float = 0.5, deadband: float | None = None,
+                   fedasync_staleness: str = "polynomial", fedasync_order: str = "virtual", smoothing: float = 0.5, deadband: float | None = None,
                    slack: float | None = None, paper: bool = False, weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
                    forget_after: int = 3, cost_clip: float = 100.0, state_dir: str | os.PathLike | None = None,
                    context: Context | None = None) -> Strategy | FedAsyncStrategy:
@@ -102,6 +102,10 @@ def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: i
         Share of the nodes Oort selects per round.
     fedasync_alpha, fedasync_staleness : float, str
         FedAsync's mixing weight α and staleness function.
+    fedasync_order : str (default: "virtual")
+        FedAsync's arrival order: ``"virtual"`` replays the virtual clock (emulated testbed),
+        ``"arrival"`` mixes live replies as they arrive (a real deployment); see
+        :class:`~flwr_adaptive.strategies.FedAsyncStrategy`.
     deadband : float, optional
         ``None``: the policy's default (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
     slack : float, optional
@@ -135,7 +139,7 @@ def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: i
             raise ValueError("fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, "
                              "not budget_per_node=")
         return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
-                                allow_cycling=allow_cycling, min_nodes=num_nodes)
+                                allow_cycling=allow_cycling, min_nodes=num_nodes, order=fedasync_order)
     common = dict(budget_per_node=budget_per_node, weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
                   context=context)
     if policy == OORT:

@@ -63,7 +63,7 @@ def run(grid: Grid, cfg: dict, summary: RunSummary, out_dir: Path | None, policy
                                 min_available_nodes=waits_for),
         budget=int(cfg["budget"]), num_nodes=waits_for, seed=int(cfg["seed"]),
         oort_fraction=float(cfg["oort-fraction"]), fedasync_alpha=float(cfg["fedasync-alpha"]),
-        fedasync_staleness=str(cfg["fedasync-staleness"]), smoothing=float(cfg["smoothing"]),
+        fedasync_staleness=str(cfg["fedasync-staleness"]), fedasync_order=str(cfg["fedasync-order"]), smoothing=float(cfg["smoothing"]),
         deadband=policy_default(cfg["deadband"]), slack=policy_default(cfg["slack"]),
         paper=bool(cfg["paper"]), weighting=str(cfg["weighting"]),
         allow_cycling=bool(cfg["allow-cycling"]), state_dir=cfg["state-dir"] or None)

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "smoothing": 0.5, "deadband": -1.0, "slack": -1.0, "paper": False, "weighting": "samples", "allow-cycling": True, "jitter": 0.05,
     "seed": 0, "lr": 0.0, "timeout": 600.0, "out-dir": "", "state-dir": "", "clock": "auto", "min-nodes": 0,
     "oort-fraction": 0.6, "fedasync-alpha": 0.6, "fedasync-staleness": "polynomial",
+    "fedasync-order": "virtual",
 }
 """The run config keys of ``pyproject.toml`` with their defaults (a test keeps the two equal)."""
 
