@@ -13,38 +13,39 @@ staleness = model versions mixed since the job's model was sent.
 
 Two orders (constructor option ``order``):
 
-- ``"virtual"`` (default, the emulated comparison): arrival order is the **virtual clock's** (docs/energy.md, "The virtual clock"): a job that starts at
-virtual time ``t`` finishes at ``t + time_s``, the device time its client reports. The replay
-keeps finished jobs in a :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest
-finisher, mixes its update, sends that node its next job on the new model and **waits for the
-reply before popping the next event** (the next job may finish before everything queued). The
-first wave goes to every node at once. Real processes therefore run one job at a time after the
-first wave, whatever the host's contention; the virtual timeline is what an asynchronous
-deployment of those devices would see.
-
-The run processes exactly ``num_rounds × budget`` samples (the last jobs are shortened), the same
-total as ``num_rounds`` synchronous rounds. Each time the mixed samples pass a multiple of
-``budget`` a *round-equivalent* closes: ``evaluate_fn(r, arrays)`` is called, one log line and one
-history row are written with that stretch's virtual time and energy (active energy of the work
-done in it, pro-rated for jobs that straddle the boundary, plus idle power of nodes that have no
-work left: FedAsync's only idle time is at the end), so totals compare with synchronous policies.
-In ``"arrival"`` order the same accounting runs on the server's wall clock (seconds since the
-first wave; a job starts when pushed and finishes when its reply is pulled); a job's energy counts
-in the round-equivalent that mixes it. Each history row says which ``order`` and which
-``timeline`` clock (``virtual`` or ``wall``) produced it.
-
-A failed job (error reply, timeout, invalid telemetry or arrays) is logged; its samples go back to
-the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
-the rest of the run. A bad client never stops the run.
-
+- ``"virtual"`` (default, the emulated comparison): arrival order is the **virtual clock's**
+  (docs/energy.md, "The virtual clock"): a job that starts at virtual time ``t`` finishes at
+  ``t + time_s``, the device time its client reports. The replay keeps finished jobs in a
+  :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest finisher, mixes
+  its update, sends that node its next job on the new model and **waits for the reply before
+  popping the next event** (the next job may finish before everything queued). The first wave
+  goes to every node at once. Real processes therefore run one job at a time after the first
+  wave, whatever the host's contention; the virtual timeline is what an asynchronous deployment
+  of those devices would see.
 - ``"arrival"`` (a real deployment): ``start`` pushes one job to every node, then polls
   ``grid.pull_messages`` for the outstanding jobs (sleeping ``poll_interval_s`` between empty
   polls), mixes **every** reply in the order it is pulled, and pushes that node's next job at
-  once on the newest model, so every device works all the time. A job without a reply after
-  ``timeout`` seconds fails like an error reply.
+  once on the newest model, so every device works all the time. Times are the server's wall
+  clock (seconds since the first wave; a job starts when pushed and finishes when its reply is
+  pulled). A job without a reply after ``timeout`` seconds fails like an error reply.
 
 The virtual replay on a real deployment would leave the devices idle while one job at a time
 runs: use it to measure FedAsync on the emulated testbed, and ``order="arrival"`` to deploy it.
+
+Both orders process exactly ``num_rounds × budget`` samples (the last jobs are shortened), the
+same total as ``num_rounds`` synchronous rounds. Each time the mixed samples pass a multiple of
+``budget`` a *round-equivalent* closes: ``evaluate_fn(r, arrays)`` is called, one log line and one
+history row are written with that stretch's time and energy (active energy of the work done in
+it, pro-rated for jobs that straddle the boundary, plus idle power of nodes that have no work
+left: FedAsync's only idle time is at the end), so totals compare with synchronous policies. In
+``"arrival"`` order a job's energy counts in the round-equivalent that mixes it. Each history row
+says which ``order`` and which ``timeline`` clock (``virtual``/``wall``; ``virtual_time_s`` is
+NaN on the wall clock, ``elapsed_s`` always set) produced it.
+
+A failed job (error reply, timeout, invalid telemetry or arrays) is logged; its samples go back to
+the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
+the rest of the run (in ``"arrival"`` order its samples go to nodes that had run out of work). A
+bad client never stops the run.
 
 Cost
 ----
