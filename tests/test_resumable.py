@@ -143,3 +143,19 @@ def test_history_appended_per_round_is_the_whole_history_even_across_a_spill(tmp
     assert rounds["round"].tolist() == [1, 2, 3, 4]
     assert list(zip(clients["round"], clients["node_id"])) == [(r, n) for r in range(1, 5) for n in (7, 8)]
     assert history._client_rows.spilled > 0
+
+
+def test_the_summary_carries_a_checkpoint_of_an_unfinished_run_and_ignores_a_finished_one():
+    from flwr_adaptive.strategies.resumable import Checkpoint
+
+    # Prepare
+    metrics = {0: {"loss": 2.0}, 2: {"loss": 1.0}, 1: {"loss": 1.5}}
+    unfinished = Checkpoint(2, 5, ArrayRecord(), metrics, {})
+    finished = Checkpoint(5, 5, ArrayRecord(), metrics, {})
+    fresh, resumed, done = (RunSummary(None, "time", "lite", {}) for _ in range(3))
+    # Execute / Assert
+    assert fresh.resume_from(None) == 0 and "resumed_from" not in fresh.data and fresh.data["rounds"] == []
+    assert done.resume_from(finished) == 0 and done.data["rounds"] == []
+    assert resumed.resume_from(unfinished) == 2 and resumed.data["resumed_from"] == 2
+    assert [r["round"] for r in resumed.data["rounds"]] == [0, 1, 2]
+    assert resumed.data["rounds"][1]["loss"] == 1.5 and resumed.data["status"] == "running"

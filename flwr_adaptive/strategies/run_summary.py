@@ -31,9 +31,12 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from flwr_adaptive.strategies.state_file import write_atomic
+
+if TYPE_CHECKING:
+    from flwr_adaptive.strategies.resumable import Checkpoint
 
 __all__ = ["RunSummary", "rounds_trained"]
 
@@ -65,6 +68,19 @@ class RunSummary:
         self.data["rounds"].append({"round": server_round, **{k: float(v) for k, v in metrics.items()}})
         if server_round > 0 and self.data["status"] == "started":
             self.data["status"] = "running"
+
+    def resume_from(self, checkpoint: Checkpoint | None) -> int:
+        """Carry a resumable run's checkpoint into the summary; returns the round it resumes after.
+
+        ``0`` (and nothing recorded) for a fresh run: no checkpoint, or one of a run that finished.
+        Otherwise ``"resumed_from"`` is set and the checkpoint's evaluated rounds are added.
+        """
+        if checkpoint is None or checkpoint.finished:
+            return 0
+        self.data["resumed_from"] = checkpoint.server_round
+        for server_round, metrics in sorted(checkpoint.metrics.items()):
+            self.add_round(server_round, metrics)
+        return checkpoint.server_round
 
     def fail(self, error: str) -> None:
         """Close the run as ``"failed"`` with ``error`` (what went wrong)."""

@@ -51,12 +51,7 @@ def main(grid: Grid, context: Context) -> None:
             return MetricRecord(metrics)
 
         resumable = ResumableRun(cfg["state-dir"] or None)
-        checkpoint = resumable.load()
-        resumed = checkpoint.server_round if checkpoint is not None and not checkpoint.finished else 0
-        if resumed:
-            summary.data["resumed_from"] = resumed
-            for r, m in sorted(checkpoint.metrics.items()):
-                summary.add_round(r, m)
+        resumed = summary.resume_from(resumable.load())
         started = time.perf_counter()
         result = resumable.start(strategy, grid, ArrayRecord([initial_weights()]), num_rounds=num_rounds,
                                  timeout=float(cfg["timeout"]), train_config=ConfigRecord({}), evaluate_fn=evaluate)

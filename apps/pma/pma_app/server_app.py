@@ -92,12 +92,7 @@ def run(grid: Grid, cfg: dict, summary: RunSummary, out_dir: Path | None, policy
         done, resumed = len(strategy.history) == num_rounds, 0
     else:
         resumable = ResumableRun(cfg["state-dir"] or None)
-        checkpoint = resumable.load()
-        resumed = checkpoint.server_round if checkpoint is not None and not checkpoint.finished else 0
-        if resumed:
-            summary.data["resumed_from"] = resumed
-            for r, m in sorted(checkpoint.metrics.items()):
-                summary.add_round(r, m)
+        resumed = summary.resume_from(resumable.load())
         result = resumable.start(strategy, grid, initial, num_rounds=num_rounds, timeout=float(cfg["timeout"]),
                                  train_config=train_config, evaluate_fn=evaluate)
         done = max(result.evaluate_metrics_serverapp, default=0) == num_rounds
