@@ -431,7 +431,8 @@ def test_torchrun_entry_point_runs_adaptive_rounds_with_equal_step_counts(tmp_pa
     out = tmp_path / "rounds.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "flwr_adaptive.clients.ddp", "--task", "flwr_adaptive.clients.ddp.toy:tiny_task", "--rounds", "2", "--budget", "24",
-           "--steps", "4", "--slowdowns", "1,2", "--backend", "gloo", "--timeout-s", "30", "--json", str(out)]
+           "--steps", "4", "--slowdowns", "1,2", "--backend", "gloo", "--timeout-s", "30", "--meter", "hardware",
+           "--json", str(out)]
     # Execute
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     # Assert
@@ -443,8 +444,15 @@ def test_torchrun_entry_point_runs_adaptive_rounds_with_equal_step_counts(tmp_pa
         assert [t["steps"] for t in tel] == [4, 4]
         assert sum(t["samples"] for t in tel) == 24
         assert len({t["params_digest"] for t in tel}) == 1
+        assert all(t["energy_j"] is not None and t["energy_j"] >= 0.0 for t in tel)  # --meter hardware
     assert log["rounds"][1]["plan"]["start"] == 24
-    assert "round 2:" in proc.stdout and "wall" in proc.stdout
+    assert "round 2:" in proc.stdout and "wall" in proc.stdout and "J (ranks' meters)" in proc.stdout
+
+
+def test_hardware_meter_reads_the_cpu_counters_for_a_cpu_rank():
+    from flwr_adaptive.clients.ddp.worker import hardware_meter
+
+    assert hardware_meter(0, torch.device("cpu")).source in ("rapl", "psutil-model")
 
 
 @pytest.mark.parametrize("gpus, ranks, expected", [(0, 1, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (4, 4, "nccl")])

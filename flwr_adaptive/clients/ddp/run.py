@@ -7,12 +7,15 @@ Usage (one host, four ranks; on several hosts add torchrun's ``--nnodes``/``--rd
 
 Contract
 --------
-Every rank joins the group torchrun describes (``env://``; nccl when CUDA is present, else gloo),
+Every rank joins the group torchrun describes (``env://``; nccl when every local rank has a GPU of
+its own, else gloo),
 builds the task's :class:`~flwr_adaptive.clients.ddp.worker.WorkerSpec` (``--task module:factory``, called with
 no arguments) and runs ``--rounds`` rounds. Rank 0 owns the
 :class:`~flwr_adaptive.clients.ddp.driver.RoundDriver` (and so the controller): before each round it broadcasts
 the plan, after it gathers every rank's telemetry, feeds the controller and prints one line per
-round. With ``--json`` rank 0 writes every round's plan, summary and per-rank telemetry.
+round. With ``--json`` rank 0 writes every round's plan, summary and per-rank telemetry. Energy
+(``--meter``): with a GPU per rank each rank reads its GPU's NVML counter over its compute
+windows; otherwise the emulated watts of ``--slowdowns`` or nothing (the controller then uses time).
 
 Cost
 ----
@@ -22,6 +25,7 @@ Per round: one object broadcast and one object gather on top of the training its
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import json
@@ -34,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from flwr_adaptive.clients.ddp.driver import DDP_POLICIES, RoundDriver, round_summary
-from flwr_adaptive.clients.ddp.worker import DDPRank, WorkerSpec, default_backend, rank_device
+from flwr_adaptive.clients.ddp.worker import DDPRank, WorkerSpec, default_backend, hardware_meter, rank_device
 
 __all__ = ["main", "load_task", "parse_args"]
 
@@ -71,6 +75,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoothing", type=float, default=0.5, help="controller EMA weight of the newest round")
     p.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    p.add_argument("--meter", default="auto", choices=["auto", "hardware", "none"],
+                   help="energy per rank: 'hardware' reads the rank's own counter (NVML on its GPU); 'auto' (default) "
+                        "does so when every rank has a GPU of its own (nccl), else leaves energy to --slowdowns' "
+                        "emulated watts or unmeasured")
     p.add_argument("--json", default=None, help="rank 0 writes every round's telemetry here")
     args = p.parse_args(argv)
     if args.rounds < 1:
@@ -94,7 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout_s))
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        worker = DDPRank(load_task(args.task), device=device)
+        spec = load_task(args.task)
+        if spec.meter_fn is None and (args.meter == "hardware" or (args.meter == "auto" and backend == "nccl")):
+            spec = dataclasses.replace(spec, meter_fn=hardware_meter)
+        worker = DDPRank(spec, device=device)
         driver = None
         if rank == 0:
             driver = RoundDriver(world, args.budget, args.steps, policy=args.policy, slowdowns=args.slowdowns,
@@ -113,10 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if driver is not None:
                 driver.observe(gathered)
                 summary = round_summary(gathered)
+                joules = [t.energy_j for t in gathered]
+                energy = (f"  energy {sum(joules):.1f} J (ranks' meters)" if all(j is not None for j in joules)
+                          else "")
                 print(f"[ddp_run] round {r}: quotas {summary['quotas']}  compute CV {summary['compute_cv']:.3f} "
                       f"({summary['clock']} clock)  sync-wait share {summary['wait_share']:.1%} (wall)  makespan "
                       f"Σ_s max_i t {summary['makespan_s']:.3f} s ({summary['clock']} clock)  round "
-                      f"{summary['wall_s']:.3f} s (wall)", flush=True)
+                      f"{summary['wall_s']:.3f} s (wall){energy}", flush=True)
                 log.append({"round": r, "plan": vars(plan), "summary": summary,
                             "telemetry": [t.to_dict() for t in gathered], "time": time.time()})
         if rank == 0 and args.json:

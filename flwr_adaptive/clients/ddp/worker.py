@@ -68,6 +68,7 @@ __all__ = [
     "GradientAllReduce",
     "DDPRank",
     "default_backend",
+    "hardware_meter",
     "rank_device",
     "relative_slowdowns",
 ]
@@ -105,6 +106,22 @@ def rank_device(local_rank: int) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+def hardware_meter(rank: int, device: torch.device) -> Any:
+    """A ``WorkerSpec.meter_fn`` reading the rank's own hardware counter.
+
+    NVML's total-energy counter of the rank's GPU for a CUDA device, else what
+    :func:`~flwr_adaptive.energy.auto_meter` finds for the CPU (RAPL, then the psutil model). A
+    module-level function, so spawned ranks can unpickle it. Use it only when each rank has a
+    device of its own (one GPU per rank, as with nccl): ranks sharing a GPU or a CPU package would
+    each count the others' energy too.
+    """
+    from flwr_adaptive.energy import auto_meter
+
+    if device.type == "cuda":
+        return auto_meter(f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}")
+    return auto_meter("cpu")
 
 
 def relative_slowdowns(profiles: Sequence[Any]) -> tuple[list[float], list[float | None]]:
