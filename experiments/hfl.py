@@ -31,7 +31,7 @@ def flwr_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[s
     run_config = (f"policy='{name}' paper={str(paper).lower()} num-server-rounds={args.rounds} num-silos={args.silos} "
                   f"silo-budget={args.budget} steps={args.steps} ranks='{args.ranks}' task='{args.task}' "
                   f"seed={args.seed} drift-round={args.drift_round} drift-factor={float(args.drift_factor)} "
-                  f"out-dir='{out_dir}'")
+                  f"spread='{args.spread}' out-dir='{out_dir}'")
     federation = f"num-supernodes={args.silos} client-resources-num-cpus={args.cpus_per_client}"
     return [console_script("flwr"), "run", str(APP_DIR), "local", "--stream", "-c", run_config,
             "--federation-config", federation]
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="optimizer steps per silo round")
     ap.add_argument("--task", default="mnist")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spread", choices=("testbed", "wide"), default="testbed",
+                    help="the ranks' emulated devices: testbed (the 11 cited boards) or wide (11 devices with "
+                         "lognormal sigma = 1 slowdowns drawn per --seed, the results' wide scenario)")
     ap.add_argument("--drift-round", type=int, default=0, help="> 0: rank 0 of every silo slows from this round")
     ap.add_argument("--drift-factor", type=float, default=2.0)
     ap.add_argument("--cpus-per-client", type=int, default=os.cpu_count() or 1,
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"== HFL-DDP: `flwr run apps/hfl` per policy; {args.silos} silos, ranks {args.ranks!r}, {args.rounds} rounds, "
-          f"{args.budget} samples per silo and round over {args.steps} DDP steps, task {args.task} (offline) ==",
+          f"{args.budget} samples per silo and round over {args.steps} DDP steps, task {args.task}, "
+          f"{args.spread} devices, seed {args.seed} (offline) ==",
           flush=True)
     summaries, memory, left = run_policies(policies, args, out_dir, command=flwr_command, progress=round_progress,
                                            app_label="apps/hfl")

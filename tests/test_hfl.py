@@ -384,3 +384,48 @@ def test_per_rank_lists_of_different_lengths_are_aggregated_silo_by_silo(simulat
         assert len(samples) == RANKS[0] + RANKS[1] + RANKS[2]
         assert sum(samples[:2]) == sum(samples[2:5]) == sum(samples[5:]) == BUDGET
         assert len(metrics[rnd][keys.RANK_TIME_S]) == len(samples)
+
+
+# --------------------------------------------------------------------------- the ranks' device fleets
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_wide_spread_is_the_results_wide_fleet_with_the_same_ratios(seed):
+    import experiments  # noqa: F401  (puts apps/hfl on sys.path)
+    from experiments.reproduce import scenario_profiles
+    from hfl_app.task import silo_devices, wide_fleet
+
+    # Prepare: the PMA results' wide fleet of this seed
+    pma = [p.slowdown for p in scenario_profiles("wide", seed)]
+    # Execute
+    fleet = wide_fleet(seed)
+    ranks = [d.slowdown for pid in range(3) for d in silo_devices("2,3,2", pid, spread="wide", seed=seed)]
+    # Assert: same ratios between devices (the fleet is only rescaled so its fastest is >= 1), the
+    # ranks take the devices in turn, and the spread really is wide (σ of log-slowdowns near 1)
+    assert min(p.slowdown for p in fleet) >= 1.0
+    assert np.allclose(np.array([p.slowdown for p in fleet]) / fleet[0].slowdown, np.array(pma) / pma[0], rtol=1e-3)
+    assert ranks == [p.slowdown for p in fleet[:7]]
+    assert 0.5 < np.std(np.log(pma)) < 1.6
+    testbed = [d.slowdown for d in silo_devices("2", 1)]
+    assert [d.slowdown for d in silo_devices("2", 1, spread="testbed", seed=seed)] == testbed != ranks[2:4]
+
+
+def test_an_unknown_spread_is_refused_naming_the_choices():
+    import experiments  # noqa: F401
+    from hfl_app.task import make_apps, silo_devices
+
+    with pytest.raises(ValueError, match=r"spread must be one of \('testbed', 'wide'\), got 'narrow'"):
+        silo_devices("2", 0, spread="narrow")
+    with pytest.raises(ValueError, match="spread must be one of"):
+        make_apps({"spread": "narrow"})
+
+
+def test_the_hfl_driver_passes_the_spread_to_the_app():
+    import argparse
+    from pathlib import Path
+
+    from experiments.hfl import flwr_command
+
+    args = argparse.Namespace(rounds=2, silos=2, budget=600, steps=10, ranks="2", task="mnist", seed=3,
+                              drift_round=0, drift_factor=2.0, cpus_per_client=2, spread="wide")
+    run_config = flwr_command("time", args, Path("/tmp/x"))
+    config = run_config[run_config.index("-c") + 1]
+    assert "spread='wide'" in config and "seed=3" in config

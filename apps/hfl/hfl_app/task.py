@@ -9,9 +9,11 @@ export them as ``app``) that run hierarchical federated learning on one of the p
 - Every SuperNode is a **silo**: partition ``partition-id`` of ``num-partitions`` (IID) is its
   own data. Per round it runs one DDP round on k ranks (:func:`flwr_adaptive.clients.silo_train`;
   ``ranks`` = ``"2"`` by default, or a comma list cycled over the silos, e.g. ``"2,3"``). Ranks
-  are emulated devices of the testbed (the silos' ranks take the devices in turn), slowed by the
-  DDP worker's sleep; with ``drift-round`` > 0, rank 0 of every silo computes ``drift-factor`` ×
-  slower from that round on.
+  are emulated devices (the silos' ranks take the fleet's devices in turn), slowed by the DDP
+  worker's sleep. ``spread`` picks the fleet: ``"testbed"`` (default) the 11 cited boards,
+  ``"wide"`` 11 devices with lognormal σ = 1 slowdowns drawn per ``seed`` (:func:`wide_fleet`, the
+  "wide" scenario of the project's results). With ``drift-round`` > 0, rank 0 of every silo
+  computes ``drift-factor`` × slower from that round on.
 - The server runs :class:`flwr_adaptive.strategies.HierarchicalAdaptiveStrategy` around FedAvg:
   the controller's groups are the silos, so samples move only between ranks of one silo and
   each silo processes ``silo-budget`` samples every round; silo models are averaged by samples,
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -47,20 +50,27 @@ from flwr_adaptive.clients.ddp.tasks import task_spec
 from flwr_adaptive.clients.ddp.worker import WorkerSpec
 from flwr_adaptive.clients.silo import audit_reads, silo_train
 from flwr_adaptive.controller import POLICIES
-from flwr_adaptive.devices import get_testbed, slowdown_at
+from flwr_adaptive.devices import DeviceProfile, get_testbed, slowdown_at
 from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
 from flwr_adaptive.strategies.registry import run_name
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 
-__all__ = ["make_apps", "HflApps", "DEFAULTS", "silo_ranks", "silo_devices", "task_silo_spec"]
+__all__ = ["make_apps", "HflApps", "DEFAULTS", "SPREADS", "silo_ranks", "silo_devices", "wide_fleet",
+           "task_silo_spec"]
 
 DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 5, "num-silos": 3, "silo-budget": 600, "steps": 10, "ranks": "2",
     "task": "mnist", "smoothing": 0.5, "deadband": -1.0, "slack": -1.0, "paper": False,
     "weighting": "samples", "seed": 0, "lr": 0.0,
     "timeout": 600.0, "rank-timeout": 30.0, "backend": "auto", "keep-alive": True, "drift-round": 0,
-    "drift-factor": 2.0, "out-dir": "", "state-dir": "", "audit-dir": "",
+    "drift-factor": 2.0, "spread": "testbed", "out-dir": "", "state-dir": "", "audit-dir": "",
 }
+
+SPREADS = ("testbed", "wide")
+"""The device fleets whose devices the silos' ranks emulate (run-config key ``spread``)."""
+
+WIDE_SIGMA = 1.0
+"""σ of the log-slowdowns of the ``wide`` fleet."""
 
 SiloSpec = Callable[[int, int, dict], WorkerSpec]
 
@@ -83,14 +93,38 @@ def silo_ranks(pattern: str | int, partition_id: int) -> int:
     return values[partition_id % len(values)]
 
 
-def silo_devices(pattern: str | int, partition_id: int, drift_round: int = 0, drift_factor: float = 2.0):
-    """The testbed devices of silo ``partition_id``'s ranks (devices taken in turn, silo after silo).
+def wide_fleet(seed: int, sigma: float = WIDE_SIGMA) -> tuple[DeviceProfile, ...]:
+    """11 devices whose slowdowns are ``median(testbed) × exp(σ·z)``, ``z ~ N(0, 1)``, drawn per ``seed``.
 
-    With ``drift_round`` > 0 the silo's rank 0 computes ``drift_factor`` × slower from that round.
+    The same fleet as the "wide" scenario of the PMA results (each seed is another fleet; the
+    watts are those of the testbed's boards in order; no jitter: the emulation's own noise is
+    jitter enough). Sleeping cannot speed a rank up, so when some device is faster than this host
+    (slowdown < 1) the whole fleet is divided by the fastest one: the ratios between ranks, which
+    are what the split sees, stay those drawn.
     """
     testbed = get_testbed(jitter_sigma=0.0)
+    rng = np.random.default_rng([20221, int(seed)])
+    median = float(np.median([p.slowdown for p in testbed]))
+    slow = median * np.exp(float(sigma) * rng.standard_normal(len(testbed)))
+    slow = slow / min(float(slow.min()), 1.0)
+    return tuple(DeviceProfile(f"wide-{i}", p.arch, slowdown=round(float(s), 4), active_w=p.active_w,
+                               idle_w=p.idle_w, jitter_sigma=0.0, model=f"lognormal σ={float(sigma):g}")
+                 for i, (p, s) in enumerate(zip(testbed, slow)))
+
+
+def silo_devices(pattern: str | int, partition_id: int, drift_round: int = 0, drift_factor: float = 2.0,
+                 spread: str = "testbed", seed: int = 0) -> list[DeviceProfile]:
+    """The emulated devices of silo ``partition_id``'s ranks (the fleet's devices in turn, silo after silo).
+
+    ``spread`` picks the fleet (:data:`SPREADS`): ``"testbed"`` (the 11 cited boards) or
+    ``"wide"`` (:func:`wide_fleet` of ``seed``). With ``drift_round`` > 0 the silo's rank 0
+    computes ``drift_factor`` × slower from that round.
+    """
+    if spread not in SPREADS:
+        raise ValueError(f"spread must be one of {SPREADS}, got {spread!r}")
+    fleet = get_testbed(jitter_sigma=0.0) if spread == "testbed" else wide_fleet(seed)
     first = sum(silo_ranks(pattern, p) for p in range(partition_id))
-    devices = [testbed[(first + r) % len(testbed)] for r in range(silo_ranks(pattern, partition_id))]
+    devices = [fleet[(first + r) % len(fleet)] for r in range(silo_ranks(pattern, partition_id))]
     if drift_round > 0:
         d = devices[0]
         devices[0] = replace(d, drift_from_round=int(drift_round), drift_slowdown=d.slowdown * float(drift_factor))
@@ -149,6 +183,8 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
     unknown = sorted(set(base) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown HFL config keys {unknown}; known: {sorted(DEFAULTS)}")
+    if base["spread"] not in SPREADS:
+        raise ValueError(f"HFL config spread must be one of {SPREADS}, got {base['spread']!r}")
     apps = HflApps(ServerApp(), ClientApp(), base)
 
     def cfg_of(context: Context) -> dict:
@@ -159,7 +195,8 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
         cfg = cfg_of(context)
         pid, n = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
         k = silo_ranks(cfg["ranks"], pid)
-        devices = silo_devices(cfg["ranks"], pid, int(cfg["drift-round"]), float(cfg["drift-factor"]))
+        devices = silo_devices(cfg["ranks"], pid, int(cfg["drift-round"]), float(cfg["drift-factor"]),
+                               spread=str(cfg["spread"]), seed=int(cfg["seed"]))
         # Slowdowns relative to this host; sleeping cannot speed a rank up, so at least 1.
         return silo_train(
             msg, context, spec=lambda: silo_spec(pid, n, cfg), ranks=k, steps=int(cfg["steps"]),
