@@ -138,7 +138,7 @@ def test_the_core_imports_neither_flwr_nor_torch():
 def test_the_client_side_imports_neither_torch_nor_the_controller():
     # A ClientApp process starts once per message under Flower's Deployment Engine: importing the
     # client wrappers must not pay for torch, the task data or the server's controller and solver
-    script = ("import sys, json; import flwr_adaptive.clients; "
+    script = ("import sys, json; from flwr_adaptive.clients import telemetry_train, quota_data; "
               "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('flwr_adaptive', 'torch', "
               "'flwr_datasets', 'datasets', 'scipy', 'pandas')))))")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
@@ -147,6 +147,16 @@ def test_the_client_side_imports_neither_torch_nor_the_controller():
     assert "flwr_adaptive.clients.telemetry" in loaded
     assert not {m.split(".")[0] for m in loaded} & {"torch", "flwr_datasets", "datasets", "scipy", "pandas"}
     assert not loaded & {"flwr_adaptive.controller", "flwr_adaptive.solver", "flwr_adaptive.clients.tasks"}
+
+
+def test_the_ddp_regime_imports_without_flwr():
+    # torchrun on a GPU cluster needs torch and this package only: flwr is made unimportable here
+    script = ("import sys; sys.modules['flwr'] = None; "
+              "import flwr_adaptive.clients.ddp, flwr_adaptive.clients.ddp.run, flwr_adaptive.clients.ddp.launch; "
+              "from flwr_adaptive.clients.ddp.worker import hardware_meter; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("ok")
 
 
 def _doc_files() -> list[Path]:

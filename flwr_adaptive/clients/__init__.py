@@ -12,19 +12,28 @@ The DDP regime lives in :mod:`flwr_adaptive.clients.ddp`, the project's tasks in
 :mod:`flwr_adaptive.clients.tasks`.
 """
 
+from importlib import import_module
 from typing import Any
-
-from flwr_adaptive.clients.node import node_partition
-from flwr_adaptive.clients.telemetry import TelemetryClient, mark_warm, quota_data, telemetry_train
 
 __all__ = ["telemetry_train", "TelemetryClient", "quota_data", "mark_warm", "node_partition", "silo_train"]
 
+# Imported on first use: the Flower wrappers need flwr, silo_train needs torch.distributed, and
+# the DDP regime (flwr_adaptive.clients.ddp, torch only) must import on a GPU host without flwr.
+_HOME = {
+    "telemetry_train": "telemetry",
+    "TelemetryClient": "telemetry",
+    "quota_data": "data",
+    "mark_warm": "telemetry",
+    "node_partition": "node",
+    "silo_train": "silo",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # silo_train needs torch.distributed: import it only when asked, so that a client that only
-    # decorates its train function starts without it.
-    if name == "silo_train":
-        from flwr_adaptive.clients.silo import silo_train
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
 
-        return silo_train
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
