@@ -323,6 +323,13 @@ class NvmlMeter(Meter):
         GPU indices to sum (default: all GPUs that have the counter).
     nvml : module, optional
         The ``pynvml`` module (from ``nvidia-ml-py``); injectable for tests.
+    counter_window_s : float
+        Windows shorter than this are measured as the GPU's power draw
+        (``nvmlDeviceGetPowerUsage``, the mean of the window's two edges) × the window's length
+        instead of the counter's difference. Why: the counter advances in steps (every 100 ms on
+        an H200, ≈ 70 J at full load), so a few-millisecond window, such as one DDP step, reads 0 or
+        a whole step's energy; the power reading is smooth. Longer windows read the counter (its
+        step is then ≤ 10 % of the window at the default 1 s). ``0`` always reads the counter.
 
     Raises
     ------
@@ -332,15 +339,20 @@ class NvmlMeter(Meter):
     Notes
     -----
     The counter covers the whole GPU: several processes sharing one GPU each see all of its
-    energy (no attribution is attempted).
+    energy (no attribution is attempted). A GPU whose power cannot be read falls back to the
+    counter for short windows too.
     """
 
     source = "nvml"
 
-    def __init__(self, gpus: Sequence[int] | None = None, nvml: Any = None,
+    def __init__(self, gpus: Sequence[int] | None = None, nvml: Any = None, counter_window_s: float = 1.0,
                  wall_clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time) -> None:
         super().__init__(wall_clock, cpu_clock)
+        if isinstance(counter_window_s, bool) or not isinstance(counter_window_s, (int, float)) \
+                or not 0.0 <= counter_window_s < math.inf:
+            raise ValueError(f"counter_window_s must be a finite number of seconds >= 0, got {counter_window_s!r}")
+        self.counter_window_s = float(counter_window_s)
         if nvml is None:
             try:
                 import pynvml as nvml  # type: ignore[no-redef]
@@ -371,23 +383,35 @@ class NvmlMeter(Meter):
         self._warned_read = False
 
     def _snapshot(self) -> Any:
-        readings: dict[str, float | None] = {}
+        readings: dict[str, tuple[float | None, float | None]] = {}  # (counter mJ, power mW)
         for i, handle in self._handles:
             try:
-                readings[f"gpu{i}"] = float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))  # mJ
+                counter = float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
             except Exception as exc:
-                readings[f"gpu{i}"] = None
+                counter = None
                 if not self._warned_read:
                     log.warning("NVML energy read of GPU %d failed (%s); this window has no energy", i, exc)
                     self._warned_read = True
+            try:
+                power = float(self._nvml.nvmlDeviceGetPowerUsage(handle)) if self.counter_window_s > 0 else None
+            except Exception:  # no power reading: short windows fall back to the counter
+                power = None
+            readings[f"gpu{i}"] = (counter, power)
         return self._wall(), self._cpu(), readings
 
     def _measure(self, start: Any, end: Any) -> Measurement:
         w0, c0, r0 = start
         w1, c1, r1 = end
-        domains = {k: (r1[k] - r0[k]) / 1000.0 for k in r0 if r0[k] is not None and r1.get(k) is not None}
+        seconds = w1 - w0
+        domains: dict[str, float] = {}
+        for gpu, (e0, p0) in r0.items():
+            e1, p1 = r1.get(gpu, (None, None))
+            if seconds < self.counter_window_s and p0 is not None and p1 is not None:
+                domains[gpu] = (p0 + p1) / 2000.0 * seconds
+            elif e0 is not None and e1 is not None:
+                domains[gpu] = (e1 - e0) / 1000.0
         joules = sum(domains.values()) if len(domains) == len(r0) else None
-        return Measurement(w1 - w0, joules, self.source, "wall", c1 - c0, None, domains)
+        return Measurement(seconds, joules, self.source, "wall", c1 - c0, None, domains)
 
 
 # --------------------------------------------------------------------------- psutil model

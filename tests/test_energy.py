@@ -191,9 +191,11 @@ class FakeNvmlError(Exception):
     pass
 
 
-def fake_nvml(counters_mj: list[float | None], init_fails: bool = False) -> types.SimpleNamespace:
-    """A stand-in for ``pynvml``: one entry per GPU; ``None`` = no energy counter (pre-Volta)."""
-    state = {"mj": list(counters_mj)}
+def fake_nvml(counters_mj: list[float | None], init_fails: bool = False,
+              power_mw: list[float | None] | None = None) -> types.SimpleNamespace:
+    """A stand-in for ``pynvml``: one entry per GPU; ``None`` = no energy counter (pre-Volta) or,
+    in ``power_mw``, no power reading."""
+    state = {"mj": list(counters_mj), "mw": list(power_mw) if power_mw is not None else [None] * len(counters_mj)}
 
     def init():
         if init_fails:
@@ -205,9 +207,16 @@ def fake_nvml(counters_mj: list[float | None], init_fails: bool = False) -> type
             raise FakeNvmlError("Not Supported")
         return value
 
+    def power(handle):
+        value = state["mw"][handle]
+        if value is None:
+            raise FakeNvmlError("Not Supported")
+        return value
+
     return types.SimpleNamespace(
         state=state, nvmlInit=init, nvmlDeviceGetCount=lambda: len(state["mj"]),
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetTotalEnergyConsumption=energy)
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetTotalEnergyConsumption=energy,
+        nvmlDeviceGetPowerUsage=power)
 
 
 def test_nvml_sums_gpus_with_a_counter_and_skips_the_others():
@@ -225,6 +234,49 @@ def test_nvml_sums_gpus_with_a_counter_and_skips_the_others():
     assert m.joules == pytest.approx(42.5)
     assert m.domains == pytest.approx({"gpu0": 30.0, "gpu2": 12.5})
     assert (m.source, m.seconds) == ("nvml", 3.0)
+
+
+def test_nvml_short_windows_are_power_times_duration_since_the_counter_advances_in_steps():
+    # Prepare: 400 W then 500 W at the edges of a 4 ms window (one DDP step), during which the
+    # counter took one of its 100 ms steps (+70 J)
+    nvml = fake_nvml([0.0, 0.0], power_mw=[400_000.0, None])
+    wall = FakeClock()
+    meter = NvmlMeter(nvml=nvml, wall_clock=wall, cpu_clock=FakeClock())
+    meter.begin_window("step")
+    # Execute
+    nvml.state["mj"][0] += 70_000.0
+    nvml.state["mj"][1] += 70_000.0
+    nvml.state["mw"][0] = 500_000.0
+    wall.t = 0.004
+    m = meter.end_window("step")
+    # Assert: GPU 0 from its power (450 W × 4 ms); GPU 1 has no power reading: its counter
+    assert m.domains == pytest.approx({"gpu0": 1.8, "gpu1": 70.0})
+    assert m.joules == pytest.approx(71.8)
+
+
+def test_nvml_windows_of_counter_window_s_or_longer_read_the_counter():
+    # Prepare
+    nvml = fake_nvml([0.0], power_mw=[300_000.0])
+    wall = FakeClock()
+    meter = NvmlMeter(nvml=nvml, counter_window_s=1.0, wall_clock=wall, cpu_clock=FakeClock())
+    always_counter = NvmlMeter(nvml=nvml, counter_window_s=0.0, wall_clock=wall, cpu_clock=FakeClock())
+    meter.begin_window("round")
+    always_counter.begin_window("step")
+    # Execute
+    nvml.state["mj"][0] += 350_000.0
+    wall.t = 0.5
+    short = always_counter.end_window("step")
+    wall.t = 1.0
+    long = meter.end_window("round")
+    # Assert
+    assert long.joules == pytest.approx(350.0)
+    assert short.joules == pytest.approx(350.0)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("inf"), float("nan"), "1", True])
+def test_nvml_counter_window_must_be_a_finite_duration(bad):
+    with pytest.raises(ValueError, match="counter_window_s"):
+        NvmlMeter(nvml=fake_nvml([0.0]), counter_window_s=bad)
 
 
 def test_nvml_without_driver_or_counter_is_unavailable():

@@ -58,6 +58,28 @@ def test_nvml_energy_rises_with_load_and_matches_a_plausible_power():
     assert busy_w > 1.5 * idle_w
 
 
+def test_nvml_short_windows_read_the_power_draw_the_counter_would_miss():
+    # Prepare: the counter advances every ~100 ms; one 8192³ bf16 product takes ~1.5 ms
+    pytest.importorskip("pynvml")
+    meter = NvmlMeter(gpus=[0])
+    meter.begin_window("long")
+    keep_the_gpu_busy(1.5)
+    long = meter.end_window("long")
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    # Execute: 200 windows of one product each
+    joules = seconds = 0.0
+    for _ in range(200):
+        meter.begin_window("step")
+        a @ a
+        torch.cuda.synchronize()
+        m = meter.end_window("step")
+        joules, seconds = joules + m.joules, seconds + m.seconds
+    # Assert: the short windows' mean power is the long window's, within the power reading's lag
+    print(f"NVML: {long.joules / long.seconds:.0f} W over a {long.seconds:.2f} s window (counter), "
+          f"{joules / seconds:.0f} W over 200 windows of {1000 * seconds / 200:.2f} ms (power draw)")
+    assert 0.5 < (joules / seconds) / (long.joules / long.seconds) < 1.5
+
+
 def test_auto_meter_reads_nvml_for_a_gpu_and_falls_back_for_a_missing_one():
     pytest.importorskip("pynvml")
     assert auto_meter("cuda").source == "nvml"
