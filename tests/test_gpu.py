@@ -58,6 +58,31 @@ def test_nvml_energy_rises_with_load_and_matches_a_plausible_power():
     assert busy_w > 1.5 * idle_w
 
 
+def test_nvml_counter_steps_are_short_against_the_counter_window():
+    # The counter is read only for windows >= counter_window_s: its steps must be a small part of that
+    pytest.importorskip("pynvml")
+    import threading
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    worker = threading.Thread(target=keep_the_gpu_busy, args=(1.5,))
+    worker.start()
+    time.sleep(0.2)
+    last, since, steps = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.perf_counter(), []
+    while worker.is_alive():
+        now_mj, now = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.perf_counter()
+        if now_mj != last:
+            steps.append((now - since, (now_mj - last) / 1000.0))
+            last, since = now_mj, now
+    worker.join()
+    period = sorted(s[0] for s in steps[1:])[len(steps[1:]) // 2]
+    print(f"NVML counter: a step every {1000 * period:.0f} ms (median of {len(steps) - 1}), "
+          f"{sorted(s[1] for s in steps)[len(steps) // 2]:.1f} J per step under load")
+    assert len(steps) >= 3 and period <= 0.25 * NvmlMeter(gpus=[0]).counter_window_s
+
+
 def test_nvml_short_windows_read_the_power_draw_the_counter_would_miss():
     # Prepare: the counter advances every ~100 ms; one 8192³ bf16 product takes ~1.5 ms
     pytest.importorskip("pynvml")
