@@ -75,6 +75,10 @@ REUSED: dict[str, int] = {}  # finished runs this invocation took from --work in
 FEDSCALE_URL = ("https://github.com/SymbioticLab/FedScale/blob/27d7cd3d81ffcbcfe8716758aa8d67f0b11a982c/"
                 "fedscale/cloud/internal/client_metadata.py")
 
+# The measured-clock section: the paper's policies, then Static and Min-energy (the registry decides what exists).
+MEASURED_POLICIES = ("equal", "time", "low-energy", "energy", "static", "min-energy")
+# The HFL-DDP section: no adaptation, the adaptive default, the energy-optimal split.
+HFL_POLICIES = ("equal", "time", "min-energy")
 # Policy order on the page: no adaptation, the baselines, the paper's policies, then the rest.
 _FIRST = ("equal", "static", "oort", "fedasync", "time", "low-energy", "energy")
 
@@ -200,13 +204,34 @@ def plan_units(args: argparse.Namespace, per_sample: dict[str, float]) -> list[R
     return sorted(units, key=lambda u: -(cost.get(u.task, 1e-4) if u.train else 1e-6))
 
 
+def plan_measured_units(args: argparse.Namespace) -> list[RunSpec]:
+    """The runs of the measured-clock section, in the order they run (one process, one after the other).
+
+    Seed by seed, every policy of the seed before the next seed, so that a change of the machine's
+    load over the section falls on all policies of a seed alike; the policies' order rotates by one
+    per seed, so no policy always runs first (on a cold cache) or last.
+    """
+    if not args.measured:
+        return []
+    profiles_of = {seed: scenario_profiles(args.measured_scenario, seed) for seed in range(args.measured_seeds)}
+    units = []
+    for seed in range(args.measured_seeds):
+        k = seed % len(args.measured_policies)
+        for policy in args.measured_policies[k:] + args.measured_policies[:k]:
+            units.append(RunSpec(policy, args.measured_task, profiles_of[seed], seed=seed, rounds=args.measured_rounds,
+                                 budget=args.budget, clock="measured",
+                                 meta={"kind": "measured", "scenario": args.measured_scenario}))
+    return units
+
+
 def _unit_cost(spec: RunSpec) -> float:
     """Relative cost for the ETA: training seconds on the modelled clock, plus a fixed part per round."""
     train = (spec.per_sample_s or 2e-4) * spec.rounds * spec.budget if spec.train else 0.0
     return train + 0.05 * spec.rounds
 
 
-def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = None) -> pd.DataFrame:
+def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = None,
+              reuse_key: str = "pma and sweep") -> pd.DataFrame:
     """Run (or, when its file exists in ``work``, reuse) every unit; progress lines with an ETA."""
     done_dir = work / "units"
     done_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +242,7 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
             frames.append(pd.read_csv(path))
         else:
             todo.append(spec)
-    REUSED["pma and sweep"] = len(frames)
+    REUSED[reuse_key] = len(frames)
     if frames:
         print(f"[reproduce] reusing {len(frames)} finished runs from {done_dir} (--fresh to rerun them)", flush=True)
     total_cost = sum(_unit_cost(u) for u in todo)
@@ -263,9 +288,9 @@ def target_round(rounds: int) -> int:
     return max(1, math.ceil(TARGET_AT * rounds - 1e-9))
 
 
-def run_summaries(rows: pd.DataFrame, metric_of: dict[str, str]) -> pd.DataFrame:
-    """One row per PMA run: totals, CV, target figures, final metrics, overhead."""
-    pma = rows[rows["kind"] == "pma"]
+def run_summaries(rows: pd.DataFrame, metric_of: dict[str, str], kind: str = "pma") -> pd.DataFrame:
+    """One row per run of ``kind`` (``pma`` or ``measured``): totals, CV, target figures, final metrics, overhead."""
+    pma = rows[rows["kind"] == kind] if len(rows) else rows
     out = []
     for (task, scenario, seed), group in pma.groupby(["task", "scenario", "seed"], sort=False):
         equal = group[group["policy"] == "equal"].set_index("round")
@@ -460,39 +485,84 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return out
 
 
+def hfl_settings() -> dict[str, tuple[str, list[str]]]:
+    """The HFL-DDP settings: ``{name on the page: (key of the work folder, extra experiments.hfl arguments)}``."""
+    return {"moderate (testbed boards)": ("moderate", [])}
+
+
+def hfl_moderate_slowdowns(silos: int = 3, ranks: str = "2") -> list[list[float]]:
+    """The ranks' slowdowns per silo in the moderate setting (the app's testbed boards, taken in turn)."""
+    from hfl_app.task import silo_devices  # apps/hfl is on sys.path (experiments/__init__.py)
+
+    return [[max(d.slowdown, 1.0) for d in silo_devices(ranks, pid)] for pid in range(silos)]
+
+
+def rank_cv_rows(ranks: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (round, silo): the CV (population std / mean) of the silo's ranks' compute time."""
+    rows = []
+    for (rnd, silo), g in ranks.groupby(["round", "partition_id"]):
+        t = g["time_s"].to_numpy(dtype=float)
+        rows.append({"round": int(rnd), "silo": int(silo),
+                     "rank_cv": float(t.std() / t.mean()) if t.mean() > 0 else math.nan,
+                     "clock": str(g["clock"].iloc[0])})
+    return rows
+
+
 def run_hfl(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """``experiments.hfl`` (``flwr run apps/hfl``) per seed; per-round rank CV inside the silos per policy."""
-    out: dict[str, Any] = {"curves": {"3 silos × 2 ranks": {}}, "rows": [], "failed": []}
+    """``experiments.hfl`` (``flwr run apps/hfl``) per setting and seed; per-round rank CV inside the silos."""
+    settings = hfl_settings()
+    out: dict[str, Any] = {"settings": settings, "curves": {}, "rows": [], "failed": []}
     REUSED["HFL"] = 0
-    started = time.perf_counter()
-    for seed in range(args.hfl_seeds):
-        folder = work / f"hfl-r{args.hfl_rounds}-s{seed}"
-        cmd = [sys.executable, "-m", "experiments.hfl", "--policies", "equal,time", "--rounds", str(args.hfl_rounds),
-               "--seed", str(seed), "--out", str(folder)]
-        if (folder / "comparison.csv").exists():
-            REUSED["HFL"] += 1
-        else:
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.section_timeout)
-            if not (folder / "comparison.csv").exists():  # (exit 1 also means "a process was left running")
-                out["failed"].append(f"seed {seed}: exit {proc.returncode}: {(proc.stdout + proc.stderr)[-600:]}")
-                print(f"[reproduce] hfl seed {seed} FAILED; see the page", flush=True)
-                continue
-            elapsed = time.perf_counter() - started
-            left = args.hfl_seeds - seed - 1
-            print(f"[reproduce] hfl run {seed + 1}/{args.hfl_seeds} done in {time.perf_counter() - t0:.0f} s (wall); "
-                  f"{left} left, ETA {fmt_s(elapsed / (seed + 1) * left)}", flush=True)
-        for policy in ("equal", "time"):
-            hist = pd.read_csv(folder / f"history-{policy}.csv").sort_values("round")
-            out["curves"]["3 silos × 2 ranks"].setdefault(label(policy), []).append(list(hist["rank_cv_mean"]))
-            ranks = pd.read_csv(folder / f"history-{policy}-ranks.csv")
-            for (rnd, silo), g in ranks.groupby(["round", "partition_id"]):
-                t = g["time_s"].to_numpy(dtype=float)
-                out["rows"].append({"seed": seed, "policy": label(policy), "round": int(rnd), "silo": int(silo),
-                                    "rank_cv": float(t.std() / t.mean()) if t.mean() > 0 else math.nan,
-                                    "clock": str(g["clock"].iloc[0])})
-    out["command"] = f"python -m experiments.hfl --policies equal,time --rounds {args.hfl_rounds} --seed K --out DIR"
+    policies = ",".join(args.hfl_policies)
+    total, k, started, ran = len(settings) * args.hfl_seeds, 0, time.perf_counter(), 0
+    for setting, (key, extra) in settings.items():
+        out["curves"][setting] = {}
+        for seed in range(args.hfl_seeds):
+            k += 1
+            folder = work / f"hfl-{key}-r{args.hfl_rounds}-{'_'.join(args.hfl_policies)}-s{seed}"
+            cmd = [sys.executable, "-m", "experiments.hfl", "--policies", policies, "--rounds", str(args.hfl_rounds),
+                   "--seed", str(seed), *extra, "--out", str(folder)]
+            if (folder / "comparison.csv").exists():
+                REUSED["HFL"] += 1
+            else:
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.section_timeout)
+                if not (folder / "comparison.csv").exists():  # (exit 1 also means "a process was left running")
+                    out["failed"].append(f"{setting}, seed {seed}: exit {proc.returncode}: "
+                                         f"{(proc.stdout + proc.stderr)[-600:]}")
+                    print(f"[reproduce] hfl {k}/{total} FAILED ({setting}, seed {seed}); see the page", flush=True)
+                    continue
+                ran += 1
+                elapsed = time.perf_counter() - started
+                print(f"[reproduce] hfl run {k}/{total} done: {setting}, seed {seed} in "
+                      f"{time.perf_counter() - t0:.0f} s (wall); {total - k} left, ETA "
+                      f"{fmt_s(elapsed / ran * (total - k))}", flush=True)
+            for policy in args.hfl_policies:
+                hist = pd.read_csv(folder / f"history-{policy}.csv").sort_values("round")
+                out["curves"][setting].setdefault(label(policy), []).append(list(hist["rank_cv_mean"]))
+                for row in rank_cv_rows(pd.read_csv(folder / f"history-{policy}-ranks.csv")):
+                    out["rows"].append({"setting": setting, "seed": seed, "policy": label(policy), **row})
+    out["command"] = (f"python -m experiments.hfl --policies {policies} --rounds {args.hfl_rounds} --seed K "
+                      "[setting's arguments] --out DIR")
     return out
+
+
+def hfl_table(rows: pd.DataFrame, from_round: int = FROM_ROUND) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the HFL table: per setting and policy, the rank CV of every silo and their mean.
+
+    A seed's figure is the mean over rounds ≥ ``from_round`` (per silo; "mean over silos": of the
+    silos' per-round CVs); each cell is mean ± 95 % interval over seeds.
+    """
+    late = rows[rows["round"] >= from_round]
+    silos = sorted(late["silo"].unique())
+    per_silo = late.groupby(["setting", "policy", "silo", "seed"], sort=False)["rank_cv"].mean().reset_index()
+    per_seed = late.groupby(["setting", "policy", "seed"], sort=False)["rank_cv"].mean().reset_index()
+    body = []
+    for (setting, policy), g in per_seed.groupby(["setting", "policy"], sort=False):
+        ps = per_silo[(per_silo["setting"] == setting) & (per_silo["policy"] == policy)]
+        body.append([setting, policy, *(fmt_ci(ps.loc[ps["silo"] == s, "rank_cv"]) for s in silos),
+                     fmt_ci(g["rank_cv"]), str(g["seed"].nunique())])
+    return ["setting", "policy", *(f"silo {s}" for s in silos), "mean over silos", "seeds"], body
 
 
 # --------------------------------------------------------------------------- the page
@@ -574,6 +644,136 @@ def sweep_verdict(sweep: pd.DataFrame, scenario: str) -> tuple[str, dict[str, An
     return text, facts
 
 
+def clock_agreement(measured: pd.DataFrame, modelled: pd.DataFrame, policies: Sequence[str]) -> dict[str, Any]:
+    """How the measured clock's paired Δ vs Equal compare with the modelled clock's, seed by seed.
+
+    ``measured`` and ``modelled`` are run summaries (:func:`with_change_vs_equal`) of one task and
+    scenario. Per policy other than Equal, over the seeds both clocks ran: the Δ makespan and Δ
+    energy of each clock as ``(mean, half-width, n)``; ``diff_makespan`` / ``diff_energy``: the
+    per-seed measured − modelled Δ (``(mean, half-width, n)``: an interval that excludes 0 means the
+    clocks disagree beyond the seeds' noise); ``same_sign``: seeds whose measured Δ makespan has
+    the sign of the modelled mean; ``width_ratio``: measured half-width / modelled half-width of Δ
+    makespan. ``equal_cv``: Equal's busy-time CV on each clock (the excess on the measured clock is
+    the host's timing noise: Equal's quotas do not depend on the clock).
+    """
+    key = ["seed", "policy"]
+    both = measured.merge(modelled, on=key, suffixes=("_meas", "_mod"))
+    out: dict[str, Any] = {"policies": {}, "equal_cv": (mean_ci(measured.loc[measured["policy"] == "equal", "cv_busy"]),
+                                                        mean_ci(modelled.loc[modelled["policy"] == "equal", "cv_busy"]))}
+    for p in policies:
+        if p == "equal":
+            continue
+        b = both[both["policy"] == p]
+        if b.empty:
+            continue
+        f: dict[str, Any] = {}
+        for col in ("makespan_s", "energy_j"):
+            short = col.split("_")[0]
+            f[f"meas_{short}"] = mean_ci(b[f"d_{col}_meas"])
+            f[f"mod_{short}"] = mean_ci(b[f"d_{col}_mod"])
+            f[f"diff_{short}"] = mean_ci(b[f"d_{col}_meas"] - b[f"d_{col}_mod"])
+        sign = np.sign(f["mod_makespan"][0])
+        f["same_sign"] = (int((np.sign(b["d_makespan_s_meas"]) == sign).sum()), len(b))
+        h_meas, h_mod = f["meas_makespan"][1], f["mod_makespan"][1]
+        f["width_ratio"] = h_meas / h_mod if h_mod > 0 else math.inf
+        out["policies"][p] = f
+    return out
+
+
+def order_agreement(measured: pd.DataFrame, modelled: pd.DataFrame, first: str, second: str) -> dict[str, tuple]:
+    """Seeds in which ``first`` has a shorter makespan than ``second`` on each clock: ``(k, n)``."""
+    res = {}
+    for name, s in (("measured", measured), ("modelled", modelled)):
+        t = s.pivot_table(index="seed", columns="policy", values="makespan_s")
+        if first in t and second in t:
+            d = (t[first] - t[second]).dropna()
+            res[name] = (int((d < 0).sum()), len(d))
+    return res
+
+
+def measured_section(args: argparse.Namespace, measured: pd.DataFrame, modelled: pd.DataFrame,
+                     metric: str) -> list[str]:
+    """The page's "PMA on the measured clock" section (``measured``/``modelled``: run summaries with Δ)."""
+    task, scenario = args.measured_task, args.measured_scenario
+    mod = modelled[(modelled["task"] == task) & (modelled["scenario"] == scenario)] if len(modelled) else modelled
+    mod = mod[mod["seed"].isin(measured["seed"])] if len(mod) else mod
+    L = ["## PMA on the measured clock", "",
+         f"The same in-process runs on task `{task}`, {scenario} scenario, {args.measured_seeds} paired seeds, "
+         f"{args.measured_rounds} rounds of {args.budget} samples, but device time is **measured**: the training "
+         "thread's CPU seconds (`time.thread_time`, torch on one thread) × slowdown × jitter, as the Flower App "
+         "measures it. The runs go one at a time in this process after the modelled runs are done (no worker of "
+         "this command competes with them; other users of the machine may), seed by seed with the policies' order "
+         "rotated per seed, after one untimed warm-up call (torch's lazy set-up would otherwise land in the first "
+         "run's first round)"
+         + (f"; the warm-up's calibration gave {args.measured_per_sample:.3e} host CPU s per sample"
+            if getattr(args, "measured_per_sample", None) else "")
+         + ". Mean ± 95 % interval over seeds; Δ vs Equal paired per seed."
+         + (" The last two columns are the same policy's Δ on the modelled clock, same seeds (from the tables above)."
+            if len(mod) else ""), ""]
+    hdr = ["policy", "makespan s", "Δ makespan", "total energy J", "Δ energy", "idle energy J", "busy-time CV",
+           f"final {metric}", "seeds"] + (["Δ makespan, modelled", "Δ energy, modelled"] if len(mod) else [])
+    body = []
+    for p in args.measured_policies:
+        sp = measured[measured["policy"] == p]
+        if sp.empty:
+            continue
+        row = [label(p), fmt_ci(sp["makespan_s"]), fmt_ci(sp["d_makespan_s"], 3, pct=True), fmt_ci(sp["energy_j"]),
+               fmt_ci(sp["d_energy_j"], 3, pct=True), fmt_ci(sp["idle_j"]), fmt_ci(sp["cv_busy"]),
+               fmt_ci(sp["final_metric"], 4), str(len(sp))]
+        if len(mod):
+            mp = mod[mod["policy"] == p]
+            row += [fmt_ci(mp["d_makespan_s"], 3, pct=True), fmt_ci(mp["d_energy_j"], 3, pct=True)]
+        body.append(row)
+    L += _md_table(hdr, body) + [""]
+    if not len(mod):
+        L += [f"(The modelled-clock tables of this invocation do not include {task} / {scenario}: no comparison.)", ""]
+        return L
+    L += [measured_verdict(clock_agreement(measured, mod, args.measured_policies),
+                           order_agreement(measured, mod, "time", "low-energy")), ""]
+    return L
+
+
+def measured_verdict(agree: dict[str, Any], order: dict[str, tuple]) -> str:
+    """The sentence(s) comparing the measured clock with the modelled one (from :func:`clock_agreement`)."""
+    pct = lambda mh: f"{100 * mh[0]:+.1f} ± {100 * mh[1]:.1f} %" if math.isfinite(mh[1]) else f"{100 * mh[0]:+.1f} %"  # noqa: E731
+    pol = agree["policies"]
+    if not pol:
+        return "Only Equal ran on the measured clock: nothing to compare."
+    disagree = [p for p, f in pol.items()
+                if math.isfinite(f["diff_makespan"][1]) and abs(f["diff_makespan"][0]) > f["diff_makespan"][1]]
+    unstable = [p for p, f in pol.items() if f["same_sign"][0] < f["same_sign"][1]]
+    ratios = [f["width_ratio"] for f in pol.values() if math.isfinite(f["width_ratio"])]
+    (cv_m, _, _), (cv_o, _, _) = agree["equal_cv"]
+    parts = ["**Measured vs modelled clock, same seeds:** "
+             + "; ".join(f"{label(p)} Δ makespan {pct(f['meas_makespan'])} measured vs {pct(f['mod_makespan'])} "
+                         f"modelled" for p, f in pol.items()) + "."]
+    if ratios:
+        parts.append(f"The measured Δ-makespan intervals are {np.median(ratios):.1f}× as wide as the modelled ones "
+                     f"(median over policies); Equal's busy-time CV is {cv_m:.3g} measured vs {cv_o:.3g} modelled "
+                     "(Equal's quotas are the same on both clocks, so the difference is the host's CPU-time noise).")
+    if disagree:
+        parts.append("Paired per seed, measured − modelled Δ makespan excludes zero for "
+                     + ", ".join(label(p) for p in disagree)
+                     + ": there the clocks differ beyond the seeds' noise (the measured clock also sees per-call "
+                       "costs that do not scale with a device's samples, and the controller reacts to them).")
+    else:
+        parts.append("Paired per seed, measured − modelled Δ makespan does not exclude zero for any policy: the "
+                     "clocks agree within the seeds' noise.")
+    if order.get("measured") and order.get("modelled"):
+        (km, nm), (ko, no) = order["measured"], order["modelled"]
+        parts.append(f"Time-only is faster than Low-energy in {km}/{nm} seeds on the measured clock, {ko}/{no} on "
+                     "the modelled one.")
+    if unstable:
+        parts.append("**Not stable on this shared machine:** the sign of Δ makespan vs Equal changes between seeds "
+                     "for " + ", ".join(f"{label(p)} ({pol[p]['same_sign'][0]}/{pol[p]['same_sign'][1]} seeds)"
+                                        for p in unstable)
+                     + "; use the modelled clock's tables for these comparisons.")
+    else:
+        parts.append("**Stable in sign:** every policy's Δ makespan vs Equal has the modelled clock's sign in every "
+                     "seed; the sizes differ as above.")
+    return " ".join(parts)
+
+
 def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_sample: dict[str, float],
                metric_of: dict[str, str], higher_better: dict[str, bool], ddp: dict | None, hfl: dict | None,
                wall_s: float, earlier_walls: Sequence[float], earlier_commits: Sequence[str], machine: str,
@@ -605,8 +805,10 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
              + (f" (commit {', '.join(sorted(set(earlier_commits)))})" if earlier_commits else "")
              + f", whose wall time was {fmt_s(sum(earlier_walls))} in all" if any(REUSED.values()) and earlier_walls
              else ""),
-          f"- **Clock of the PMA tables, the sweep and the convergence plots**: {clock_name}. "
-          "DDP and HFL use their own clocks (stated in their sections).", ""]
+          f"- **Clock of the PMA tables, the sweep and the convergence plots**: {clock_name}"
+          + (" (except the section \"PMA on the measured clock\": measured device time, training thread's CPU "
+             "seconds × slowdown × jitter)" if args.measured else "")
+          + ". DDP and HFL use their own clocks (stated in their sections).", ""]
     L += ["## Set-up", "",
           f"- **Policies** ({len(args.policies)}): " + ", ".join(f"{label(p)} (`{p}`)" for p in args.policies) + ".",
           f"- **Tasks**: {', '.join(args.tasks)}; {args.rounds} rounds, {args.budget} samples per round over 11 "
@@ -693,6 +895,15 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
           "FedAsync has no synchronization waits: its idle energy is that of devices that ran out of work at the end; "
           "its \"round\" is a round-equivalent of the same number of samples.", ""]
 
+    # ---- the measured clock
+    if args.measured:
+        measured = with_change_vs_equal(run_summaries(rows, metric_of, kind="measured"))
+        measured.to_csv(figs / "measured.csv", index=False)
+        if measured.empty:
+            L += ["## PMA on the measured clock", "", "No measured-clock run finished.", ""]
+        else:
+            L += measured_section(args, measured, summary, metric_of[args.measured_task])
+
     # ---- sweep
     L += ["## Energy vs w_e (non-monotonicity)", "",
           f"The weighted controller with w_t = 1 − w_e on task `{args.sweep_task}`, {args.seeds} seeds per scenario, "
@@ -772,19 +983,18 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
                   "spread gives (it follows from the slowdowns: the CV of (2, 3, 4, 6) is 0.39).", ""]
         L += [f"- DDP run failed: {f}" for f in ddp["failed"]] + ([""] if ddp["failed"] else [])
     if hfl is not None:
+        moderate = "; ".join(f"silo {i}: {', '.join(f'{v:g}' for v in sl)}"
+                             for i, sl in enumerate(hfl_moderate_slowdowns()))
         L += ["## HFL-DDP: rank CV inside the silos", "",
-              f"`{hfl['command']}` for {args.hfl_seeds} seed(s): `flwr run apps/hfl`, 3 silos × 2 DDP ranks; mean CV "
-              "of the ranks' compute time inside each silo (virtual clock: CPU seconds × emulated slowdown), mean "
-              f"over rounds ≥ {FROM_ROUND}, then over seeds.", ""]
+              f"`{hfl['command']}` for {args.hfl_seeds} seeds per setting, {args.hfl_rounds} rounds: `flwr run apps/hfl`, "
+              "3 silos × 2 DDP ranks (600 samples per silo and round over 10 steps), the controller moving samples "
+              "between the ranks of a silo only. Figure: the CV (std / mean) of the compute time of a silo's ranks "
+              "(virtual clock: the ranks' CPU seconds × emulated slowdown), mean over rounds ≥ "
+              f"{FROM_ROUND} per seed, then mean ± 95 % interval over seeds. Settings: *moderate*: the testbed "
+              f"boards taken in turn (rank slowdowns {moderate}).", ""]
         if hfl["rows"]:
-            h = pd.DataFrame(hfl["rows"])
-            late = h[h["round"] >= FROM_ROUND].groupby(["policy", "silo", "seed"], sort=False).mean(
-                numeric_only=True).reset_index()
-            body = [[p, f"silo {silo}", fmt_ci(g["rank_cv"]), str(len(g))]
-                    for (p, silo), g in late.groupby(["policy", "silo"], sort=False)]
-            both = late.groupby(["policy", "seed"], sort=False).mean(numeric_only=True).reset_index()
-            body += [[p, "mean over silos", fmt_ci(g["rank_cv"]), str(len(g))] for p, g in both.groupby("policy", sort=False)]
-            L += _md_table(["policy", "silo", "rank CV (compute time of the silo's ranks)", "seeds"], body)
+            header, body = hfl_table(pd.DataFrame(hfl["rows"]))
+            L += _md_table(header, body)
             png = plot_cv(hfl["curves"], "HFL-DDP", figs / "hfl-cv.png")
             L += ["", f"![HFL rank CV per round](results/{png.name})", ""]
         L += [f"- HFL run failed: {f}" for f in hfl["failed"]] + ([""] if hfl["failed"] else [])
@@ -794,6 +1004,7 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
     L += ["## Files", "",
           "- `results/runs.csv`: one row per PMA run (task, scenario, seed, policy) with every figure above.",
           "- `results/sweep.csv`: one row per sweep run.",
+          *(["- `results/measured.csv`: one row per run of the measured-clock section."] if args.measured else []),
           "- Single runs of the other commands (`./run.sh`, the virtual-clock testbed, the controller benchmark, "
           "the centralised task check): [measurements.md](measurements.md).", ""]
     page = out / "results.md"
@@ -815,13 +1026,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--clock", choices=("modelled", "measured"), default="modelled")
     ap.add_argument("--sweep-task", default=None, help="task of the w_e sweep (default: the first task)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (modelled clock only; measured uses 1)")
+    ap.add_argument("--measured-task", default="mnist", help="task of the measured-clock section")
+    ap.add_argument("--measured-scenario", default="testbed", help="scenario of the measured-clock section")
+    ap.add_argument("--measured-seeds", type=int, default=5, help="paired seeds of the measured-clock section")
+    ap.add_argument("--measured-rounds", type=int, default=None, help="rounds of the measured-clock section "
+                    "(default: --rounds)")
+    ap.add_argument("--measured-policies", default=",".join(MEASURED_POLICIES),
+                    help="comma-separated registry policies of the measured-clock section (Equal included)")
+    ap.add_argument("--skip-measured", action="store_true", help="no measured-clock section")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--skip-hfl", action="store_true")
     ap.add_argument("--ddp-seeds", type=int, default=3)
     ap.add_argument("--ddp-rounds", type=int, default=5)
     ap.add_argument("--ddp-budget", type=int, default=2000, help="DDP samples per round over the 4 ranks")
-    ap.add_argument("--hfl-seeds", type=int, default=2)
-    ap.add_argument("--hfl-rounds", type=int, default=4)
+    ap.add_argument("--hfl-seeds", type=int, default=3)
+    ap.add_argument("--hfl-rounds", type=int, default=6)
+    ap.add_argument("--hfl-policies", default=",".join(HFL_POLICIES), help="comma-separated experiments.hfl policies")
     ap.add_argument("--section-timeout", type=float, default=1800.0, help="seconds before one DDP/HFL command is killed")
     ap.add_argument("--out", default=str(REPO / "docs"), help="folder of results.md (plots go to <out>/results/)")
     ap.add_argument("--work", default=str(REPO / "results" / "reproduce"),
@@ -831,25 +1051,41 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.quick:
         args.tasks, args.seeds, args.rounds = "weather", 2, 4
         args.skip_ddp = args.skip_hfl = True
+        args.measured_task, args.measured_seeds, args.measured_rounds = "weather", 2, 4
+        args.measured_policies = "equal,time,low-energy,energy"
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     known = policy_names()
     args.policies = known if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
     from flwr_adaptive.clients.tasks import TASKS as KNOWN_TASKS
 
-    bad = [t for t in args.tasks if t not in KNOWN_TASKS] + [s for s in args.scenarios if s not in SCENARIOS] \
-        + [p for p in args.policies if p not in known]
+    args.measured_policies = [p.strip() for p in args.measured_policies.split(",") if p.strip()]
+    args.hfl_policies = [p.strip() for p in args.hfl_policies.split(",") if p.strip()]
+    args.measured_rounds = args.rounds if args.measured_rounds is None else args.measured_rounds
+    bad = [t for t in [*args.tasks, args.measured_task] if t not in KNOWN_TASKS] \
+        + [s for s in [*args.scenarios, args.measured_scenario] if s not in SCENARIOS] \
+        + [p for p in [*args.policies, *args.measured_policies] if p not in known]
     if bad:
         ap.error(f"unknown names {bad}: tasks from {sorted(KNOWN_TASKS)}, scenarios from {SCENARIOS}, "
                  f"policies from {known}")
     if "equal" not in args.policies:
         ap.error("the target loss and every Δ are against Equal: keep 'equal' in --policies")
+    from flwr_adaptive.strategies.registry import LABELS, parse_run_name
+
+    hfl_known = [p for p in LABELS if parse_run_name(p)[0] in POLICIES]
+    if not args.hfl_policies or [p for p in args.hfl_policies if p not in hfl_known]:
+        ap.error(f"--hfl-policies must name some of {hfl_known} (the controller's policies), got {args.hfl_policies}")
+    if "equal" not in args.measured_policies:
+        ap.error("the measured-clock section's Δ are against Equal: keep 'equal' in --measured-policies")
     for name in ("seeds", "rounds", "budget", "jobs", "ddp_seeds", "ddp_rounds", "ddp_budget", "hfl_seeds",
-                 "hfl_rounds"):
+                 "hfl_rounds", "measured_seeds", "measured_rounds"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.seeds < 2:
-        ap.error("--seeds must be >= 2 for an interval")
+    if args.seeds < 2 or args.measured_seeds < 2:
+        ap.error(f"--seeds and --measured-seeds must be >= 2 for an interval, got {args.seeds} and "
+                 f"{args.measured_seeds}")
+    # On --clock measured every PMA table is already on the measured clock: the section would repeat them.
+    args.measured = not args.skip_measured and args.clock == "modelled"
     args.sweep_task = args.sweep_task or args.tasks[0]
     if args.clock == "measured":
         args.jobs = 1  # concurrent processes would inflate each other's CPU time
@@ -879,7 +1115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     # What the cached PMA and sweep runs depend on (DDP/HFL files carry their own settings in their names).
     settings = {k: getattr(args, k) for k in ("tasks", "scenarios", "policies", "seeds", "rounds", "budget", "clock",
-                                              "sweep_task")}
+                                              "sweep_task", "measured_task", "measured_scenario", "measured_rounds")}
     settings_path = work / "settings.json"
     if settings_path.exists() and json.loads(settings_path.read_text()).get("settings") != json.loads(
             json.dumps(settings)):
@@ -890,8 +1126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks_needed = sorted(set(args.tasks) | {args.sweep_task})
     from experiments.inprocess import load_task
 
-    metric_of = {t: load_task(t).metric for t in tasks_needed}
-    higher_better = {t: bool(load_task(t).higher_is_better) for t in tasks_needed}
+    metric_of = {t: load_task(t).metric for t in {*tasks_needed, args.measured_task}}
+    higher_better = {t: bool(load_task(t).higher_is_better) for t in {*tasks_needed, args.measured_task}}
     per_sample: dict[str, float] = {}
     if args.clock == "modelled":
         saved = json.loads(settings_path.read_text()).get("per_sample_s", {}) if settings_path.exists() else {}
@@ -917,6 +1153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the command line, not a caller in this process (tests)
         _stop_on_sigterm()
     rows = run_units(units, args.jobs, work, on_progress=note_wall)
+    measured_units = plan_measured_units(args)
+    if measured_units:  # after the pool, in this process alone: the CPU time of a run is the clock here
+        print(f"[reproduce] measured clock: {len(measured_units)} runs ({len(args.measured_policies)} policies × "
+              f"{args.measured_seeds} seeds, {args.measured_task} / {args.measured_scenario}), one at a time",
+              flush=True)
+        # Torch's lazy set-up lands in the first training call's CPU time: take it here, not in a run's round 1.
+        args.measured_per_sample = calibrate(args.measured_task)
+        print(f"[reproduce] measured clock warm-up: {args.measured_task}: {args.measured_per_sample:.3e} host "
+              "CPU s per training sample now", flush=True)
+        rows = pd.concat([rows, run_units(measured_units, 1, work, on_progress=note_wall, reuse_key="measured")],
+                         ignore_index=True)
     ddp = None if args.skip_ddp else run_ddp(args, work)
     hfl = None if args.skip_hfl else run_hfl(args, work)
     wall = time.perf_counter() - started
