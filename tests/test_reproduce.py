@@ -13,6 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytestmark = pytest.mark.slow
 
@@ -160,3 +162,184 @@ def test_options_are_checked_early():
         reproduce.parse_args(["--tasks", "imagenet"])
     with pytest.raises(SystemExit):
         reproduce.parse_args(["--seeds", "1"])
+
+
+# --------------------------------------------------------------------------- the measured clock
+def test_measured_section_ran_every_asked_policy_and_seed_once_on_its_own_clock(quick):
+    # Prepare
+    from experiments.reproduce import parse_args
+
+    out, _, _ = quick
+    args = parse_args(["--quick"])
+    measured = pd.read_csv(out / "results" / "measured.csv")
+    # Assert: the quick form's policies × seeds, once each, on the one task and scenario, full budget each round
+    assert sorted(zip(measured["seed"], measured["policy"])) == sorted(
+        (s, p) for s in range(args.measured_seeds) for p in args.measured_policies)
+    assert set(measured["task"]) == {args.measured_task} and set(measured["scenario"]) == {args.measured_scenario}
+    assert (measured["samples_per_round"] == args.budget).all()
+    # Δ vs Equal is paired per seed on the measured figures themselves
+    eq = measured[measured["policy"] == "equal"].set_index("seed")["makespan_s"]
+    for _, row in measured.iterrows():
+        assert row["d_makespan_s"] == pytest.approx(row["makespan_s"] / eq[row["seed"]] - 1)
+
+
+def test_equal_trains_the_same_model_on_both_clocks(quick):
+    # Prepare: Equal's quotas do not depend on the clock, so with the same seed it trains exactly the same model
+    out, runs, _ = quick
+    measured = pd.read_csv(out / "results" / "measured.csv").set_index(["seed", "policy"])
+    modelled = runs[runs["scenario"] == "testbed"].set_index(["seed", "policy"])
+    for seed in (0, 1):
+        # Assert
+        assert measured.loc[(seed, "equal"), "final_loss"] == pytest.approx(modelled.loc[(seed, "equal"), "final_loss"],
+                                                                            rel=1e-9)
+
+
+def test_page_has_the_measured_section_with_its_table_and_verdict(quick):
+    # Prepare
+    from experiments.reproduce import label, parse_args
+
+    out, _, _ = quick
+    page = (out / "results.md").read_text()
+    args = parse_args(["--quick"])
+    # Assert: the header names both clocks; the section's table has one row per asked policy with its seed count
+    head = page.split("## Set-up")[0]
+    assert "modelled device time" in head and "PMA on the measured clock" in head
+    section = page.split("## PMA on the measured clock")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| policy")]
+    assert [r.split(" | ")[0][2:] for r in rows] == [label(p) for p in args.measured_policies]
+    assert all(r.split(" | ")[8] == str(args.measured_seeds) for r in rows)
+    assert "**Measured vs modelled clock, same seeds:**" in section
+    assert ("**Stable in sign:**" in section) != ("**Not stable on this shared machine:**" in section)
+
+
+def test_measured_runs_go_seed_by_seed_with_the_order_rotated():
+    # Prepare
+    from experiments.reproduce import parse_args, plan_measured_units
+
+    args = parse_args(["--measured-policies", "equal,time,energy", "--measured-seeds", "4", "--measured-rounds", "3"])
+    # Act
+    units = plan_measured_units(args)
+    # Assert: seed after seed, each policy once per seed, the first policy moving on by one per seed
+    assert [u.seed for u in units] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert [u.policy for u in units[:6]] == ["equal", "time", "energy", "time", "energy", "equal"]
+    assert [u.policy for u in units[9:]] == ["equal", "time", "energy"]
+    assert {(u.clock, u.rounds, u.task, u.meta["kind"], u.meta["scenario"]) for u in units} == {
+        ("measured", 3, "mnist", "measured", "testbed")}
+    # on --clock measured every table is measured already: no separate section
+    assert plan_measured_units(parse_args(["--clock", "measured"])) == []
+    assert plan_measured_units(parse_args(["--skip-measured"])) == []
+
+
+def _summary(rows: list[tuple[int, str, float, float]]) -> pd.DataFrame:
+    from experiments.reproduce import with_change_vs_equal
+
+    return with_change_vs_equal(pd.DataFrame(
+        [{"task": "mnist", "scenario": "testbed", "seed": s, "policy": p, "makespan_s": t, "energy_j": e,
+          "idle_j": 1.0, "cv_busy": 0.5} for s, p, t, e in rows]))
+
+
+def test_clock_agreement_on_hand_made_runs():
+    # Prepare: 2 seeds. Time-only's Δ makespan: measured -0.5, -0.3 (mean -0.4); modelled -0.4, -0.4.
+    # t(0.975, 1) = 12.7062; sd of (-0.5, -0.3) = 0.141421 → half-width 12.7062 · 0.141421 / √2 = 1.27062
+    from experiments.reproduce import clock_agreement, order_agreement
+
+    measured = _summary([(0, "equal", 10, 100), (0, "time", 5, 80), (0, "low-energy", 6, 70),
+                         (1, "equal", 10, 100), (1, "time", 7, 90), (1, "low-energy", 6, 60)])
+    modelled = _summary([(0, "equal", 10, 100), (0, "time", 6, 80), (0, "low-energy", 7, 70),
+                         (1, "equal", 10, 100), (1, "time", 6, 80), (1, "low-energy", 7, 70)])
+    # Act
+    agree = clock_agreement(measured, modelled, ["equal", "time", "low-energy"])
+    order = order_agreement(measured, modelled, "time", "low-energy")
+    # Assert
+    t = agree["policies"]["time"]
+    assert t["meas_makespan"][0] == pytest.approx(-0.4) and t["meas_makespan"][1] == pytest.approx(1.27062, rel=1e-4)
+    assert t["mod_makespan"][:2] == pytest.approx((-0.4, 0.0))
+    assert t["diff_makespan"][0] == pytest.approx(0.0) and t["diff_makespan"][2] == 2
+    assert t["diff_energy"][0] == pytest.approx((-0.2 - 0.1) / 2 - (-0.2))  # measured -0.2, -0.1; modelled -0.2
+    assert t["same_sign"] == (2, 2) and t["width_ratio"] == math.inf  # the modelled Δ does not vary
+    assert "equal" not in agree["policies"]
+    assert order == {"measured": (1, 2), "modelled": (2, 2)}  # seed 1: 7 > 6 on the measured clock
+
+
+def test_verdict_calls_a_sign_flip_unstable_and_names_the_policy():
+    # Prepare: Energy-only is slower than Equal on the modelled clock in both seeds, faster in one measured seed
+    from experiments.reproduce import clock_agreement, measured_verdict, order_agreement
+
+    modelled = _summary([(0, "equal", 10, 100), (0, "energy", 13, 120), (1, "equal", 10, 100), (1, "energy", 12, 110)])
+    flipped = _summary([(0, "equal", 10, 100), (0, "energy", 9, 95), (1, "equal", 10, 100), (1, "energy", 12, 110)])
+    # Act
+    text = measured_verdict(clock_agreement(flipped, modelled, ["equal", "energy"]),
+                            order_agreement(flipped, modelled, "time", "low-energy"))
+    same = measured_verdict(clock_agreement(modelled, modelled, ["equal", "energy"]), {})
+    # Assert
+    assert "**Not stable on this shared machine:**" in text and "Energy-only (1/2 seeds)" in text
+    assert "**Stable in sign:**" in same and "does not exclude zero for any policy" in same
+
+
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(0.05, 5.0), st.floats(10.0, 1e3), st.floats(0.1, 3.0)),
+                min_size=2, max_size=6))
+@settings(max_examples=40, deadline=None)
+def test_identical_clocks_agree_exactly(seeds):
+    # Property: comparing a set of runs with itself gives zero differences, full sign agreement, width ratio 1
+    from experiments.reproduce import clock_agreement
+
+    rows = []
+    for s, (t_eq, t_ratio, e_eq, e_ratio) in enumerate(seeds):
+        rows += [(s, "equal", t_eq, e_eq), (s, "time", t_eq * t_ratio, e_eq * e_ratio)]
+    runs = _summary(rows)
+    f = clock_agreement(runs, runs, ["equal", "time"])["policies"]["time"]
+    assert f["diff_makespan"][0] == pytest.approx(0.0, abs=1e-12)
+    assert f["diff_energy"][0] == pytest.approx(0.0, abs=1e-12)
+    assert f["meas_makespan"] == f["mod_makespan"]
+    if f["mod_makespan"][0] != 0:  # the seeds whose Δ has the mean's sign
+        expected = int((np.sign(runs.loc[runs["policy"] == "time", "d_makespan_s"]) == np.sign(f["mod_makespan"][0])).sum())
+        assert f["same_sign"] == (expected, len(seeds))
+    if f["mod_makespan"][1] > 0:
+        assert f["width_ratio"] == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- HFL
+def test_rank_cv_is_population_std_over_mean_per_round_and_silo():
+    # Prepare: silo 0's ranks took 1 and 3 s (std 1, mean 2 → 0.5); silo 1's 2 and 2 s (0)
+    from experiments.reproduce import rank_cv_rows
+
+    ranks = pd.DataFrame({"round": [1, 1, 1, 1], "partition_id": [0, 0, 1, 1], "time_s": [1.0, 3.0, 2.0, 2.0],
+                          "clock": ["virtual"] * 4})
+    # Act
+    rows = {(r["round"], r["silo"]): r["rank_cv"] for r in rank_cv_rows(ranks)}
+    # Assert
+    assert rows == {(1, 0): pytest.approx(0.5), (1, 1): pytest.approx(0.0)}
+
+
+def test_hfl_table_averages_late_rounds_per_seed_then_intervals_over_seeds():
+    # Prepare: 2 silos, 2 seeds, rounds 1–4; rounds 1–2 carry a huge CV that must not count (from round 3)
+    from experiments.reproduce import hfl_table
+
+    rows = []
+    for seed, (a, b) in enumerate(((0.1, 0.3), (0.2, 0.4))):  # silo 0's CV in rounds 3 and 4 per seed
+        for rnd in (1, 2, 3, 4):
+            late = rnd >= 3
+            rows.append({"setting": "moderate", "seed": seed, "policy": "Equal", "round": rnd, "silo": 0,
+                         "rank_cv": (a if rnd == 3 else b) if late else 9.0})
+            rows.append({"setting": "moderate", "seed": seed, "policy": "Equal", "round": rnd, "silo": 1,
+                         "rank_cv": 0.5 if late else 9.0})
+    # Act
+    header, body = hfl_table(pd.DataFrame(rows))
+    # Assert: silo 0 per seed 0.2 and 0.3 → mean 0.25, half-width 12.7062 · 0.0707107 / √2 = 0.635;
+    # silo 1 always 0.5; mean over silos per seed 0.35, 0.4 → 0.375 ± 0.318
+    assert header == ["setting", "policy", "silo 0", "silo 1", "mean over silos", "seeds"]
+    assert body == [["moderate", "Equal", "0.25 ± 0.64", "0.5 ± 0", "0.375 ± 0.32", "2"]]
+
+
+def test_hfl_and_measured_options_are_checked_early():
+    from experiments import reproduce
+
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--measured-policies", "time,energy"])  # no Equal to compare with
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--hfl-policies", "equal,oort"])  # Oort-like is not a controller policy
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--measured-seeds", "1"])
+    args = reproduce.parse_args([])
+    assert (args.hfl_seeds, args.hfl_rounds, args.measured_seeds) == (3, 6, 5)
+    assert args.hfl_policies == ["equal", "time", "min-energy"]
