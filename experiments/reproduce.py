@@ -487,14 +487,16 @@ def run_ddp(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def hfl_settings() -> dict[str, tuple[str, list[str]]]:
     """The HFL-DDP settings: ``{name on the page: (key of the work folder, extra experiments.hfl arguments)}``."""
-    return {"moderate (testbed boards)": ("moderate", [])}
+    return {"moderate (testbed boards)": ("moderate", []),
+            f"wide (lognormal σ={WIDE_SIGMA:g} fleet per seed)": ("wide", ["--spread", "wide"])}
 
 
-def hfl_moderate_slowdowns(silos: int = 3, ranks: str = "2") -> list[list[float]]:
-    """The ranks' slowdowns per silo in the moderate setting (the app's testbed boards, taken in turn)."""
+def hfl_slowdowns(spread: str, seed: int = 0, silos: int = 3, ranks: str = "2") -> list[list[float]]:
+    """The ranks' slowdowns per silo (the app's fleet of ``spread``, its devices taken in turn)."""
     from hfl_app.task import silo_devices  # apps/hfl is on sys.path (experiments/__init__.py)
 
-    return [[max(d.slowdown, 1.0) for d in silo_devices(ranks, pid)] for pid in range(silos)]
+    return [[max(d.slowdown, 1.0) for d in silo_devices(ranks, pid, spread=spread, seed=seed)]
+            for pid in range(silos)]
 
 
 def rank_cv_rows(ranks: pd.DataFrame) -> list[dict[str, Any]]:
@@ -774,6 +776,52 @@ def measured_verdict(agree: dict[str, Any], order: dict[str, tuple]) -> str:
     return " ".join(parts)
 
 
+def hfl_section(args: argparse.Namespace, hfl: dict[str, Any], figs: Path) -> list[str]:
+    """The page's HFL-DDP section from :func:`run_hfl`'s result: settings, table, headline sentence, plot, CSV."""
+
+    def silos(spread: str, seed: int = 0) -> str:
+        return "; ".join(f"silo {i}: {', '.join(f'{v:.3g}' for v in sl)}"
+                         for i, sl in enumerate(hfl_slowdowns(spread, seed)))
+
+    def ratio(spread: str, seed: int) -> float:  # the largest slow/fast ratio inside one silo
+        return max(max(sl) / min(sl) for sl in hfl_slowdowns(spread, seed))
+
+    wide_ratios = ", ".join(f"{ratio('wide', k):.2g}×" for k in range(args.hfl_seeds))
+    L = ["## HFL-DDP: rank CV inside the silos", "",
+         f"`{hfl['command']}` for {args.hfl_seeds} seeds per setting, {args.hfl_rounds} rounds: `flwr run apps/hfl`, "
+         "3 silos × 2 DDP ranks (600 samples per silo and round over 10 steps), the controller moving samples "
+         "between the ranks of a silo only. Figure: the CV (std / mean) of the compute time of a silo's ranks "
+         "(virtual clock: the ranks' CPU seconds × emulated slowdown), mean over rounds ≥ "
+         f"{FROM_ROUND} per seed, then mean ± 95 % interval over seeds. Settings: *moderate*: the testbed "
+         f"boards taken in turn (rank slowdowns {silos('testbed')}; largest ratio inside a silo "
+         f"{ratio('testbed', 0):.2g}×); *wide*: the wide scenario's lognormal σ = {WIDE_SIGMA:g} fleet of each "
+         "seed (the same draw as the PMA tables' wide scenario, `--spread wide`), scaled so its fastest device "
+         f"is at 1× (the ranks sleep to be slow; seed 0: {silos('wide', 0)}; largest ratio inside a silo per "
+         f"seed: {wide_ratios}).", ""]
+    if hfl["rows"]:
+        rows = pd.DataFrame(hfl["rows"])
+        rows.to_csv(figs / "hfl.csv", index=False)
+        header, body = hfl_table(rows)
+        L += _md_table(header, body) + [""]
+        L += [hfl_headline(rows), ""]
+        png = plot_cv(hfl["curves"], "HFL-DDP", figs / "hfl-cv.png")
+        L += [f"![HFL rank CV per round](results/{png.name})", ""]
+    L += [f"- HFL run failed: {f}" for f in hfl["failed"]] + ([""] if hfl["failed"] else [])
+    return L
+
+
+def hfl_headline(rows: pd.DataFrame, from_round: int = FROM_ROUND) -> str:
+    """One sentence per setting: the mean-over-silos rank CV of every policy (mean ± 95 % interval over seeds)."""
+    late = rows[rows["round"] >= from_round]
+    per_seed = late.groupby(["setting", "policy", "seed"], sort=False)["rank_cv"].mean().reset_index()
+    parts = []
+    for setting, g in per_seed.groupby("setting", sort=False):
+        cells = [f"{policy} {fmt_ci(p['rank_cv'])}" for policy, p in g.groupby("policy", sort=False)]
+        parts.append(f"*{setting}*: " + " → ".join(cells))
+    return ("Rank CV inside the silos (mean over silos): " + "; ".join(parts) + ". The paper's Equal CV (0.8–1.1) "
+            "came from its devices; the Equal CV here is what the emulated spread inside a silo gives.")
+
+
 def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_sample: dict[str, float],
                metric_of: dict[str, str], higher_better: dict[str, bool], ddp: dict | None, hfl: dict | None,
                wall_s: float, earlier_walls: Sequence[float], earlier_commits: Sequence[str], machine: str,
@@ -983,21 +1031,7 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
                   "spread gives (it follows from the slowdowns: the CV of (2, 3, 4, 6) is 0.39).", ""]
         L += [f"- DDP run failed: {f}" for f in ddp["failed"]] + ([""] if ddp["failed"] else [])
     if hfl is not None:
-        moderate = "; ".join(f"silo {i}: {', '.join(f'{v:g}' for v in sl)}"
-                             for i, sl in enumerate(hfl_moderate_slowdowns()))
-        L += ["## HFL-DDP: rank CV inside the silos", "",
-              f"`{hfl['command']}` for {args.hfl_seeds} seeds per setting, {args.hfl_rounds} rounds: `flwr run apps/hfl`, "
-              "3 silos × 2 DDP ranks (600 samples per silo and round over 10 steps), the controller moving samples "
-              "between the ranks of a silo only. Figure: the CV (std / mean) of the compute time of a silo's ranks "
-              "(virtual clock: the ranks' CPU seconds × emulated slowdown), mean over rounds ≥ "
-              f"{FROM_ROUND} per seed, then mean ± 95 % interval over seeds. Settings: *moderate*: the testbed "
-              f"boards taken in turn (rank slowdowns {moderate}).", ""]
-        if hfl["rows"]:
-            header, body = hfl_table(pd.DataFrame(hfl["rows"]))
-            L += _md_table(header, body)
-            png = plot_cv(hfl["curves"], "HFL-DDP", figs / "hfl-cv.png")
-            L += ["", f"![HFL rank CV per round](results/{png.name})", ""]
-        L += [f"- HFL run failed: {f}" for f in hfl["failed"]] + ([""] if hfl["failed"] else [])
+        L += hfl_section(args, hfl, figs)
     if ddp is None or hfl is None:
         skipped = [n for n, v in (("DDP", ddp), ("HFL-DDP", hfl)) if v is None]
         L += [f"{' and '.join(skipped)} not run in this invocation (`--quick` or `--skip-ddp` / `--skip-hfl`).", ""]
@@ -1005,6 +1039,7 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
           "- `results/runs.csv`: one row per PMA run (task, scenario, seed, policy) with every figure above.",
           "- `results/sweep.csv`: one row per sweep run.",
           *(["- `results/measured.csv`: one row per run of the measured-clock section."] if args.measured else []),
+          *(["- `results/hfl.csv`: the HFL rank CV per setting, seed, policy, round and silo."] if hfl else []),
           "- Single runs of the other commands (`./run.sh`, the virtual-clock testbed, the controller benchmark, "
           "the centralised task check): [measurements.md](measurements.md).", ""]
     page = out / "results.md"

@@ -343,3 +343,56 @@ def test_hfl_and_measured_options_are_checked_early():
     args = reproduce.parse_args([])
     assert (args.hfl_seeds, args.hfl_rounds, args.measured_seeds) == (3, 6, 5)
     assert args.hfl_policies == ["equal", "time", "min-energy"]
+
+
+def _hfl_folder(folder, policies, cv_of_silo):
+    """The files ``experiments.hfl`` leaves per seed, hand-made: silo s's two ranks took 1 and 1 + 2·cv seconds."""
+    folder.mkdir(parents=True)
+    (folder / "comparison.csv").write_text("policy\n")
+    for policy in policies:
+        rows, hist = [], []
+        for rnd in (1, 2, 3, 4):
+            cvs = []
+            for silo, cv in cv_of_silo[policy].items():
+                fast = 1.0
+                slow = fast * (1 + cv) / (1 - cv)  # population CV of (fast, slow) is cv
+                rows += [{"round": rnd, "partition_id": silo, "rank": r, "time_s": t, "clock": "virtual"}
+                         for r, t in enumerate((fast, slow))]
+                cvs.append(cv)
+            hist.append({"round": rnd, "rank_cv_mean": float(np.mean(cvs))})
+        pd.DataFrame(rows).to_csv(folder / f"history-{policy}-ranks.csv", index=False)
+        pd.DataFrame(hist).to_csv(folder / f"history-{policy}.csv", index=False)
+
+
+def test_hfl_section_reads_every_setting_and_seed_and_writes_table_csv_and_plot(tmp_path):
+    # Prepare: the folders of both settings × 2 seeds already exist (a rerun reuses them: no flwr run here)
+    from experiments import reproduce
+
+    args = reproduce.parse_args(["--hfl-seeds", "2", "--hfl-rounds", "4", "--hfl-policies", "equal,time"])
+    cv = {"moderate": ({"equal": {0: 0.3, 1: 0.1, 2: 0.2}, "time": {0: 0.05, 1: 0.03, 2: 0.04}},
+                       {"equal": {0: 0.3, 1: 0.1, 2: 0.2}, "time": {0: 0.07, 1: 0.05, 2: 0.06}}),
+          "wide": ({"equal": {0: 0.8, 1: 0.1, 2: 0.6}, "time": {0: 0.1, 1: 0.02, 2: 0.09}},
+                   {"equal": {0: 0.5, 1: 0.4, 2: 0.9}, "time": {0: 0.2, 1: 0.05, 2: 0.08}})}
+    for key, per_seed in cv.items():
+        for seed, cvs in enumerate(per_seed):
+            _hfl_folder(tmp_path / f"hfl-{key}-r4-equal_time-s{seed}", ["equal", "time"], cvs)
+    # Act
+    hfl = reproduce.run_hfl(args, tmp_path)
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    lines = reproduce.hfl_section(args, hfl, figs)
+    # Assert: nothing failed, both settings reused from the folders, CVs recovered from the ranks' times
+    assert hfl["failed"] == [] and reproduce.REUSED["HFL"] == 4
+    assert list(hfl["curves"]) == list(reproduce.hfl_settings())
+    table = pd.read_csv(figs / "hfl.csv")
+    assert len(table) == 2 * 2 * 2 * 4 * 3  # settings × seeds × policies × rounds × silos
+    got = table.set_index(["setting", "seed", "policy", "round", "silo"])["rank_cv"]
+    wide = [s for s in reproduce.hfl_settings() if s.startswith("wide")][0]
+    assert got[(wide, 1, "Equal", 3, 2)] == pytest.approx(0.9)
+    # the table: one row per (setting, policy); wide Time-only, silo 1: seeds 0.02 and 0.05 → 0.035 ± 0.19
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| setting")]
+    assert len(rows) == 4
+    assert rows[3] == f"| {wide} | Time-only | 0.15 ± 0.64 | 0.035 ± 0.19 | 0.085 ± 0.064 | 0.09 ± 0.25 | 2 |"
+    text = "\n".join(lines)
+    assert "*moderate (testbed boards)*: Equal 0.2 ± 0 → Time-only 0.05 ± 0.13" in text
+    assert (figs / "hfl-cv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
