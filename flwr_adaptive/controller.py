@@ -64,7 +64,7 @@ from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_ene
 __all__ = [
     "AllocationController", "Report", "Policy", "POLICIES", "ParticipantId", "OBJECTIVES", "COST_MODELS",
     "DEADBAND_RULES", "MAX_BUDGET", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE", "MAX_COST_CLIP", "MIN_WEIGHT",
-    "MAX_WEIGHT",
+    "MAX_WEIGHT", "MAX_IDLE_W",
 ]
 
 ParticipantId = Hashable  # str or int; both survive ``state_dict`` with their type
@@ -77,6 +77,9 @@ MAX_BUDGET = 2**53 - 1
 #: normalisation can underflow to 0 (e.g. ``time_s=5e-324``) or overflow.
 MIN_PER_SAMPLE = 1e-150
 MAX_PER_SAMPLE = 1e150
+#: Largest idle draw a participant may state: a megawatt (a whole silo of servers stays below it).
+#: Beyond it the min-energy objective's idle term (watts × round seconds) can overflow.
+MAX_IDLE_W = 1e6
 #: Largest ``cost_clip``: cost ratios stay within 1e±12, so weights never overflow.
 MAX_COST_CLIP = 1e12
 #: A policy weight is 0 or lies in [MIN_WEIGHT, MAX_WEIGHT] (only their ratio matters).
@@ -479,8 +482,8 @@ class AllocationController:
         if watts is None:
             self._idle_w.pop(participant, None)
             return
-        if isinstance(watts, bool) or not isinstance(watts, _REAL_TYPES) or not 0.0 <= watts < math.inf:
-            raise ValueError(f"participant {participant!r}: idle watts must be a finite number >= 0, "
+        if isinstance(watts, bool) or not isinstance(watts, _REAL_TYPES) or not 0.0 <= watts <= MAX_IDLE_W:
+            raise ValueError(f"participant {participant!r}: idle watts must be a number in [0, {MAX_IDLE_W:g}], "
                              f"got {watts!r}; pass None when unknown")
         self._idle_w[participant] = float(watts)
 

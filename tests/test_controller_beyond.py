@@ -66,9 +66,10 @@ def test_bad_options_fail_loudly_naming_the_option(kwargs, needle):
 
 def test_set_idle_power_rejects_bad_watts():
     ctrl = AllocationController(100, objective="min-energy")
-    for bad in (-1.0, math.inf, math.nan, "3", True):
+    for bad in (-1.0, math.inf, math.nan, "3", True, 1.0000001e6, 1e300):
         with pytest.raises(ValueError, match="idle watts"):
             ctrl.set_idle_power("a", bad)
+    ctrl.set_idle_power("a", 1e6)  # the bound itself is a (large) silo's figure
 
 
 def test_paper_flag_restores_the_paper_settings_of_any_policy():

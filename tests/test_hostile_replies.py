@@ -85,6 +85,8 @@ def _fault_replies(kind, msg, quota):
         return [reply(msg, {**good, keys.DATA_SIZE: 1e19})]
     if kind == "data-size-int64":
         return [reply(msg, {**good, keys.DATA_SIZE: 2**63 - 1})]
+    if kind == "idle-w-huge":
+        return [reply(msg, {**good, keys.IDLE_W: 1e300})]
     if kind == "arrays-shape":
         return [reply(msg, good, arrays=[np.zeros(3)])]
     if kind == "arrays-dtype":
@@ -99,7 +101,7 @@ def _fault_replies(kind, msg, quota):
 
 
 SKIPPED_FAULTS = ["time-underflow", "energy-underflow", "time-overflow", "data-size-huge", "data-size-int64",
-                  "arrays-shape", "arrays-dtype", "arrays-extra", "arrays-nan", "arrays-inf"]
+                  "idle-w-huge", "arrays-shape", "arrays-dtype", "arrays-extra", "arrays-nan", "arrays-inf"]
 
 
 @pytest.mark.parametrize("policy", ["time", "low-energy"])

@@ -92,6 +92,16 @@ def test_an_unwritable_state_dir_is_refused_at_construction(tmp_path):
         strategy(blocker / "state")
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"state_dir": 5}, r"state_dir must be a folder path .*got int 5.*state_dir='adaptive-state'"),
+    ({"context": "x"}, r"context must be the ServerApp's flwr.app.Context.*got str 'x'.*context=context"),
+])
+def test_a_state_dir_or_context_of_the_wrong_type_is_refused_with_the_fix(kwargs, match):
+    kwargs = {"state_dir": None, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        strategy(**kwargs)
+
+
 # --------------------------------------------------------------------------- resuming
 def _truncate_arrays(state):
     state["controller"]["time_per_sample"] = state["controller"]["time_per_sample"][:1]

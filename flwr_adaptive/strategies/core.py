@@ -190,6 +190,12 @@ class AdaptiveCore(HistoryMixin):
                                        cost_clip=cost_clip)
         self._controller_kwargs.update({k: v for k, v in (("deadband", deadband), ("slack", slack)) if v is not None})
         self.controller = self.make_controller()
+        if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
+            raise ValueError(f"state_dir must be a folder path (str or pathlib.Path), got {type(state_dir).__name__} "
+                             f"{state_dir!r}; pass e.g. state_dir='adaptive-state', or None to keep no state file")
+        if context is not None and not hasattr(context, "state"):
+            raise ValueError(f"context must be the ServerApp's flwr.app.Context (the one @app.main() receives), got "
+                             f"{type(context).__name__} {context!r}: pass context=context, or None")
         self.state_path = None if not state_dir else check_state_dir(state_dir) / STATE_FILE
         self.context = context
         self._partition_of: dict[Hashable, int] = {}  # node id -> partition id (this run)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable, Mapping
 
 from flwr_adaptive import keys
-from flwr_adaptive.controller import Report
+from flwr_adaptive.controller import MAX_IDLE_W, Report
 
 __all__ = ["ClientReport", "parse_report", "MAX_COUNT", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE"]
 
@@ -185,6 +185,9 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
         _per_sample(node_id, keys.ENERGY_J, energy, samples)
     partition = _integer(node_id, metrics, keys.PARTITION_ID)
     idle_w = _number(node_id, metrics, keys.IDLE_W)
+    if idle_w > MAX_IDLE_W:
+        raise ValueError(f"node {node_id}: telemetry {keys.IDLE_W!r} must be at most {MAX_IDLE_W:g} W (or -1 for "
+                         f"unknown), got {idle_w!r}: report the device's idle draw in watts")
     capped = _integer(node_id, metrics, keys.QUOTA_CAPPED)
     virtual = _integer(node_id, metrics, keys.VIRTUAL_CLOCK)
     cold = _integer(node_id, metrics, keys.COLD_START) if keys.COLD_START in metrics else 0
