@@ -121,8 +121,8 @@ def run(policy: str, s: Scenario) -> pd.DataFrame:
     cls, name = (MedianPriorStrategy, "time") if policy == "time-median-prior" else (AdaptiveStrategy, policy)
     inner = FedAvg(fraction_train=s.fraction, fraction_evaluate=0.0, min_train_nodes=1,
                    min_available_nodes=s.nodes)
-    strategy = cls(inner, budget=s.per_node * s.sampled, policy=name, allow_cycling=False)
-    strategy.trust = None  # fabricated replies carry no server-side timing evidence to weigh
+    # trust=False: fabricated replies carry no server-side timing evidence to weigh
+    strategy = cls(inner, budget=s.per_node * s.sampled, policy=name, allow_cycling=False, trust=False)
     grid = _Grid(node_ids)
     arrays = ArrayRecord([np.zeros(2, dtype=np.float32)])
     measured: set[int] = set()

@@ -106,10 +106,8 @@ def run_sync(kind: str, lie: float | None, trust: bool, rounds: int, seed: int) 
     fed = Federation(lie, seed)
     grid = Grid(fed)
     inner = FedAvg(fraction_evaluate=0.0, min_train_nodes=11, min_available_nodes=11)
-    strategy = (AdaptiveStrategy(inner, budget=BUDGET, policy="time") if kind == "adaptive"
-                else OortStrategy(inner, budget=BUDGET, seed=seed))
-    if not trust:
-        strategy.trust = None
+    strategy = (AdaptiveStrategy(inner, budget=BUDGET, policy="time", trust=trust) if kind == "adaptive"
+                else OortStrategy(inner, budget=BUDGET, seed=seed, trust=trust))
     out = []
     for rnd in range(1, rounds + 1):
         msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), grid))
@@ -129,9 +127,7 @@ def run_fedasync(lie: float | None, trust: bool, rounds: int, seed: int) -> list
 
     fed = Federation(lie, seed)
     grid = Grid(fed)
-    strategy = FedAsyncStrategy(budget=BUDGET, min_nodes=11)
-    if not trust:
-        strategy.trust = None
+    strategy = FedAsyncStrategy(budget=BUDGET, min_nodes=11, trust=trust)
     strategy.start(grid, ArrayRecord([np.zeros(2)]), num_rounds=rounds)
     # True timeline: each node runs its jobs back to back; a job's true end is its node's running sum.
     ends: dict[Hashable, float] = {}

@@ -115,9 +115,8 @@ def _controller_rounds(sampled: int, population: int, rounds: int, seed: int) ->
 def measure(sampled: int, population: int, rounds: int = 4, repeat: int = 3, seed: int = 0) -> dict:
     """One row: FedAvg vs the adaptive strategy at ``sampled`` of ``population`` nodes."""
     def adaptive(fraction: float) -> AdaptiveStrategy:
-        s = AdaptiveStrategy(_fedavg(fraction), budget=64 * sampled, policy="time")
-        s.trust = None  # fabricated replies carry no delivery stamps to weigh
-        return s
+        # trust=False: fabricated replies carry no delivery stamps to weigh
+        return AdaptiveStrategy(_fedavg(fraction), budget=64 * sampled, policy="time", trust=False)
 
     runs = {"fedavg": [], "adaptive": [], "controller": []}
     with _message_identity():

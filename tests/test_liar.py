@@ -55,3 +55,34 @@ def test_plausibility_takes_no_median_per_report(monkeypatch):
     # Assert: the liar is taken at the others' median, with a constant number of medians
     assert believed[0].time_s == pytest.approx(100 * float(median([1.0 + i / 100 for i in range(1, 60)])))
     assert len(calls) <= 2
+
+
+def test_every_strategy_takes_trust_as_an_argument():
+    # Prepare
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import CostTrust, build_strategy
+
+    tuned = CostTrust(plausible_range=8.0)
+    # Execute / Assert: True = the default rules, a CostTrust as given, False = believe every claim
+    for policy in ("time", "static", "oort", "fedasync"):
+        assert isinstance(build_strategy(policy, budget=100, strategy=FedAvg()).trust, CostTrust)
+        assert build_strategy(policy, budget=100, strategy=FedAvg(), trust=tuned).trust is tuned
+        assert build_strategy(policy, budget=100, strategy=FedAvg(), trust=False).trust is None
+    with pytest.raises(ValueError, match=r"trust must be True .*False .*CostTrust\(\.\.\.\).*got 'yes'"):
+        build_strategy("time", budget=100, trust="yes")
+
+
+def test_trust_false_believes_a_liar_that_the_default_rules_hold_back():
+    # Prepare: node 0 claims 1/1000 of the others' per-sample time
+    from flwr_adaptive.strategies import AdaptiveStrategy
+    from flwr_adaptive.strategies.reports import ClientReport
+
+    reports = [ClientReport(i, i, 100, 100, 100 * (0.001 if i == 0 else 1.0), 0.0, 0.0, None, 1000, False, 1.0, True)
+               for i in range(6)]
+    # Execute
+    as_claimed = AdaptiveStrategy(budget=600, trust=False).believed_reports(1, reports)
+    held = AdaptiveStrategy(budget=600).believed_reports(1, reports)
+    # Assert
+    assert as_claimed[0].time_s == pytest.approx(0.1)
+    assert held[0].time_s == pytest.approx(100.0)  # the others' median, not the claim

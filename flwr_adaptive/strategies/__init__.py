@@ -16,6 +16,7 @@ from flwr_adaptive.strategies.legacy_adaptive_strategy import LegacyAdaptiveStra
 from flwr_adaptive.strategies.oort_strategy import OortStrategy
 from flwr_adaptive.strategies.registry import POLICY_NAMES, build_strategy
 from flwr_adaptive.strategies.static_profiling_strategy import StaticProfilingStrategy
+from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = [
     "AdaptiveStrategy",
@@ -27,4 +28,5 @@ __all__ = [
     "build_strategy",
     "aggregate_silo_metrics",
     "POLICY_NAMES",
+    "CostTrust",
 ]

@@ -65,7 +65,7 @@ from flwr_adaptive.accounting import account_round
 from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.trust import CostTrust
+from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 from flwr_adaptive.strategies.state_file import (StateFileError, check_state_dir, read_state, set_aside,
                                                  write_atomic)
 
@@ -120,6 +120,12 @@ class AdaptiveCore(HistoryMixin):
     min_quota : int (default: 1)
         Smallest quota any client gets.
     forget_after, cost_clip : see ``AllocationController``.
+    trust : CostTrust or bool (default: True)
+        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
+        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
+        estimate falls at most 2× per round, the server's own timing bounds a claim), a
+        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
+        to believe every claim (clients you control).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round (``adaptive-state.json``)
         and from which a restarted ServerApp resumes it.
@@ -148,6 +154,7 @@ class AdaptiveCore(HistoryMixin):
         min_quota: int = 1,
         forget_after: int = 3,
         cost_clip: float = 100.0,
+        trust: CostTrust | bool = True,
         state_dir: str | os.PathLike | None = None,
         context: Any = None,
     ) -> None:
@@ -214,9 +221,8 @@ class AdaptiveCore(HistoryMixin):
         self._client_rows = ClientRows()  # bounded in memory, older rows spilled to a temporary CSV
         self._rounds_done = 0  # rounds observed, across resumptions
         self._warned: set[str] = set()
-        #: What the server believes of each claim (see ``flwr_adaptive.strategies.trust``); replace
-        #: it with ``CostTrust(plausible_range=..., max_drop=...)`` to tune, or ``None`` to believe all.
-        self.trust: CostTrust | None = CostTrust()
+        #: What the server believes of each claim (see ``flwr_adaptive.strategies.trust``).
+        self.trust: CostTrust | None = resolve_trust(trust)
         self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed
         self._held: dict[Hashable, str] = {}  # this round: node id -> why its report was not observed
         self._outliers_held: set[Hashable] = set()  # controller ids whose first report was held once

@@ -73,7 +73,7 @@ from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, Vir
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.trust import CostTrust
+from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
 
@@ -122,6 +122,10 @@ class FedAsyncStrategy(HistoryMixin):
         wave (the emulated comparison). ``"arrival"``: every node always has a job in flight and
         replies are mixed in the order the Grid delivers them, timed on the server's wall clock
         (a real deployment).
+    trust : CostTrust or bool (default: True)
+        What the server believes of each claimed duration (see ``flwr_adaptive.strategies.trust``):
+        ``True`` the default rules, a ``CostTrust(...)`` to tune them, ``False`` to believe every
+        claim (clients you control).
     """
 
     #: Seconds between two ``pull_messages`` polls that returned nothing (``order="arrival"``).
@@ -129,7 +133,8 @@ class FedAsyncStrategy(HistoryMixin):
 
     def __init__(self, *, budget: int, alpha: float = 0.6, staleness: str = "polynomial",
                  a: float | None = None, b: float = 4.0, allow_cycling: bool = False, min_nodes: int = 1,
-                 max_failures: int = 2, wait_s: float = 600.0, order: str = "virtual") -> None:
+                 max_failures: int = 2, wait_s: float = 600.0, order: str = "virtual",
+                 trust: CostTrust | bool = True) -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round-equivalent), got {budget!r}")
         if staleness not in STALENESS_FUNCTIONS:
@@ -152,7 +157,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._client_rows: list[dict[str, Any]] = []
         #: What the server believes of each claimed duration (``flwr_adaptive.strategies.trust``);
         #: ``None`` believes every claim.
-        self.trust: CostTrust | None = CostTrust()
+        self.trust: CostTrust | None = resolve_trust(trust)
 
     # ------------------------------------------------------------------ Flower-like surface
     def summary(self) -> None:

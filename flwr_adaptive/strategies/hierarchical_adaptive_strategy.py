@@ -50,6 +50,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController, Report
+from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.reports import ClientReport
@@ -195,6 +196,12 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
+    trust : CostTrust or bool (default: True)
+        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
+        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
+        estimate falls at most 2× per round, the server's own timing bounds a claim), a
+        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
+        to believe every claim (clients you control).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
@@ -217,7 +224,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                  min_rank_quota: int | None = None, deadband: float | None = None, slack: float | None = None,
                  paper: bool = False, smoothing: float = 0.5,
                  weighting: str = "samples", forget_after: int = 3, cost_clip: float = 100.0,
-                 state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"steps must be an int >= 1 (optimizer steps per silo round), got {steps!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < steps:
@@ -241,7 +248,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, slack=slack, paper=paper,
                          min_quota=int(min_rank),
                          allow_cycling=True, smoothing=smoothing, weighting=weighting, forget_after=forget_after,
-                         cost_clip=cost_clip, state_dir=state_dir, context=context)
+                         cost_clip=cost_clip, trust=trust, state_dir=state_dir, context=context)
         from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
         if getattr(self.strategy, "train_metrics_aggr_fn", None) is aggregate_metricrecords:

@@ -42,6 +42,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
+from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout
@@ -98,6 +99,12 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
+    trust : CostTrust or bool (default: True)
+        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
+        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
+        estimate falls at most 2× per round, the server's own timing bounds a claim), a
+        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
+        to believe every claim (clients you control).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
@@ -117,7 +124,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                  smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
                  paper: bool = False, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
-                 state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
         if not isinstance(self.strategy, Strategy):
             raise ValueError(f"strategy must be a flwr.server.strategy.Strategy, got "
@@ -126,7 +133,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
                               paper=paper, weighting=weighting,
                               allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
-                              cost_clip=cost_clip, state_dir=state_dir, context=context)
+                              cost_clip=cost_clip, trust=trust, state_dir=state_dir, context=context)
 
     def __repr__(self) -> str:
         return f"LegacyAdaptiveStrategy({self.strategy!r}, budget={self.budget}, policy={self.policy!r})"

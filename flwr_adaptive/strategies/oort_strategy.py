@@ -49,6 +49,7 @@ from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.oort_selector import OortSelector, statistical_utility
+from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.reports import ClientReport
@@ -86,6 +87,12 @@ class OortStrategy(AdaptiveStrategy):
         quota is capped at the data size the client reports.
     min_quota : int (default: 1)
         Smallest quota any selected client gets.
+    trust : CostTrust or bool (default: True)
+        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
+        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
+        estimate falls at most 2× per round, the server's own timing bounds a claim), a
+        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
+        to believe every claim (clients you control).
     state_dir : str or Path, optional
         Folder where the strategy state is saved after every round and resumed from.
     context : flwr.app.Context, optional
@@ -99,7 +106,7 @@ class OortStrategy(AdaptiveStrategy):
 
     def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, fraction: float = DEFAULT_FRACTION,
                  selector: OortSelector | None = None, seed: int = 0, weighting: str = "samples",
-                 allow_cycling: bool = False, min_quota: int = 1, state_dir: str | os.PathLike | None = None,
+                 allow_cycling: bool = False, min_quota: int = 1, trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None,
                  context: Context | None = None) -> None:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must lie in (0, 1] (share of the nodes selected per round), got {fraction!r}")
@@ -108,7 +115,7 @@ class OortStrategy(AdaptiveStrategy):
         self._losses: dict[Hashable, float] = {}
         self._candidates = 0
         super().__init__(strategy, budget=budget, budget_per_node=budget_per_node, policy="equal", weighting=weighting, allow_cycling=allow_cycling,
-                         min_quota=min_quota, state_dir=state_dir, context=context)
+                         min_quota=min_quota, trust=trust, state_dir=state_dir, context=context)
 
     # ------------------------------------------------------------------ hooks
     def k_for(self, candidates: int) -> int:

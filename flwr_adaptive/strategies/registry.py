@@ -31,6 +31,7 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
+from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
@@ -77,7 +78,8 @@ def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: i
                    oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
                    fedasync_staleness: str = "polynomial", fedasync_order: str = "virtual", smoothing: float = 0.5, deadband: float | None = None,
                    slack: float | None = None, paper: bool = False, weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
-                   forget_after: int = 3, cost_clip: float = 100.0, state_dir: str | os.PathLike | None = None,
+                   forget_after: int = 3, cost_clip: float = 100.0, trust: CostTrust | bool = True,
+                   state_dir: str | os.PathLike | None = None,
                    context: Context | None = None) -> Strategy | FedAsyncStrategy:
     """The strategy for ``policy`` (one of :data:`POLICY_NAMES`).
 
@@ -114,7 +116,7 @@ def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: i
     paper : bool (default: False)
         The paper's estimation and deadband for ``time`` / ``low-energy`` / ``energy`` /
         ``min-energy`` (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
-    smoothing, weighting, allow_cycling, min_quota, forget_after, cost_clip, state_dir, context
+    smoothing, weighting, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir, context
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
@@ -139,9 +141,9 @@ def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: i
             raise ValueError("fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, "
                              "not budget_per_node=")
         return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
-                                allow_cycling=allow_cycling, min_nodes=num_nodes, order=fedasync_order)
-    common = dict(budget_per_node=budget_per_node, weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, state_dir=state_dir,
-                  context=context)
+                                allow_cycling=allow_cycling, min_nodes=num_nodes, order=fedasync_order, trust=trust)
+    common = dict(budget_per_node=budget_per_node, weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, trust=trust,
+                  state_dir=state_dir, context=context)
     if policy == OORT:
         return OortStrategy(strategy, budget=budget, fraction=oort_fraction, seed=seed, **common)
     costs = dict(smoothing=smoothing, deadband=deadband, cost_clip=cost_clip)

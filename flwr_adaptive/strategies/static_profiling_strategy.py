@@ -29,6 +29,7 @@ from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.static_profiling_controller import StaticProfilingController
+from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.reports import ClientReport
 
@@ -69,6 +70,12 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         Smallest quota any client gets.
     cost_clip : float (default: 100.0)
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
+    trust : CostTrust or bool (default: True)
+        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
+        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
+        estimate falls at most 2× per round, the server's own timing bounds a claim), a
+        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
+        to believe every claim (clients you control).
     state_dir : str or Path, optional
         Folder where the strategy state is saved after every round and resumed from.
     context : flwr.app.Context, optional
@@ -80,7 +87,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
                  profile_rounds: int = 1, smoothing: float = 0.5, deadband: float | None = None, weighting: str = "samples",
                  allow_cycling: bool = False, min_quota: int = 1, cost_clip: float = 100.0,
-                 state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
         weighted = [p for p, v in POLICIES.items() if v.objective == "weighted" and (v.w_time or v.w_energy)]
         if policy not in weighted:
             raise ValueError(f"StaticProfilingStrategy needs cost weights: policy must be one of "
@@ -90,7 +97,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         self.profile_rounds = profile_rounds
         super().__init__(strategy, budget=budget, budget_per_node=budget_per_node, policy=policy, smoothing=smoothing, deadband=deadband,
                          weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, cost_clip=cost_clip,
-                         state_dir=state_dir, context=context)
+                         trust=trust, state_dir=state_dir, context=context)
 
     def make_controller(self) -> StaticProfilingController:
         """A controller that freezes its estimates after ``profile_rounds`` reported rounds."""

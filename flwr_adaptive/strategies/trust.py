@@ -45,7 +45,7 @@ import numpy as np
 from flwr_adaptive._logging import logger
 from flwr_adaptive.strategies.reports import ClientReport
 
-__all__ = ["CostTrust"]
+__all__ = ["CostTrust", "resolve_trust"]
 
 
 @dataclass
@@ -176,3 +176,16 @@ def _median_of_others(values: np.ndarray) -> np.ndarray:
     others = len(values) - 1
     low, high = (others - 1) // 2, others // 2
     return (ranked[low + (low >= rank)] + ranked[high + (high >= rank)]) / 2
+
+
+def resolve_trust(trust: CostTrust | bool) -> CostTrust | None:
+    """A strategy's ``trust`` argument: ``True`` → the default :class:`CostTrust`, ``False`` → none
+    (every claim believed), a :class:`CostTrust` as given; anything else a ``ValueError`` with the fix."""
+    if trust is True:
+        return CostTrust()
+    if trust is False:
+        return None
+    if isinstance(trust, CostTrust):
+        return trust
+    raise ValueError(f"trust must be True (the default rules), False (believe every claim) or "
+                     f"flwr_adaptive.strategies.CostTrust(...) to tune them, got {trust!r}")
