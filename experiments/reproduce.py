@@ -19,9 +19,16 @@ Runs, and writes ``<out>/results.md`` plus PNG plots and the per-run CSV under `
 3. **Convergence**: holdout loss against virtual time and against energy, per policy and task.
 4. **DDP** (``experiments.ddp_benchmark``, real gloo ranks) and **HFL-DDP** (``experiments.hfl``,
    ``flwr run apps/hfl``): per-round compute CV inside the synchronized group, Equal vs adaptive
-   (vs EMA batch sizing for DDP), over several seeds, in a moderate and a wide spread.
+   (vs EMA batch sizing for DDP; vs Min-energy for HFL), over several seeds, in a moderate and a
+   wide spread; HFL per silo and over the silos, mean and 95 % interval over seeds.
 5. **Overhead**: the controller's and the strategy's own time per round, as a share of the
    round's wall time and of its virtual makespan, measured in the PMA runs.
+6. **PMA on the measured clock**: one task and scenario (default MNIST, testbed), the paper's
+   policies plus Static and Min-energy, ``--measured-seeds`` paired seeds, device time from each
+   training call's CPU time. These runs go one at a time in this process after the modelled ones,
+   seed by seed with the policies' order rotated, after an untimed warm-up; the section sets their
+   Δ vs Equal next to the modelled clock's for the same seeds and says whether the paired
+   comparison keeps its sign on this machine.
 
 Pairing and clocks: within one invocation every policy of a (task, scenario, seed) sees the same
 data partitions, initial model, sample order and device jitter draws. The default
@@ -31,12 +38,14 @@ deterministic on a shared machine; ``--clock measured`` uses each training call'
 The same PMA comparison through ``flwr run apps/pma`` (one Flower run per policy) is
 ``python -m experiments.baselines``. DDP and HFL use their own clocks (stated on the page).
 
-``--quick``: one task, two seeds, few rounds, no DDP/HFL (the test suite runs it).
+``--quick``: one task, two seeds, few rounds, the measured-clock section on that task with the
+paper's four policies, no DDP/HFL (the test suite runs it).
 
 Cost
 ----
 The training (``rounds × budget`` samples per PMA run), parallel over ``--jobs`` processes, plus
-DDP and HFL. Progress: one line per finished run with the number left and an ETA.
+the measured-clock runs one at a time, DDP and HFL (≈ 50 s per ``flwr run`` of apps/hfl: policies ×
+seeds × 2 settings of them). Progress: one line per finished run with the number left and an ETA.
 """
 
 from __future__ import annotations
@@ -1051,7 +1060,8 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="one task (weather), two seeds, 4 rounds, no DDP/HFL: a few minutes at most")
+                    help="one task (weather), two seeds, 4 rounds, a small measured-clock section, no DDP/HFL: "
+                    "a few minutes at most")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated tasks")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: testbed, wide")
     ap.add_argument("--policies", default="all", help="comma-separated registry policies, or 'all'")
