@@ -394,5 +394,22 @@ def test_hfl_section_reads_every_setting_and_seed_and_writes_table_csv_and_plot(
     assert len(rows) == 4
     assert rows[3] == f"| {wide} | Time-only | 0.15 ± 0.64 | 0.035 ± 0.19 | 0.085 ± 0.064 | 0.09 ± 0.25 | 2 |"
     text = "\n".join(lines)
-    assert "*moderate (testbed boards)*: Equal 0.2 ± 0 → Time-only 0.05 ± 0.13" in text
+    assert "*moderate (testbed boards)*: Equal 0.2 ± 0, Time-only 0.05 ± 0.13" in text
+    assert "smallest quota" not in text  # no rank at one sample per step in these folders
     assert (figs / "hfl-cv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hfl_headline_counts_late_silo_rounds_at_the_smallest_rank_quota():
+    # Prepare: Time-only gave a rank 10 samples (one per step) in round 3 of silo 0 and in round 1 (too early
+    # to count); Equal's 300/300 never counts
+    from experiments.reproduce import HFL_STEPS, hfl_headline
+
+    rows = [{"setting": "wide", "seed": 0, "policy": p, "round": rnd, "silo": 0, "rank_cv": 0.1,
+             "min_samples": 10 if (p == "Time-only" and rnd in (1, 3)) else 300}
+            for p in ("Equal", "Time-only") for rnd in (1, 2, 3, 4)]
+    # Act
+    text = hfl_headline(pd.DataFrame(rows))
+    # Assert
+    assert HFL_STEPS == 10
+    assert "*wide*: Equal 0.1, Time-only 0.1" in text
+    assert "Time-only, wide: 1 of 2" in text and "Equal, wide" not in text
