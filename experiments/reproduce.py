@@ -704,9 +704,29 @@ def order_agreement(measured: pd.DataFrame, modelled: pd.DataFrame, first: str, 
     return res
 
 
+def round_spikes(rows: pd.DataFrame, kind: str, task: str, scenario: str, factor: float = 3.0) -> dict[str, Any]:
+    """Rounds whose makespan is more than ``factor`` × the median round of the same run (rounds ≥ 2).
+
+    Round 1 is left out (every policy starts from an equal split there). Returns ``count``,
+    ``rounds`` (how many were looked at) and ``worst``: ``(ratio, policy, seed, round)`` or None.
+    """
+    sub = rows[(rows["kind"] == kind) & (rows["task"] == task) & (rows["scenario"] == scenario) & (rows["round"] >= 2)]
+    count, total, worst = 0, 0, None
+    for (policy, seed), run in sub.groupby(["policy", "seed"], sort=False):
+        if policy == "fedasync":  # its "rounds" are round-equivalents of an asynchronous run
+            continue
+        ratio = run["makespan_s"].to_numpy(dtype=float) / float(run["makespan_s"].median())
+        count, total = count + int((ratio > factor).sum()), total + len(ratio)
+        k = int(np.argmax(ratio))
+        if worst is None or ratio[k] > worst[0]:
+            worst = (float(ratio[k]), str(policy), int(seed), int(run["round"].iloc[k]))
+    return {"count": count, "rounds": total, "worst": worst, "factor": factor}
+
+
 def measured_section(args: argparse.Namespace, measured: pd.DataFrame, modelled: pd.DataFrame,
-                     metric: str) -> list[str]:
-    """The page's "PMA on the measured clock" section (``measured``/``modelled``: run summaries with Δ)."""
+                     metric: str, rounds: pd.DataFrame | None = None) -> list[str]:
+    """The page's "PMA on the measured clock" section (``measured``/``modelled``: run summaries with Δ;
+    ``rounds``: the per-round rows of both, for the spikes of single rounds)."""
     task, scenario = args.measured_task, args.measured_scenario
     mod = modelled[(modelled["task"] == task) & (modelled["scenario"] == scenario)] if len(modelled) else modelled
     mod = mod[mod["seed"].isin(measured["seed"])] if len(mod) else mod
@@ -743,6 +763,18 @@ def measured_section(args: argparse.Namespace, measured: pd.DataFrame, modelled:
         return L
     L += [measured_verdict(clock_agreement(measured, mod, args.measured_policies),
                            order_agreement(measured, mod, "time", "low-energy")), ""]
+    if rounds is not None and len(rounds):
+        sp = {k: round_spikes(rounds[rounds["policy"].isin(args.measured_policies)], k, task, scenario)
+              for k in ("measured", "pma")}
+        if sp["measured"]["worst"] is not None:
+            r, p, seed, rnd = sp["measured"]["worst"]
+            L += [f"Single rounds (round ≥ 2) whose makespan exceeds {sp['measured']['factor']:g}× the median round of "
+                  f"the same run: {sp['measured']['count']} of {sp['measured']['rounds']} on the measured clock (the "
+                  f"largest {r:.1f}×: {label(p)}, seed {seed}, round {rnd}), {sp['pma']['count']} of "
+                  f"{sp['pma']['rounds']} on the modelled clock. Such a spike is a training call whose CPU time "
+                  "jumped while other processes shared the machine (this command does not identify the cause); a "
+                  "run's makespan is the sum of its rounds, so one spike can move the run's Δ vs Equal by tens of "
+                  "percent.", ""]
     return L
 
 
@@ -972,7 +1004,7 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
         if measured.empty:
             L += ["## PMA on the measured clock", "", "No measured-clock run finished.", ""]
         else:
-            L += measured_section(args, measured, summary, metric_of[args.measured_task])
+            L += measured_section(args, measured, summary, metric_of[args.measured_task], rows)
 
     # ---- sweep
     L += ["## Energy vs w_e (non-monotonicity)", "",

@@ -210,6 +210,7 @@ def test_page_has_the_measured_section_with_its_table_and_verdict(quick):
     assert all(r.split(" | ")[8] == str(args.measured_seeds) for r in rows)
     assert "**Measured vs modelled clock, same seeds:**" in section
     assert ("**Stable in sign:**" in section) != ("**Not stable on this shared machine:**" in section)
+    assert "Single rounds (round ≥ 2) whose makespan exceeds 3× the median round" in section
 
 
 def test_measured_runs_go_seed_by_seed_with_the_order_rotated():
@@ -413,3 +414,22 @@ def test_hfl_headline_counts_late_silo_rounds_at_the_smallest_rank_quota():
     assert HFL_STEPS == 10
     assert "*wide*: Equal 0.1, Time-only 0.1" in text
     assert "Time-only, wide: 1 of 2" in text and "Equal, wide" not in text
+
+
+def test_round_spikes_count_rounds_far_above_their_runs_median():
+    # Prepare: Time-only seed 1 has a round at 5× its median (rounds 2–5: 1, 1, 1, 5 → median 1);
+    # round 1 (an equal split for every policy) at 10× must not count, nor FedAsync's round-equivalents
+    from experiments.reproduce import round_spikes
+
+    def run(policy, seed, times, kind="measured"):
+        return [{"kind": kind, "task": "mnist", "scenario": "testbed", "policy": policy, "seed": seed,
+                 "round": r, "makespan_s": t} for r, t in enumerate(times, 1)]
+
+    rows = pd.DataFrame(run("time", 1, [10, 1, 1, 1, 5]) + run("equal", 1, [1, 1, 1.2, 1, 1])
+                        + run("fedasync", 1, [1, 1, 1, 9, 1]) + run("time", 1, [1, 1, 1, 9, 1], kind="pma"))
+    # Act
+    spikes = round_spikes(rows, "measured", "mnist", "testbed")
+    # Assert
+    assert (spikes["count"], spikes["rounds"]) == (1, 8)
+    assert spikes["worst"] == (5.0, "time", 1, 5)
+    assert round_spikes(rows, "pma", "mnist", "testbed")["count"] == 1
