@@ -438,6 +438,7 @@ def plot_cv(curves: dict[str, dict[str, list[list[float]]]], title: str, path: P
             line, = ax.plot(x, m, marker="o", label=policy)
             ax.fill_between(x, m - h, m + h, color=line.get_color(), alpha=0.15)
         ax.set(title=f"{title}: {setting}", xlabel="round", ylabel="CV of compute time")
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
