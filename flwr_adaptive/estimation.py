@@ -5,11 +5,17 @@ Contract
 Each participant keeps its last :data:`WINDOW` observations ``(samples, seconds, joules)``.
 :func:`fit_affine` turns them into ``t(n) = a + b·n`` (and ``e(n) = c + d·n``) per participant:
 a least-squares line with one robust re-weighting step (an outlier is down-weighted, not trusted),
-``a`` clamped at 0 (then ``b`` is the proportional fit). The line is *identified* only when the
-window's quotas spread by at least :data:`MIN_SPREAD` of their mean, or (3+ points) when the
-slope's standard error is below :data:`MAX_SLOPE_ERROR` of the slope: quotas move between rounds
-while the controller converges, which identifies both terms; once the split settles, the last
-identified line is kept and re-levelled to the recent observations (its fixed share stays).
+``a`` clamped at 0 (then ``b`` is the proportional fit). The model is *identified* only when the
+window can test it: at least :data:`MIN_POINTS` observations (a line through 2 points explains
+any jitter as a fixed cost: with 5 % jitter and quotas 30 % apart, a 2-point intercept has a
+standard error of about a third of the round), quotas spread by at least :data:`MIN_SPREAD` of
+their mean and a slope whose standard error is below :data:`MAX_SLOPE_ERROR` of it. An identified
+window gives the fitted line when its intercept exceeds :data:`INTERCEPT_T` (the two-sided 95 %
+Student-t quantile for its degrees of freedom) times its standard error, else the proportional
+line ``a = 0``, ``b = Σy/Σn`` (the data show no fixed cost). Until then the controller keeps the
+per-sample model (the paper's EMA). Quotas move between rounds while the controller converges,
+which identifies both terms; once the split settles, the last identified line is kept and
+re-levelled to the recent observations (its fixed share stays).
 
 :func:`drifted` flags an observation far outside what the participant's model predicts; the
 controller then rescales that participant's history by the observed ratio, so the estimate
@@ -27,11 +33,16 @@ import warnings
 
 import numpy as np
 
-__all__ = ["WINDOW", "MIN_SPREAD", "fit_affine", "drifted"]
+__all__ = ["WINDOW", "MIN_POINTS", "MAX_SLOPE_ERROR", "INTERCEPT_T", "fit_affine", "drifted"]
 
 WINDOW = 6  # observations kept per participant
-MIN_SPREAD = 0.2  # (max n − min n) / mean n that identifies the fixed cost from any 2 points
-MAX_SLOPE_ERROR = 0.2  # or, from 3+ points, a slope whose standard error is below this share of it
+MIN_POINTS = 3  # a line through 2 points has no residual: nothing tells its intercept from jitter
+MIN_SPREAD = 0.01  # (max n − min n) / mean n below which the window says nothing about the slope
+MAX_SLOPE_ERROR = 0.2  # a slope whose standard error exceeds this share of it is not identified
+#: Two-sided 95 % Student-t quantiles by degrees of freedom (observations − 2): an intercept must
+#: exceed this many standard errors to count as a fixed cost (else the proportional line).
+#: Index: degrees of freedom (entry 0 unused; beyond the table, the last entry).
+INTERCEPT_T = np.array([np.inf, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306])
 _MAX_FIXED_SHARE = 0.95  # the fixed cost may explain at most this share of the mean observation
 
 
@@ -53,8 +64,9 @@ def _line(n: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.n
 def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Fit ``y = a + b·n`` per row of ``(P, WINDOW)`` arrays; NaN marks an empty cell.
 
-    Returns ``(a, b, identified, noise)``. Rows that are not identified (too few points, too
-    little spread in ``n``, or a non-positive slope) get ``a = 0`` and the proportional
+    Returns ``(a, b, identified, noise)``. Rows that are not identified (fewer than
+    :data:`MIN_POINTS` points, too little spread in ``n``, an imprecise or non-positive slope),
+    and identified rows whose intercept is not significant, get ``a = 0`` and the proportional
     ``b = Σy/Σn``. ``noise`` is the robust relative scatter of the row's observations around the
     returned line (1.4826 · median |residual| / mean y), NaN with fewer than 3 observations.
     """
@@ -80,16 +92,20 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     ok = np.isfinite(a2) & np.isfinite(b2)
     a = np.where(ok, a2, a)
     b = np.where(ok, b2, b)
-    # Identified: a wide spread of quotas, or (with 3+ points) a slope the scatter cannot fake.
+    # Identified: 3+ points and a slope the scatter cannot fake; a fixed cost only when the
+    # intercept stands out of its standard error, else the proportional line.
     resid = np.where(filled, y0 - (a[:, None] + b[:, None] * n0), 0.0)
     snn = np.where(filled, (n0 - mean_n[:, None]) ** 2, 0.0).sum(axis=1)
-    slope_error = np.sqrt((resid ** 2).sum(axis=1) / np.maximum(count - 2, 1) / snn)
-    precise = (count >= 3) & (spread >= 0.01) & (slope_error < MAX_SLOPE_ERROR * b)
-    identified = (count >= 2) & ((spread >= MIN_SPREAD) | precise) & np.isfinite(b) & (b > 0)
-    # A negative intercept means no measurable fixed cost: the proportional model.
-    neg = identified & (a < 0)
-    a = np.where(neg, 0.0, a)
-    b = np.where(neg, proportional, b)
+    df = np.clip(count - 2, 1, len(INTERCEPT_T) - 1).astype(np.int64)
+    sigma = np.sqrt((resid ** 2).sum(axis=1) / df)
+    slope_error = sigma / np.sqrt(snn)
+    intercept_error = sigma * np.sqrt(1.0 / np.maximum(count, 1) + mean_n ** 2 / snn)
+    t = INTERCEPT_T[df]
+    identified = ((count >= MIN_POINTS) & (spread >= MIN_SPREAD) & np.isfinite(b) & (b > 0)
+                  & (slope_error < MAX_SLOPE_ERROR * b))
+    fixed = identified & (a > t * intercept_error)
+    a = np.where(fixed, a, 0.0)
+    b = np.where(fixed, b, proportional)
     # Cap the fixed share so a flat, noisy line cannot claim almost all the time as overhead.
     too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
     a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)

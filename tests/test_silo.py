@@ -237,6 +237,58 @@ def test_one_unmeasured_rank_leaves_the_silo_energy_unmeasured():
     assert m[keys.PARTITION_ID] == keys.UNKNOWN and m[keys.DATA_SIZE] == keys.UNKNOWN
 
 
+def test_an_emulated_silo_caps_host_spikes_in_rank_times_makespan_and_energy():
+    from flwr_adaptive.clients.ddp.worker import RankTelemetry
+    from flwr_adaptive.clients.silo import SiloRound
+
+    # Prepare: 4 steps of 10 samples each; rank 0 (slowdown 4) had one host spike at step 2
+    # (0.8 s emulated instead of ~0.4), rank 1 none. Rank 0's median step is 0.4 s: cap 0.5 s.
+    steps = [[0.4, 0.38, 0.8, 0.4], [0.2, 0.21, 0.19, 0.2]]
+
+    def rank(r, watts):
+        row = steps[r]
+        return RankTelemetry(rank=r, world=2, steps=4, samples=40, time_s=sum(row), energy_j=watts * sum(row),
+                             wait_s=0.0, wall_s=2.0, clock="process", slowdown=4.0 if r == 0 else 2.0,
+                             batch_sizes=[10] * 4, forward_s=[0.0] * 4, backward_s=[0.0] * 4,
+                             optimizer_s=[0.0] * 4, step_compute_s=steps)
+
+    tel = [rank(0, 5.0), rank(1, 2.0)]
+    emulated = SiloRound(quotas=[40, 40], telemetry=tel, state=None, start=0, end=80, wall_s=3.0, emulated=True)
+    real = SiloRound(quotas=[40, 40], telemetry=tel, state=None, start=0, end=80, wall_s=3.0)
+    # Execute
+    m, raw = emulated.metrics(), real.metrics()
+    # Assert: the spike counts at the cap (0.4 + 0.38 + 0.5 + 0.4 = 1.68 s), rank 1 is untouched,
+    # the makespan and the modelled energy (5 W × 1.68 s) follow; a real silo reports as measured
+    assert m[keys.RANK_TIME_S] == pytest.approx([1.68, 0.80])
+    assert m[keys.TIME_S] == pytest.approx(1.68)
+    assert m[keys.RANK_ENERGY_J] == pytest.approx([8.4, 1.6]) and m[keys.ENERGY_J] == pytest.approx(10.0)
+    assert raw[keys.RANK_TIME_S] == pytest.approx([1.98, 0.8]) and raw[keys.TIME_S] == pytest.approx(1.98)
+
+
+def test_despiked_steps_cap_only_the_top_and_let_larger_batches_cost_more():
+    from flwr_adaptive.clients.silo import despiked_steps
+
+    # median 1.0 → cap 1.25; the batch of 20 (median 10) may cost up to 2.5; empty steps stay 0
+    out = despiked_steps([1.0, 0.5, 3.0, 2.4, 0.0, 0.9], [10, 10, 10, 20, 0, 10])
+    assert out.tolist() == pytest.approx([1.0, 0.5, 1.25, 2.4, 0.0, 0.9])
+    # fewer than 3 non-empty steps: no median to trust, nothing changes
+    assert despiked_steps([1.0, 9.0], [10, 10]).tolist() == [1.0, 9.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 10.0), st.integers(0, 50)), min_size=1, max_size=20))
+def test_property_despiking_never_raises_a_step_and_keeps_a_uniformly_slower_round(steps):
+    from flwr_adaptive.clients.silo import despiked_steps
+
+    seconds = np.array([t if b > 0 else 0.0 for t, b in steps])
+    batches = np.array([b for _, b in steps])
+    out = despiked_steps(seconds, batches)
+    assert (out <= seconds + 1e-12).all() and (out >= 0).all()
+    # the same round 1.3× slower at every step (sustained contention, a throttled device) is
+    # not clipped away: it is 1.3× the despiked original
+    assert np.allclose(despiked_steps(1.3 * seconds, batches), 1.3 * out)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 6),
        st.one_of(st.none(), st.lists(st.integers(0, 3000), min_size=0, max_size=7)))

@@ -23,7 +23,18 @@ Without ``keys.RANK_QUOTAS`` (round 1, or a server that does not know the silo's
 budget is split evenly; a list of the wrong length is logged and replaced by the even split.
 Rank times are on the ranks' compute clock (``"process"``: each rank's CPU seconds, torch on
 one thread; × the emulated slowdown when one is set, i.e. emulated device time), the waits on
-the wall clock. A rank's first round also pays torch's lazy set-up (first forward and backward)
+the wall clock.
+
+Emulated devices (``slowdowns`` given): host spikes are not amplified. A step whose CPU
+seconds exceed :data:`SPIKE_HEADROOM` above the rank's median step of the round (scaled up for
+a larger batch) is counted at that cap (:func:`despiked_steps`), in the rank times, the silo's
+makespan and the modelled energy. Why: the ranks of all emulated devices share this host, so a
+page fault, an interrupt or another process's burst inflates one step's CPU seconds (+40–50 %
+on one or two of a round's ten steps, measured on a shared 2-core machine), and the emulation
+multiplies that by the device's slowdown (3–15× for the testbed): host noise a real device,
+computing alone, would not have, scaled into its clock. Contention only ever inflates CPU
+time, so only the top is clipped; a slower round as a whole (every step slower) is kept. A
+silo without ``slowdowns`` (real devices) reports its ranks' seconds as measured. A rank's first round also pays torch's lazy set-up (first forward and backward)
 in its compute time; every rank pays it alike, and the controller's smoothing absorbs it.
 
 Backend: nccl when each rank can have its own GPU, else gloo on the CPUs (:func:`silo_backend`:
@@ -85,6 +96,8 @@ __all__ = [
     "read_audit",
     "close_silos",
     "SILO_STATE",
+    "SPIKE_HEADROOM",
+    "despiked_steps",
 ]
 
 
@@ -92,6 +105,26 @@ SILO_STATE = "flwr-adaptive-silo"
 """Name of the ``context.state`` record in which a silo keeps its index-stream position."""
 
 SlowdownSpec = Sequence[float] | Callable[[int], Sequence[float] | None] | None
+
+SPIKE_HEADROOM = 0.25
+"""How far above the rank's median step of the round an emulated step may cost (a share)."""
+
+
+def despiked_steps(seconds: Sequence[float], batches: Sequence[int], headroom: float = SPIKE_HEADROOM) -> np.ndarray:
+    """Per-step compute seconds of one rank with host spikes capped (emulated devices only).
+
+    Each non-empty step is capped at ``(1 + headroom) ×`` the median of the round's non-empty
+    steps, times ``batch / median batch`` for a batch larger than the median (a larger batch may
+    cost proportionally more). Fewer than 3 non-empty steps: returned as they are (no median
+    to trust). Empty steps (0 samples, 0 seconds) stay 0.
+    """
+    seconds = np.asarray(seconds, dtype=float)
+    batches = np.asarray(batches, dtype=float)
+    busy = batches > 0
+    if int(busy.sum()) < 3:
+        return seconds.copy()
+    cap = (1.0 + headroom) * float(np.median(seconds[busy])) * np.maximum(1.0, batches / float(np.median(batches[busy])))
+    return np.where(busy, np.minimum(seconds, cap), seconds)
 
 
 @dataclass
@@ -113,6 +146,9 @@ class SiloRound:
     cold_start : bool
         The ranks were started for this round: their compute includes torch's first-call set-up
         (reported as ``keys.COLD_START``, so the server does not take it for slowness).
+    emulated : bool
+        The ranks emulated devices (``slowdowns`` given): :meth:`metrics` reports their times
+        with host spikes capped (:func:`despiked_steps`).
     """
 
     quotas: list[int]
@@ -122,6 +158,7 @@ class SiloRound:
     end: int
     wall_s: float
     cold_start: bool = False
+    emulated: bool = False
 
     @property
     def samples(self) -> int:
@@ -146,14 +183,22 @@ class SiloRound:
         idle_w : float, optional
             Watts the silo's devices draw while waiting for other silos (``-1.0`` when unknown).
         """
-        tel = self.telemetry
+        tel = sorted(self.telemetry, key=lambda t: t.rank)
         summary = round_summary(tel)
         energies = [t.energy_j for t in tel]
+        times = [float(t.time_s) for t in tel]
+        makespan = float(summary["makespan_s"])
+        if self.emulated and tel:
+            steps = np.array([despiked_steps(t.step_compute_s[t.rank], t.batch_sizes) for t in tel])
+            despiked = steps.sum(axis=1)
+            energies = [e if e is None or raw <= 0 else e * float(d) / raw for e, d, raw in zip(energies, despiked, times)]
+            times = despiked.tolist()
+            makespan = float(steps.max(axis=0).sum())
         measured = all(e is not None for e in energies)
         return {
             keys.NUM_EXAMPLES: self.samples,
             keys.SAMPLES: self.samples,
-            keys.TIME_S: float(summary["makespan_s"]),
+            keys.TIME_S: makespan,
             keys.CPU_TIME_S: float(sum(sum(t.forward_s) + sum(t.backward_s) + sum(t.optimizer_s) for t in tel)),
             keys.WALL_TIME_S: float(self.wall_s),
             keys.ENERGY_J: float(sum(energies)) if measured else keys.UNMEASURED_ENERGY,
@@ -164,7 +209,7 @@ class SiloRound:
             keys.VIRTUAL_CLOCK: int(self.clock == "process"),
             keys.COLD_START: int(self.cold_start),
             keys.RANK_SAMPLES: [int(t.samples) for t in tel],
-            keys.RANK_TIME_S: [float(t.time_s) for t in tel],
+            keys.RANK_TIME_S: [float(t) for t in times],
             keys.RANK_ENERGY_J: [keys.UNMEASURED_ENERGY if e is None else float(e) for e in energies],
             keys.RANK_WAIT_S: [float(t.wait_s) for t in tel],
         }
@@ -318,7 +363,7 @@ class Silo:
             wall = time.perf_counter() - began
         end = plan.start + sum(t.samples for t in telemetry)
         return SiloRound(quotas=list(plan.quotas), telemetry=telemetry, state=trained, start=plan.start, end=end,
-                         wall_s=wall, cold_start=cold)
+                         wall_s=wall, cold_start=cold, emulated=plan.slowdowns is not None)
 
     def close(self) -> None:
         """Stop the ranks (idempotent); a round in progress (another thread) is finished first."""
