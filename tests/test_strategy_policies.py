@@ -69,16 +69,29 @@ def test_min_energy_prices_waiting_with_the_idle_watts_clients_report(idle_w, ex
     assert quota == expected
 
 
-def test_a_hostile_idle_figure_cannot_break_the_round():
+@pytest.mark.parametrize("hostile", [1.7e308, 1e6 * (1 + 1e-9)])
+def test_a_hostile_idle_figure_is_screened_and_the_rounds_complete(hostile, caplog):
     from flwr_adaptive.strategies import AdaptiveStrategy
 
-    # Prepare: one client claims the largest finite idle draw there is
+    # Prepare: one client claims an idle draw beyond a megawatt (it would overflow the idle term)
     strategy = AdaptiveStrategy(_fedavg(2), budget=1000, policy="min-energy", deadband=0.0)
     # Execute
-    quota = _play_pma(strategy, 4, {0: 5.0, 1: 1.7e308})
-    # Assert: the split still sums to the budget and stays within the slack of the shortest round
+    quota = _play_pma(strategy, 4, {0: 5.0, 1: hostile})
+    # Assert: every round completed with the honest client, the budget is still split exactly,
+    # and the skip names the node's field
     assert sum(quota.values()) == 1000
-    assert max(quota.values()) <= 550
+    assert list(strategy.history["clients"]) == [1, 1, 1, 1]
+    assert list(strategy.history["skipped"]) == [1, 1, 1, 1]
+    assert "idle-w" in caplog.text and "at most 1e+06 W" in caplog.text
+
+
+def test_an_idle_figure_at_the_bound_is_used():
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(_fedavg(2), budget=1000, policy="min-energy", deadband=0.0)
+    quota = _play_pma(strategy, 4, {0: 5.0, 1: 1e6})
+    assert sum(quota.values()) == 1000 and list(strategy.history["skipped"]) == [0, 0, 0, 0]
+    assert max(quota.values()) <= 550  # within the slack of the shortest round
 
 
 # --------------------------------------------------------------------------- the policy's defaults
