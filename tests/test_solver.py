@@ -6,6 +6,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,3 +161,39 @@ def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
     T, _ = round_energy(n, a, b, power * a, power * b, 0.3 * power)
     assert n.sum() == 10**6 and (n >= 1).all()
     assert T <= 1.1 * t_min * (1 + 1e-9)
+
+
+# --------------------------------------------------------------------------- huge budgets
+def _fleet(seed, P=6):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.0, 0.5, P) * (seed % 2)
+    b = np.exp(rng.normal(0.0, 1.0, P)) * 1e-3
+    power = rng.uniform(2.0, 65.0, P)
+    idle = power * rng.uniform(0.15, 0.5, P)
+    return a, b, power * a, power * b, idle, np.zeros(P, dtype=np.int64), np.full(P, 2**53 - 1, dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("slack", [0.1, math.inf])
+def test_past_the_sweep_limit_the_round_length_search_lands_within_1e5_of_the_exact_energy(seed, slack, monkeypatch):
+    # Prepare: 200,000 samples, the exact sweep against the search after 2,000 moved samples
+    import flwr_adaptive.solver as solver
+
+    a, b, c, d, idle, lo, hi = _fleet(seed)
+    codes = np.zeros(len(a), dtype=np.int64)
+    exact, t_min = min_energy_split([200_000], codes, a, b, c, d, idle, lo, hi, slack)
+    # Execute
+    monkeypatch.setattr(solver, "MAX_SWEEP_STEPS", 2_000)
+    searched, _ = min_energy_split([200_000], codes, a, b, c, d, idle, lo, hi, slack)
+    # Assert: the budget exactly, within the slack, and the energy within 1e-5 of the exact one
+    assert int(searched.sum()) == 200_000 and (searched >= 0).all()
+    t_searched, e_searched = round_energy(searched, a, b, c, d, idle)
+    assert t_searched <= t_min * (1 + slack) * (1 + 1e-9)
+    assert e_searched <= round_energy(exact, a, b, c, d, idle)[1] * (1 + 1e-5)
+
+
+def test_a_budget_near_the_largest_exact_integer_is_split_at_once():
+    # A budget of 2**53 - 1 used to move one sample per heap step (hours); now a few greedy fills
+    a, b, c, d, idle, lo, hi = _fleet(1, P=3)
+    n, _ = min_energy_split([2**53 - 1], np.zeros(3, dtype=np.int64), a, b, c, d, idle, lo, hi, math.inf)
+    assert int(n.sum()) == 2**53 - 1 and (n >= 0).all()
