@@ -772,10 +772,12 @@ def measured_section(args: argparse.Namespace, measured: pd.DataFrame, modelled:
             L += [f"Single rounds (round ≥ 2) whose makespan exceeds {sp['measured']['factor']:g}× the median round of "
                   f"the same run: {sp['measured']['count']} of {sp['measured']['rounds']} on the measured clock (the "
                   f"largest {r:.1f}×: {label(p)}, seed {seed}, round {rnd}), {sp['pma']['count']} of "
-                  f"{sp['pma']['rounds']} on the modelled clock. Such a spike is a training call whose CPU time "
-                  "jumped while other processes shared the machine (this command does not identify the cause); a "
+                  f"{sp['pma']['rounds']} on the modelled clock. A spike is a training call whose CPU time "
+                  "jumps while other processes share the machine (this command does not identify the cause); a "
                   "run's makespan is the sum of its rounds, so one spike can move the run's Δ vs Equal by tens of "
-                  "percent.", ""]
+                  "percent and flip a seed's sign. So the verdict above holds for this invocation's machine load: "
+                  "rerun this section (`--measured-seeds`, `--skip-hfl --skip-ddp`) on a quiet machine before "
+                  "trusting a measured-clock figure.", ""]
     return L
 
 
