@@ -16,8 +16,10 @@ import pickle
 from typing import Any, Callable
 
 
-def once_per_session(tmp_path_factory, worker_id: str, name: str, build: Callable[[], Any]) -> Any:
+def once_per_session(request, tmp_path_factory, name: str, build: Callable[[], Any]) -> Any:
     """``build()``'s result, computed by one worker of the session; it must be picklable."""
+    # xdist's own worker_id fixture is missing under -p no:xdist: read the worker from the config
+    worker_id = getattr(request.config, "workerinput", {}).get("workerid", "master")
     if worker_id == "master":  # not under xdist
         return build()
     root = tmp_path_factory.getbasetemp().parent

@@ -284,8 +284,8 @@ def unmounted_data():
 
 
 @pytest.fixture(scope="module")
-def simulation(tmp_path_factory, worker_id):
-    return once_per_session(tmp_path_factory, worker_id, "hfl-simulation", lambda: _simulate(tmp_path_factory))
+def simulation(request, tmp_path_factory):
+    return once_per_session(request, tmp_path_factory, "hfl-simulation", lambda: _simulate(tmp_path_factory))
 
 
 def _simulate(tmp_path_factory):

@@ -56,8 +56,8 @@ def rank_cv(rank_history):
 
 
 @pytest.fixture(scope="module")
-def hierarchy(tmp_path_factory, worker_id):
-    return once_per_session(tmp_path_factory, worker_id, "hfl-silos", partial(_run_hierarchy, tmp_path_factory))
+def hierarchy(request, tmp_path_factory):
+    return once_per_session(request, tmp_path_factory, "hfl-silos", partial(_run_hierarchy, tmp_path_factory))
 
 
 def _run_hierarchy(tmp_path_factory):
