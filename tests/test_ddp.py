@@ -23,28 +23,12 @@ from flwr_adaptive.clients.ddp.toy import tiny_task
 from flwr_adaptive.clients.ddp.worker import DDPRank, GradientAllReduce, RankTelemetry, RoundPlan, WorkerSpec, relative_slowdowns
 from flwr_adaptive.schedule import IndexStream
 
+from ddp_support import reference_training
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------- helpers
-def reference_training(spec: WorkerSpec, global_batches: list[int], start: int = 0, seed: int = 0,
-                       state: dict | None = None) -> dict[str, torch.Tensor]:
-    """One process, one optimizer step per global batch, mean loss over the batch."""
-    torch.manual_seed(spec.seed)
-    model = spec.model_fn()
-    if state is not None:
-        model.load_state_dict(state)
-    optimizer = spec.optimizer_fn(model.parameters())
-    x, y = spec.data()
-    stream = IndexStream(len(x), seed=seed, start=start)
-    for size in global_batches:
-        idx = torch.from_numpy(stream.take(size))
-        optimizer.zero_grad()
-        (spec.loss_fn(model(x[idx]), y[idx]) / size).backward()
-        optimizer.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
 def initial_state(spec: WorkerSpec) -> dict[str, torch.Tensor]:
     torch.manual_seed(spec.seed + 1)  # not rank 0's init: the test also checks set_state
     return {k: v.detach().clone() for k, v in spec.model_fn().state_dict().items()}

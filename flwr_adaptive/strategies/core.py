@@ -121,11 +121,8 @@ class AdaptiveCore(HistoryMixin):
         Smallest quota any client gets.
     forget_after, cost_clip : see ``AllocationController``.
     trust : CostTrust or bool (default: True)
-        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
-        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
-        estimate falls at most 2× per round, the server's own timing bounds a claim), a
-        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
-        to believe every claim (clients you control).
+        Which claimed costs the server believes: ``True`` the default rules, a ``CostTrust(...)``
+        to tune them, ``False`` every claim (see ``AdaptiveStrategy``).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round (``adaptive-state.json``)
         and from which a restarted ServerApp resumes it.

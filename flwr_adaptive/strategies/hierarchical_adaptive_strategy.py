@@ -50,10 +50,10 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController, Report
-from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["HierarchicalAdaptiveStrategy", "RankReport", "parse_rank_reports", "aggregate_silo_metrics",
            "rank_id"]
@@ -197,11 +197,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     cost_clip : float (default: 100.0)
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
     trust : CostTrust or bool (default: True)
-        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
-        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
-        estimate falls at most 2× per round, the server's own timing bounds a claim), a
-        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
-        to believe every claim (clients you control).
+        Which claimed costs the server believes: ``True`` the default rules, a ``CostTrust(...)``
+        to tune them, ``False`` every claim (see ``AdaptiveStrategy``).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional

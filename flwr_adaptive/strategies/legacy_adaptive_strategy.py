@@ -42,12 +42,12 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
+from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
@@ -100,11 +100,8 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     cost_clip : float (default: 100.0)
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
     trust : CostTrust or bool (default: True)
-        What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
-        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
-        estimate falls at most 2× per round, the server's own timing bounds a claim), a
-        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
-        to believe every claim (clients you control).
+        Which claimed costs the server believes: ``True`` the default rules, a ``CostTrust(...)``
+        to tune them, ``False`` every claim (see ``AdaptiveStrategy``).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional

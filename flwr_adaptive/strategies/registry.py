@@ -31,11 +31,11 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
-from flwr_adaptive.strategies.trust import CostTrust
 from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
 from flwr_adaptive.strategies.static_profiling_strategy import STATIC, StaticProfilingStrategy
+from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "PAPER_SUFFIX", "run_name", "parse_run_name", "build_strategy"]
 
