@@ -46,8 +46,9 @@ def silo_reply(msg, partition, rank_costs, *, value=0.0, rank_quotas=None, extra
                                "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
-def play(strategy, rnd, costs, *, fail=(), value_of=None):
-    """One round: configure_train, every silo replies with its ranks' costs (or fails), aggregate."""
+def play(strategy, rnd, costs, *, fail=(), value_of=None, cold=()):
+    """One round: configure_train, every silo replies with its ranks' costs (or fails), aggregate.
+    Silos in ``cold`` report that they started their ranks this round (``keys.COLD_START``)."""
     from flwr.app import ArrayRecord, ConfigRecord, Error, Message
 
     node_of = {1000 + p: p for p in costs}
@@ -58,7 +59,8 @@ def play(strategy, rnd, costs, *, fail=(), value_of=None):
         if p in fail:
             replies.append(Message(Error(code=2, reason=f"silo {p}: its ranks failed to start"), reply_to=m))
         else:
-            replies.append(silo_reply(m, p, costs[p], value=(value_of or {}).get(p, 0.0)))
+            replies.append(silo_reply(m, p, costs[p], value=(value_of or {}).get(p, 0.0),
+                                      extra={keys.COLD_START: int(p in cold)}))
     arrays, metrics = strategy.aggregate_train(rnd, replies)
     sent = {node_of[m.metadata.dst_node_id]: (m.content["config"][keys.QUOTA],
                                               m.content["config"].get(keys.RANK_QUOTAS),
@@ -157,6 +159,45 @@ def test_a_silo_whose_rank_count_changes_is_replanned_and_the_round_completes(ca
     # round 4 plans the new k of each silo
     assert len(fourth[0][1]) == 3 and sum(fourth[0][1]) == 600
     assert len(fourth[1][1]) == 2 and sum(fourth[1][1]) == 600
+
+
+def test_a_start_up_round_seeds_the_split_and_the_first_warm_round_replaces_it():
+    # Prepare: rank 0 costs 1 ms per sample, rank 1 3 ms; starting the ranks made rank 0 look 1.5 ms
+    strategy = hierarchical(1, deadband=0.0)
+    # Execute: round 1 starts the ranks (cold), rounds 2 and 3 are warm
+    play(strategy, 1, {0: [0.0015, 0.003]}, cold={0})
+    second, _, _ = play(strategy, 2, {0: [0.001, 0.003]})
+    third, _, _ = play(strategy, 3, {0: [0.001, 0.003]})
+    # Assert: round 2 is split on the start-up round (not evenly); round 3 on the warm round alone
+    # (averaged with the start-up round it would be 1.25 ms : 3 ms, i.e. [424, 176])
+    assert second[0][1] == [400, 200]
+    assert third[0][1] == [450, 150]
+
+
+def test_a_restarted_silo_keeps_its_rank_estimates(caplog):
+    # Prepare: two warm rounds after the start-up round
+    caplog.set_level("INFO", logger="flwr")
+    strategy = hierarchical(2, deadband=0.0)
+    play(strategy, 1, {0: [0.001, 0.003], 1: [0.002, 0.002]}, cold={0, 1})
+    play(strategy, 2, {0: [0.001, 0.003], 1: [0.002, 0.002]})
+    # Execute: silo 0's ranks are started again in round 3 (start-up makes both look 10 ms)
+    play(strategy, 3, {0: [0.01, 0.01], 1: [0.002, 0.002]}, cold={0})
+    fourth, _, _ = play(strategy, 4, {0: [0.001, 0.003], 1: [0.002, 0.002]})
+    # Assert: the restart's round is not taken for slowness; the line names the silo and its ranks
+    assert fourth[0][1] == [450, 150] and fourth[1][1] == [300, 300]
+    line = next(r.getMessage() for r in caplog.records if "started its ranks again" in r.getMessage())
+    assert "round 3" in line and "silo 0" in line and "0/0, 0/1" in line
+
+
+def test_a_silo_that_starts_its_ranks_every_round_is_observed_as_usual():
+    # Prepare: a silo whose process does not outlive a round pays the start-up every round
+    strategy = hierarchical(1, deadband=0.0, paper=True)
+    # Execute
+    play(strategy, 1, {0: [0.0015, 0.003]}, cold={0})
+    play(strategy, 2, {0: [0.001, 0.003]}, cold={0})
+    third, _, _ = play(strategy, 3, {0: [0.001, 0.003]}, cold={0})
+    # Assert: both rounds are averaged (EMA 0.5: rank 0 at 1.25 ms, rank 1 at 3 ms)
+    assert third[0][1] == [424, 176]
 
 
 def test_a_subclass_rank_quotas_hook_decides_what_each_silo_is_sent():

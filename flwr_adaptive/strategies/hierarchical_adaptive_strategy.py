@@ -240,6 +240,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._replanned: set[Hashable] = set()  # node ids that replied with another k than planned
         self._rank_rows: list[dict[str, Any]] = []
         self._rank_cv: dict[Hashable, float] = {}  # this round's CV of rank compute time, per silo
+        self._cold_before: dict[Hashable, bool] = {}  # silo key -> its last reply was a cold start
+        self._cold_seeded: set[str] = set()  # rank ids whose estimate is still their start-up round's
         if strategy is None:
             strategy = FedAvg(train_metrics_aggr_fn=aggregate_silo_metrics)
         super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, slack=slack, paper=paper,
@@ -312,8 +314,18 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         return None if plan is None else list(plan)
 
     def observe_replies(self, server_round: int, reports: Sequence[ClientReport]) -> list[ClientReport]:
-        """Feed every rank's report to the controller under its rank id, in its silo's group."""
+        """Feed every rank's report to the controller under its rank id, in its silo's group.
+
+        A silo round that started its ranks (``keys.COLD_START``) includes their first-call
+        set-up. Its ranks' reports seed ranks without an estimate (the next round is split on
+        them rather than evenly) and are replaced by those ranks' next warm report instead of
+        being averaged with it; ranks that already have an estimate keep it (a restarted silo's
+        start-up is not slowness). A silo that starts its ranks every round (its process does
+        not outlive a round) pays the start-up every round: a cold reply right after a cold one
+        is observed as usual.
+        """
         accepted = []
+        estimated = self.controller.estimates()
         for r in reports:
             if r.partition_id is not None:
                 self._partition_of[r.node_id] = r.partition_id
@@ -322,13 +334,26 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             if not ranks:
                 continue  # not screened by screen_train_replies: nothing per rank to learn from
             self._ranks_of[silo] = len(ranks)
+            # a start-up round: cold after a warm reply (or none); cold after cold is the silo's normal
+            first_cold = r.cold_start and not self._cold_before.get(silo, False)
+            self._cold_before[silo] = r.cold_start
             ok = True
+            kept = []  # ranks whose estimate this start-up round leaves as it was
             for rank in ranks:
                 rid = rank_id(silo, rank.rank)
                 if self.controller.groups.get(rid) != silo:
                     self.controller.set_group(rid, silo, self.silo_budget(silo))
                 if rank.samples == 0:
                     continue  # an idle rank measured nothing; its estimate carries over
+                if first_cold and rid in estimated and rid not in self._cold_seeded:
+                    kept.append(rid)  # a restarted silo: its ranks' start-up would read as slowness
+                    continue
+                if rid in self._cold_seeded and not first_cold:
+                    self._cold_seeded.discard(rid)
+                    if not r.cold_start:  # the first warm round replaces the start-up one
+                        self.controller.forget([rid])
+                elif first_cold:
+                    self._cold_seeded.add(rid)
                 try:
                     self.controller.observe(rid, rank.to_report())
                 except ValueError as err:
@@ -337,6 +362,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                     continue
                 if r.idle_w is not None:  # one figure for the silo (screened: finite, >= 0), shared evenly
                     self.controller.set_idle_power(rid, r.idle_w / len(ranks))
+            if kept:
+                log(INFO, "[hfl] round %s: silo %s started its ranks again; the start-up round is not observed for "
+                    "%s (their estimates are kept)", server_round, silo, ", ".join(kept))
             if ok:
                 accepted.append(r)
         return accepted
