@@ -31,7 +31,7 @@ def flwr_command(policy: str, args: argparse.Namespace, out_dir: Path) -> list[s
     run_config = (f"policy='{name}' paper={str(paper).lower()} num-server-rounds={args.rounds} num-silos={args.silos} "
                   f"silo-budget={args.budget} steps={args.steps} ranks='{args.ranks}' task='{args.task}' "
                   f"seed={args.seed} drift-round={args.drift_round} drift-factor={float(args.drift_factor)} "
-                  f"spread='{args.spread}' out-dir='{out_dir}'")
+                  f"spread='{args.spread}' deadband={float(args.deadband)} out-dir='{out_dir}'")
     federation = f"num-supernodes={args.silos} client-resources-num-cpus={args.cpus_per_client}"
     return [console_script("flwr"), "run", str(APP_DIR), "local", "--stream", "-c", run_config,
             "--federation-config", federation]
@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                          "lognormal sigma = 1 slowdowns drawn per --seed, the results' wide scenario)")
     ap.add_argument("--drift-round", type=int, default=0, help="> 0: rank 0 of every silo slows from this round")
     ap.add_argument("--drift-factor", type=float, default=2.0)
+    ap.add_argument("--deadband", type=float, default=-1.0,
+                    help="the rank controller's deadband (0: re-split every round); < 0: the policy's default")
     ap.add_argument("--cpus-per-client", type=int, default=os.cpu_count() or 1,
                     help="Ray CPUs per silo; all cores = one actor that keeps every silo's ranks")
     ap.add_argument("--out", default=str(APP_DIR.parent.parent / "results" / "hfl"), help="folder for CSVs and logs")

@@ -200,6 +200,23 @@ def test_a_silo_that_starts_its_ranks_every_round_is_observed_as_usual():
     assert third[0][1] == [424, 176]
 
 
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, [449, 151]),  # default: re-split every round (moving rank quotas moves no data)
+    ({"deadband": 0.02}, [450, 150]),  # a 0.2 % predicted gain is inside a 2 % deadband
+    ({"paper": True}, [450, 150]),  # the paper's 5 % total-variation deadband
+])
+def test_ranks_are_re_split_every_round_unless_a_deadband_is_asked_for(kwargs, expected):
+    # Prepare: rank 0 turns 2 % slower after round 1 (EMA 0.5: 1.01 ms vs 3 ms per sample)
+    strategy = hierarchical(1, **kwargs)
+    play(strategy, 1, {0: [0.001, 0.003]})
+    second, _, _ = play(strategy, 2, {0: [0.00102, 0.003]})
+    # Execute
+    third, _, _ = play(strategy, 3, {0: [0.00102, 0.003]})
+    # Assert
+    assert second[0][1] == [450, 150]
+    assert third[0][1] == expected
+
+
 def test_a_subclass_rank_quotas_hook_decides_what_each_silo_is_sent():
     from flwr.serverapp.strategy import FedAvg
 
@@ -459,14 +476,14 @@ def test_an_unknown_spread_is_refused_naming_the_choices():
         make_apps({"spread": "narrow"})
 
 
-def test_the_hfl_driver_passes_the_spread_to_the_app():
+def test_the_hfl_driver_passes_the_spread_and_deadband_to_the_app():
     import argparse
     from pathlib import Path
 
     from experiments.hfl import flwr_command
 
     args = argparse.Namespace(rounds=2, silos=2, budget=600, steps=10, ranks="2", task="mnist", seed=3,
-                              drift_round=0, drift_factor=2.0, cpus_per_client=2, spread="wide")
+                              drift_round=0, drift_factor=2.0, cpus_per_client=2, spread="wide", deadband=0.05)
     run_config = flwr_command("time", args, Path("/tmp/x"))
     config = run_config[run_config.index("-c") + 1]
-    assert "spread='wide'" in config and "seed=3" in config
+    assert "spread='wide'" in config and "seed=3" in config and "deadband=0.05" in config

@@ -179,8 +179,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         Smallest quota of a rank (default ``steps``: one sample per step, so no rank idles
         through a step). A silo whose k ranks cannot all get it splits its budget evenly.
     deadband : float, optional
-        As for the controller. ``None``: the policy's default (a 2 % predicted gain for the
-        named policies; a 5 % move of the budget with ``paper=True``).
+        As for the controller. ``None``: 0, the ranks are re-split every round (moving quotas
+        between a silo's ranks moves no data or model, while every step pays for an imbalance;
+        the estimates' smoothing absorbs the timing noise); with ``paper=True`` the paper's 5 %
+        move of the budget.
     slack : float, optional
         ``policy="min-energy"`` only: a silo's round may last up to ``1 + slack`` times the
         shortest possible (``math.inf``: no limit). ``None``: the policy's default (0.1).
@@ -244,6 +246,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._cold_seeded: set[str] = set()  # rank ids whose estimate is still their start-up round's
         if strategy is None:
             strategy = FedAvg(train_metrics_aggr_fn=aggregate_silo_metrics)
+        if deadband is None and not paper:
+            deadband = 0.0  # a held split costs every step of every round; a re-split costs nothing
         super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, slack=slack, paper=paper,
                          min_quota=int(min_rank),
                          allow_cycling=True, smoothing=smoothing, weighting=weighting, forget_after=forget_after,

@@ -76,7 +76,7 @@ SiloSpec = Callable[[int, int, dict], WorkerSpec]
 
 
 def policy_default(value: float) -> float | None:
-    """A run-config number where a negative value stands for "the policy's default" (``None``)."""
+    """A run-config number where a negative value stands for "the strategy's default" (``None``)."""
     value = float(value)
     return None if value < 0 else value
 
