@@ -11,11 +11,16 @@ clock the runs recorded):
   rank's quota were set from its *mean* time per sample over rounds >= 2 (an oracle that knows
   each rank's true speed but not the round's noise): no controller that reacts to measurements
   can expect to beat it;
+- **start-up round**: round 1's time per sample over the mean of rounds >= 3 (the ranks were
+  started in round 1);
 - **trace replay**: each controller policy run offline on the same traces (a rank's time in a
-  round = its quota × the time per sample measured in that round), CV over rounds >= 3: what the
-  controller adds on top of the floor, on identical noise (a per-sample cost model: the traces
-  cannot say how a fixed cost would have moved at other quotas);
-- next to it, the CV the runs themselves measured (``history-<policy>.csv``), when present.
+  round = its quota × the time per sample measured in that round; round 2 replaces the start-up
+  round, as in the strategy), CV over rounds >= 3: what the controller adds on top of the floor,
+  on identical noise (a per-sample cost model: the traces cannot say how a fixed cost would have
+  moved at other quotas);
+- next to it, the CV the runs themselves measured (``history-<policy>.csv``), when present;
+- below, each rank's fixed cost per round: a line fitted to its rounds >= 2 in every policy's
+  run (the adaptive policies move its quota).
 
 ``python -m experiments.hfl_noise --probe`` instead runs one silo of 2 ranks alone (no Flower;
 MNIST partition 1 of 2, the testbed slowdowns of silo 1, 300 samples per rank over 10 steps)
@@ -38,8 +43,10 @@ from flwr_adaptive.controller import AllocationController, Report
 
 #: label -> controller of one silo (budget 600 split among its ranks, min quota = 10 steps)
 REPLAY_POLICIES: dict[str, Callable[[int, int], AllocationController]] = {
-    "time": lambda budget, lo: AllocationController.from_policy("time", budget, min_quota=lo),
-    "time, deadband 0": lambda budget, lo: AllocationController.from_policy("time", budget, min_quota=lo, deadband=0.0),
+    # the hierarchical strategy's default: no deadband for rank splits
+    "time": lambda budget, lo: AllocationController.from_policy("time", budget, min_quota=lo, deadband=0.0),
+    "time, deadband 0.02": lambda budget, lo: AllocationController.from_policy("time", budget, min_quota=lo,
+                                                                                deadband=0.02),
     "time-paper": lambda budget, lo: AllocationController.from_policy("time", budget, min_quota=lo, paper=True),
     "time-paper, deadband 0": lambda budget, lo: AllocationController.from_policy(
         "time", budget, min_quota=lo, paper=True, deadband=0.0),
@@ -68,18 +75,51 @@ def oracle_cv(trace: np.ndarray) -> np.ndarray:
 
 def replay(trace: np.ndarray, make: Callable[[int, int], AllocationController], budget: int = 600,
            min_quota: int = 10) -> np.ndarray:
-    """Per round, the CV of the controller's split on the trace (time = quota × measured rate)."""
+    """Per round, the CV of the controller's split on the trace (time = quota × measured rate).
+
+    Round 1 is the ranks' start-up round: as in the hierarchical strategy, it seeds the split
+    of round 2 and round 2's observations replace it.
+    """
     ctrl = make(budget, min_quota)
     ids = list(range(trace.shape[1]))
     out = []
-    for rates in trace:
+    for r, rates in enumerate(trace, start=1):
         q = ctrl.allocate(ids)
         n = np.array([q[i] for i in ids])
         t = n * rates
         out.append(float(cv(t)[0]))
+        if r == 2:
+            ctrl.forget(ids)
         for i in ids:
             ctrl.observe(i, Report(time_s=float(t[i]), samples=int(n[i])))
     return np.array(out)
+
+
+def startup_ratio(trace: np.ndarray) -> np.ndarray:
+    """Per rank, round 1's time per sample over the mean of rounds >= 3 (the start-up round's excess)."""
+    return trace[0] / trace[2:].mean(axis=0)
+
+
+def fixed_costs(directories: list[Path], budget: int = 600) -> pd.DataFrame:
+    """Per (silo, rank), the least-squares line ``seconds = fixed + per_sample × samples`` over
+    rounds >= 2 of every policy's ``history-*-ranks.csv`` in ``directories`` (the adaptive runs
+    move the quotas, which identifies both terms), and the fixed share of a rank's round at an
+    even split of ``budget``."""
+    frames = [pd.read_csv(path) for d in directories for path in sorted(Path(d).glob("history-*-ranks.csv"))]
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows[(rows["round"] >= 2) & (rows["samples"] > 0)]
+    out = []
+    for (silo, rank), g in rows.groupby(["partition_id", "rank"]):
+        n, t = g["samples"].to_numpy(float), g["time_s"].to_numpy(float)
+        if np.ptp(n) == 0:
+            continue  # one quota only (Equal): the line is not identified
+        per_sample, fixed = np.polyfit(n, t, 1)
+        ranks = rows.loc[rows["partition_id"] == silo, "rank"].nunique()
+        even = budget / ranks
+        out.append({"silo": silo, "rank": rank, "rounds": len(n), "samples": f"{n.min():.0f}-{n.max():.0f}",
+                    "fixed_s": fixed, "per_sample_s": per_sample,
+                    "fixed share at an even split": fixed / (fixed + per_sample * even)})
+    return pd.DataFrame(out)
 
 
 def summarise(directories: list[Path], budget: int = 600, min_quota: int = 10) -> pd.DataFrame:
@@ -91,7 +131,9 @@ def summarise(directories: list[Path], budget: int = 600, min_quota: int = 10) -
         figures = {"fixed-quota noise: mean |round-to-round change| of s/sample (rounds >= 3)": change.mean(),
                    "fixed-quota noise: largest change": change.max(),
                    "noise floor: CV, split by each rank's mean speed (rounds >= 3)":
-                       np.mean([oracle_cv(t)[2:].mean() for t in traces])}
+                       np.mean([oracle_cv(t)[2:].mean() for t in traces]),
+                   "start-up round: its s/sample over the mean of rounds >= 3":
+                       np.mean([startup_ratio(t).mean() for t in traces if len(t) > 2])}
         for label, make in REPLAY_POLICIES.items():
             figures[f"replay: {label} (rounds >= 3)"] = np.mean([replay(t, make, budget, min_quota)[2:].mean()
                                                                   for t in traces])
@@ -160,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.max_colwidth", 90)
     print("== HFL rank CV inside the silos: emulation noise vs controller (VIRTUAL clock of the runs) ==")
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    lines = fixed_costs([Path(d) for d in args.dirs], args.budget)
+    if len(lines):
+        print("\n== Each rank's fixed cost per round, pooled over the runs' policies and rounds >= 2 (least "
+              "squares, VIRTUAL clock) ==")
+        print(lines.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
