@@ -46,6 +46,21 @@ def round_progress(policy: str, line: str, args: argparse.Namespace) -> str | No
             f"inside the silos {float(m.group(3)):.3f} ({m.group(2)} clock)")
 
 
+def result_row(label: str, hist: pd.DataFrame, summary: dict, settled_round: int) -> dict:
+    """One policy's row of the result table from its per-round history: the rank CV over rounds >= 3
+    and, when the run reached it, from ``settled_round`` on (the split after the controller has seen
+    ``settled_round - 1`` rounds)."""
+    final = summary["rounds"][-1] if summary["rounds"] else {}
+    cv = hist.set_index("round")["rank_cv_mean"]
+    row = {"policy": label, "rounds": len(hist), "makespan_s (virtual)": hist["makespan_s"].sum(),
+           "rank CV, rounds >= 3": cv[cv.index >= 3].mean()}
+    if cv.index.max() >= settled_round:
+        row[f"rank CV, rounds >= {settled_round}"] = cv[cv.index >= settled_round].mean()
+    row.update({"final holdout loss": final.get("loss", float("nan")),
+                "final holdout acc": final.get("accuracy", float("nan")), "run wall_s": summary["wall_s"]})
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m experiments.hfl``: the HFL app through ``flwr run`` per policy, and one table."""
     import os
@@ -71,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                          "lognormal sigma = 1 slowdowns drawn per --seed, the results' wide scenario)")
     ap.add_argument("--drift-round", type=int, default=0, help="> 0: rank 0 of every silo slows from this round")
     ap.add_argument("--drift-factor", type=float, default=2.0)
+    ap.add_argument("--settled-round", type=int, default=7,
+                    help="with at least this many rounds, also the rank CV from this round on (the split after "
+                         "the controller has seen settled-round - 1 rounds)")
     ap.add_argument("--deadband", type=float, default=-1.0,
                     help="the rank controller's deadband (0: re-split every round); < 0: the policy's default")
     ap.add_argument("--cpus-per-client", type=int, default=os.cpu_count() or 1,
@@ -84,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"got {args.policies!r}")
     from hfl_app.task import silo_ranks  # noqa: E402  (apps/hfl is on sys.path, see experiments/__init__.py)
 
-    require_positive(ap, args, ("rounds", "silos", "budget", "steps", "cpus_per_client"))
+    require_positive(ap, args, ("rounds", "silos", "budget", "steps", "cpus_per_client", "settled_round"))
     try:
         for pid in range(args.silos):
             silo_ranks(args.ranks, pid)
@@ -105,12 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for policy, summary in summaries.items():
         hist = pd.read_csv(out_dir / f"history-{policy}.csv")
         cv_rounds[LABELS[policy]] = hist.set_index("round")["rank_cv_mean"]
-        final = summary["rounds"][-1] if summary["rounds"] else {}
-        rows.append({"policy": LABELS[policy], "rounds": len(hist),
-                     "makespan_s (virtual)": hist["makespan_s"].sum(),
-                     "rank CV, rounds >= 3": hist[hist["round"] >= 3]["rank_cv_mean"].mean(),
-                     "final holdout loss": final.get("loss", float("nan")),
-                     "final holdout acc": final.get("accuracy", float("nan")), "run wall_s": summary["wall_s"]})
+        rows.append(result_row(LABELS[policy], hist, summary, args.settled_round))
     table = pd.DataFrame(rows).set_index("policy")
     table.to_csv(out_dir / "comparison.csv")
     pd.set_option("display.width", 220)

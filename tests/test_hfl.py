@@ -487,3 +487,17 @@ def test_the_hfl_driver_passes_the_spread_and_deadband_to_the_app():
     run_config = flwr_command("time", args, Path("/tmp/x"))
     config = run_config[run_config.index("-c") + 1]
     assert "spread='wide'" in config and "seed=3" in config and "deadband=0.05" in config
+
+
+def test_the_hfl_table_gives_the_settled_rank_cv_once_the_run_reaches_it():
+    import pandas as pd
+
+    from experiments.hfl import result_row
+
+    hist = pd.DataFrame({"round": range(1, 9), "makespan_s": [1.0] * 8,
+                         "rank_cv_mean": [0.2, 0.1, 0.05, 0.04, 0.03, 0.02, 0.01, 0.03]})
+    summary = {"rounds": [{"loss": 0.3, "accuracy": 0.9}], "wall_s": 12.0}
+    row = result_row("Time-only", hist, summary, settled_round=7)
+    assert row["rank CV, rounds >= 3"] == pytest.approx(0.03)  # (0.05 + ... + 0.03) / 6
+    assert row["rank CV, rounds >= 7"] == pytest.approx(0.02)
+    assert "rank CV, rounds >= 9" not in result_row("Time-only", hist, summary, settled_round=9)

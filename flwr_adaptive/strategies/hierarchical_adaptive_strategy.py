@@ -20,6 +20,9 @@ clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks
   observed as usual and re-planned for its new k from the next round. Each rank's own compute time, energy and
   samples feed the controller (with an equal share of the silo's reported idle watts); silo models are averaged by the inner strategy, weighted by
   samples (or data size, see ``weighting``).
+- A silo round that started its ranks (``keys.COLD_START``) seeds ranks without an estimate; their
+  first warm round replaces it (see ``observe_replies``). The rank split has no deadband unless
+  one is given (``paper=True``: the paper's): re-splitting a silo's ranks moves no data.
 - A failed silo (error reply, e.g. ranks that could not start) is skipped for that round and is
   sent its whole budget again next round: there is no probation, because its share could not
   go to other silos anyway.
