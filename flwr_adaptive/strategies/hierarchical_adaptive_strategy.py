@@ -185,7 +185,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         As for the controller. ``None``: 0, the ranks are re-split every round (moving quotas
         between a silo's ranks moves no data or model, while every step pays for an imbalance;
         the estimates' smoothing absorbs the timing noise); with ``paper=True`` the paper's 5 %
-        move of the budget.
+        move of the budget. With ``smoothing=1.0`` (each split from the last round alone) pass
+        one (e.g. 0.02): the split would otherwise follow every round's timing noise.
     slack : float, optional
         ``policy="min-energy"`` only: a silo's round may last up to ``1 + slack`` times the
         shortest possible (``math.inf``: no limit). ``None``: the policy's default (0.1).
