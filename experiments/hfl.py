@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with at least this many rounds, also the rank CV from this round on (the split after "
                          "the controller has seen settled-round - 1 rounds)")
     ap.add_argument("--deadband", type=float, default=-1.0,
-                    help="the rank controller's deadband (0: re-split every round); < 0: the policy's default")
+                    help="the rank controller's deadband (0: re-split every round); < 0: the strategy's default "
+                         "(0; the paper's 5 %% with time-paper)")
     ap.add_argument("--cpus-per-client", type=int, default=os.cpu_count() or 1,
                     help="Ray CPUs per silo; all cores = one actor that keeps every silo's ranks")
     ap.add_argument("--out", default=str(APP_DIR.parent.parent / "results" / "hfl"), help="folder for CSVs and logs")

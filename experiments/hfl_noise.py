@@ -104,7 +104,8 @@ def fixed_costs(directories: list[Path], budget: int = 600) -> pd.DataFrame:
     """Per (silo, rank), the least-squares line ``seconds = fixed + per_sample × samples`` over
     rounds >= 2 of every policy's ``history-*-ranks.csv`` in ``directories`` (the adaptive runs
     move the quotas, which identifies both terms), and the fixed share of a rank's round at an
-    even split of ``budget``."""
+    even split of ``budget``. Pool only runs of the same devices: the testbed spread (its ranks'
+    slowdowns do not depend on the seed), without ``--drift-round``."""
     frames = [pd.read_csv(path) for d in directories for path in sorted(Path(d).glob("history-*-ranks.csv"))]
     rows = pd.concat(frames, ignore_index=True)
     rows = rows[(rows["round"] >= 2) & (rows["samples"] > 0)]

@@ -189,6 +189,20 @@ def test_a_restarted_silo_keeps_its_rank_estimates(caplog):
     assert "round 3" in line and "silo 0" in line and "0/0, 0/1" in line
 
 
+def test_a_start_up_round_after_a_failed_round_replaces_the_earlier_one():
+    # Prepare: start-up rounds read 10 ms for both ranks; they really cost 1 and 3 ms (the paper's
+    # EMA: no drift detection would rescue an average)
+    strategy = hierarchical(1, deadband=0.0, paper=True)
+    play(strategy, 1, {0: [0.01, 0.01]}, cold={0})
+    # Execute: round 2 fails, round 3 starts the ranks again, round 4 is warm
+    play(strategy, 2, {0: [0.01, 0.01]}, fail={0})
+    play(strategy, 3, {0: [0.01, 0.01]}, cold={0})
+    play(strategy, 4, {0: [0.001, 0.003]})
+    fifth, _, _ = play(strategy, 5, {0: [0.001, 0.003]})
+    # Assert: neither start-up round is averaged in (it would give 5.5 : 6.5 ms, i.e. [325, 275])
+    assert fifth[0][1] == [450, 150]
+
+
 def test_a_silo_that_starts_its_ranks_every_round_is_observed_as_usual():
     # Prepare: a silo whose process does not outlive a round pays the start-up every round
     strategy = hierarchical(1, deadband=0.0, paper=True)

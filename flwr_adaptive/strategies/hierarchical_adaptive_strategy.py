@@ -342,9 +342,16 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             if not ranks:
                 continue  # not screened by screen_train_replies: nothing per rank to learn from
             self._ranks_of[silo] = len(ranks)
-            # a start-up round: cold after a warm reply (or none); cold after cold is the silo's normal
+            # a start-up round: cold after a warm reply, a failed round or none; cold after cold is
+            # the silo's normal (it starts its ranks for every message)
             first_cold = r.cold_start and not self._cold_before.get(silo, False)
             self._cold_before[silo] = r.cold_start
+            # estimates from a start-up round are replaced by the next warm round (or start-up round)
+            replaced = [rank_id(silo, k.rank) for k in ranks
+                        if k.samples > 0 and rank_id(silo, k.rank) in self._cold_seeded
+                        and (first_cold or not r.cold_start)]
+            if replaced:
+                self.controller.forget(replaced)
             ok = True
             kept = []  # ranks whose estimate this start-up round leaves as it was
             for rank in ranks:
@@ -356,12 +363,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 if first_cold and rid in estimated and rid not in self._cold_seeded:
                     kept.append(rid)  # a restarted silo: its ranks' start-up would read as slowness
                     continue
-                if rid in self._cold_seeded and not first_cold:
-                    self._cold_seeded.discard(rid)
-                    if not r.cold_start:  # the first warm round replaces the start-up one
-                        self.controller.forget([rid])
-                elif first_cold:
+                if first_cold:
                     self._cold_seeded.add(rid)
+                else:
+                    self._cold_seeded.discard(rid)
                 try:
                     self.controller.observe(rid, rank.to_report())
                 except ValueError as err:
@@ -427,6 +432,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     def end_round(self, server_round: int, reports: Sequence[ClientReport],
                   skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
         """The base bookkeeping, plus one history row per rank."""
+        for silo in self._keys(list(skipped)):  # after a failed round a cold reply is a start-up round
+            if silo in self._cold_before:
+                self._cold_before[silo] = False
         for r in reports:
             plan = None if r.node_id in self._replanned else self._rank_plan.get(r.node_id)
             for rank in self._rank_reports.get(r.node_id, []):
