@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from flwr_adaptive.controller import POLICIES, AllocationController, Report
@@ -409,12 +409,16 @@ def test_property_lower_cost_never_gets_fewer_samples(per_sample, budget):
     st.lists(st.floats(0.001, 0.01), min_size=2, max_size=8),
     st.lists(st.floats(-0.02, 0.02), min_size=8, max_size=8),
 )
+@example(per_sample=[0.006048897943562308, 0.00552940041257054], noise=[0.0, -0.015625] + [0.0] * 6)
 def test_property_deadband_holds_split_under_small_noise(per_sample, noise):
-    # Prepare: converge on exact costs with a 5 % deadband and budget ≥ 100 samples per participant.
+    # Prepare: converge on exact costs (budget ≥ 100 samples per participant), then a 5 % deadband.
+    # Converging under the deadband could hold the equal split up to 5 % off the ideal one, where
+    # any further noise may release it (hypothesis found 0.00605 vs 0.00553 s/sample).
     ids = list(range(len(per_sample)))
-    ctrl = AllocationController(100 * len(ids) * 10, smoothing=0.5, deadband=0.05)
+    ctrl = AllocationController(100 * len(ids) * 10, smoothing=0.5, deadband=0.0)
     for _ in range(3):
         settled = run_round(ctrl, ids, per_sample)
+    ctrl.deadband = 0.05
 
     # Execute: reports with ≤ 2 % noise move the EMA ≤ 1 %, hence the ideal split ≤ ~2 % (< band).
     noisy = [t * (1 + e) for t, e in zip(per_sample, noise)]

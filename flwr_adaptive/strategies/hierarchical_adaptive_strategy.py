@@ -328,9 +328,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         set-up. Its ranks' reports seed ranks without an estimate (the next round is split on
         them rather than evenly) and are replaced by those ranks' next warm report instead of
         being averaged with it; ranks that already have an estimate keep it (a restarted silo's
-        start-up is not slowness). A silo that starts its ranks every round (its process does
-        not outlive a round) pays the start-up every round: a cold reply right after a cold one
-        is observed as usual.
+        start-up is not slowness); a start-up round after a failed one replaces the seed of the
+        earlier one. A silo that starts its ranks every round (its process does not outlive a
+        round) pays the start-up every round: a cold reply right after a cold one (no failed
+        round between) is observed as usual.
         """
         accepted = []
         estimated = self.controller.estimates()
