@@ -343,6 +343,36 @@ def test_a_restarted_server_resumes_the_rank_estimates(tmp_path):
     assert sent1[0][1] is None and sent2[0][1] == [450, 150]
 
 
+def test_a_resumed_server_still_replaces_a_start_up_round(tmp_path):
+    # Prepare: the server stops after the ranks' start-up round (10 ms read for both; really 1 and 3)
+    first = hierarchical(1, state_dir=tmp_path, deadband=0.0, paper=True)
+    play(first, 1, {0: [0.01, 0.01]}, cold={0})
+    # Execute: a new ServerApp run resumes; the silo's ranks are warm
+    second = hierarchical(1, state_dir=tmp_path, deadband=0.0, paper=True)
+    play(second, 1, {0: [0.001, 0.003]})
+    sent, _, _ = play(second, 2, {0: [0.001, 0.003]})
+    # Assert: the warm round replaced the start-up one (averaged: 5.5 : 6.5 ms, i.e. [325, 275])
+    assert json.loads((tmp_path / "adaptive-state.json").read_text())["start_up_seeded"] == []
+    assert sent[0][1] == [450, 150]
+
+
+@pytest.mark.parametrize("bad", [5, ["0/0", 7], {"0/0": True}])
+def test_a_state_with_a_bad_start_up_list_is_set_aside(tmp_path, bad, caplog):
+    # Prepare: a valid state whose start_up_seeded was tampered with
+    first = hierarchical(1, state_dir=tmp_path)
+    play(first, 1, {0: [0.001, 0.003]}, cold={0})
+    path = tmp_path / "adaptive-state.json"
+    state = json.loads(path.read_text())
+    state["start_up_seeded"] = bad
+    path.write_text(json.dumps(state))
+    caplog.set_level("WARNING", logger="flwr")
+    # Execute
+    second = hierarchical(1, state_dir=tmp_path)
+    # Assert: a fresh start, with a warning naming the field
+    assert second.controller.estimates() == {}
+    assert any("start_up_seeded" in r.getMessage() for r in caplog.records)
+
+
 # --------------------------------------------------------------------------- simulation
 ROUNDS = 2
 BUDGET = 300

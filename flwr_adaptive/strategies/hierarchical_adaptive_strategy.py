@@ -56,6 +56,7 @@ from flwr_adaptive.controller import AllocationController, Report
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.state_file import StateFileError
 from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["HierarchicalAdaptiveStrategy", "RankReport", "parse_rank_reports", "aggregate_silo_metrics",
@@ -382,6 +383,23 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             if ok:
                 accepted.append(r)
         return accepted
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The base state, plus the ranks whose estimate is still their start-up round's (so that
+        a resumed server still replaces it with their first warm round)."""
+        state = super().state_dict()
+        state["start_up_seeded"] = sorted(self._cold_seeded)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()`` output (see ``AdaptiveStrategy.load_state_dict``); a state
+        without ``start_up_seeded`` (an older release) resumes with none."""
+        seeded = state.get("start_up_seeded", []) if isinstance(state, Mapping) else []
+        if not (isinstance(seeded, list) and all(isinstance(r, str) for r in seeded)):
+            raise StateFileError(f"the saved start_up_seeded {str(seeded)[:80]!r} is not a list of rank ids")
+        super().load_state_dict(state)
+        self._cold_seeded = set(seeded)
 
     # ------------------------------------------------------------------ Message API
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
