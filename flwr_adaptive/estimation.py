@@ -110,8 +110,6 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
     a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
     b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
-    a = np.where(identified, a, 0.0)
-    b = np.where(identified, b, proportional)
     final = np.where(filled, np.abs(y0 - (a[:, None] + b[:, None] * n0)), np.nan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -34,8 +34,11 @@ on one or two of a round's ten steps, measured on a shared 2-core machine), and 
 multiplies that by the device's slowdown (3–15× for the testbed): host noise a real device,
 computing alone, would not have, scaled into its clock. Contention only ever inflates CPU
 time, so only the top is clipped; a slower round as a whole (every step slower) is kept. A
-silo without ``slowdowns`` (real devices) reports its ranks' seconds as measured. A rank's first round also pays torch's lazy set-up (first forward and backward)
-in its compute time; every rank pays it alike, and the controller's smoothing absorbs it.
+silo without ``slowdowns`` (real devices) reports its ranks' seconds as measured.
+
+A round that started the ranks also pays torch's lazy set-up (first forward and backward) in
+their compute time; the reply says so (``keys.COLD_START``), and the hierarchical strategy
+replaces that round's estimates with the ranks' first warm round.
 
 Backend: nccl when each rank can have its own GPU, else gloo on the CPUs (:func:`silo_backend`:
 NCCL refuses two ranks on one GPU).

@@ -349,9 +349,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             first_cold = r.cold_start and not self._cold_before.get(silo, False)
             self._cold_before[silo] = r.cold_start
             # estimates from a start-up round are replaced by the next warm round (or start-up round)
-            replaced = [rank_id(silo, k.rank) for k in ranks
-                        if k.samples > 0 and rank_id(silo, k.rank) in self._cold_seeded
-                        and (first_cold or not r.cold_start)]
+            replaced = [rid for rid in (rank_id(silo, k.rank) for k in ranks if k.samples > 0)
+                        if rid in self._cold_seeded] if first_cold or not r.cold_start else []
             if replaced:
                 self.controller.forget(replaced)
             ok = True
