@@ -424,6 +424,39 @@ def test_fedasync_failing_node_is_dropped_and_the_others_do_its_work(caplog):
     assert any("dropped for the rest of the run" in r.getMessage() for r in caplog.records)
 
 
+def test_fedasync_judges_the_first_wave_as_one_group(caplog):
+    # Prepare: the fastest device (partition 2, 1c per sample) replies after partitions 0 (3c)
+    # and 1 (6c) in the first wave. Against those two alone (median 4.5c) its claim would look
+    # implausible (< 4.5c / 4); against the whole wave (median of 3c, 6c, 1.5c = 3c) it is not.
+    c = 2.0 ** -10
+    grid = SimGrid([3 * c, 6 * c, 1 * c, 1.5 * c])
+    strategy = _fedasync()
+    # Execute: 1 round-equivalent = 384 samples = four 96-sample jobs
+    with caplog.at_level("WARNING", logger="flwr"):
+        run(strategy, grid, rounds=2)
+    # Assert: its claim is believed, so it finishes first and does the most jobs.
+    jobs = strategy.client_history
+    fastest = jobs[jobs["partition_id"] == 2]
+    assert fastest["finish_s"].iloc[0] == 96 * c
+    assert jobs.groupby("partition_id").size().idxmax() == 2
+    assert "not believed" not in caplog.text
+
+
+def test_fedasync_holds_back_a_liar_in_the_first_wave(caplog):
+    # Prepare: partition 0 claims 1/1000 of the others' per-sample time and replies first.
+    c = 2.0 ** -10
+    grid = SimGrid([c / 1000, c, c, c])
+    strategy = _fedasync()
+    # Execute
+    with caplog.at_level("WARNING", logger="flwr"):
+        run(strategy, grid, rounds=2)
+    # Assert: taken at the others' median, so it cannot jump the queue and take most of the jobs.
+    jobs = strategy.client_history
+    assert jobs[jobs["partition_id"] == 0]["finish_s"].iloc[0] == 96 * c
+    assert jobs.groupby("partition_id").size().max() == 2
+    assert "node 100 claims" in caplog.text and "not believed" in caplog.text
+
+
 def test_fedasync_rejects_bad_settings():
     from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
 

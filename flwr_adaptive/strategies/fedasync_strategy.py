@@ -341,17 +341,23 @@ class FedAsyncStrategy(HistoryMixin):
         while jobs:
             replies = {m.metadata.src_node_id: m for m in
                        self._grid.send_and_receive([self._message(j) for j in jobs], timeout=self._timeout)}
-            retry = []
+            retry, accepted = [], []
             for job in jobs:
                 reason = self._accept(job, replies.get(job.node))
                 if reason is None:
-                    self._failures[job.node] = 0
-                    self._inflight[job.node] = job
-                    self._queue.push(job.node, job.finish_s, job)
+                    accepted.append(job)
                     continue
                 again = self._fail(job, reason, job.start_s)  # same start, job number and model
                 if again is not None:
                     retry.append(again)
+            # The wave is judged as one group: judged one by one, a fast node's claim would be
+            # measured against whichever nodes happened to come before it in the wave.
+            believed = self._believed_times(accepted)
+            for job in accepted:
+                job.finish_s = job.start_s + believed[job.node]
+                self._failures[job.node] = 0
+                self._inflight[job.node] = job
+                self._queue.push(job.node, job.finish_s, job)
             jobs = retry
 
     def _fail(self, job: _Job, reason: str, retry_at: float) -> _Job | None:
@@ -388,31 +394,28 @@ class FedAsyncStrategy(HistoryMixin):
         if any(np.shape(a) != np.shape(m) for a, m in zip(arrays, self._model)):
             return "invalid: array shapes differ from the server's"
         job.report, job.arrays = report, arrays
-        job.finish_s = job.start_s + self._believed_time(job, report)
         self._assigned += report.samples - job.quota  # a capped job processed fewer samples
         self._idle_w[job.node] = report.idle_w
         return None
 
-    def _believed_time(self, job: _Job, report: ClientReport) -> float:
-        """The job's duration on the virtual clock as the server believes it (``self.trust``).
+    def _believed_times(self, wave: list[_Job]) -> dict[Hashable, float]:
+        """``{node: the job's duration on the virtual clock as the server believes it}`` (``self.trust``).
 
-        The node's claim is judged against the latest believed per-sample times of the other
-        nodes (see :mod:`flwr_adaptive.strategies.trust`): an absurdly fast claim is taken at their
-        median, so a liar cannot jump the queue and take most of the samples.
+        The wave's claims are judged together with the latest believed per-sample times of the
+        other nodes (see :mod:`flwr_adaptive.strategies.trust`): an absurdly fast claim is taken at
+        their median, so a liar cannot jump the queue and take most of the samples.
         """
         if self.trust is None:
-            return report.time_s
-        latest = getattr(self, "_latest", None)
-        if latest is None:
-            latest = self._latest = {}
-        others = [r for n, r in latest.items() if n != job.node]
-        prev = latest.get(job.node)
-        believed = self.trust.believe(job.index, [report, *others],
-                                      estimate_of=lambda n: (prev.time_s / prev.samples
-                                                             if n == job.node and prev is not None else None))
-        mine = believed[job.node]
-        latest[job.node] = mine
-        return mine.time_s
+            return {job.node: job.report.time_s for job in wave}
+        mine = {job.node for job in wave}
+        others = [r for n, r in self._latest.items() if n not in mine]
+        believed = self.trust.believe(max((job.index for job in wave), default=0),
+                                      [*(job.report for job in wave), *others],
+                                      estimate_of=lambda n: (self._latest[n].time_s / self._latest[n].samples
+                                                             if n in mine and n in self._latest else None))
+        for job in wave:
+            self._latest[job.node] = believed[job.node]
+        return {job.node: believed[job.node].time_s for job in wave}
 
     def _mix(self, job: _Job, boundary: int) -> None:
         job.staleness = self.mixer.version - job.base_version
