@@ -332,6 +332,25 @@ def test_hfl_table_averages_late_rounds_per_seed_then_intervals_over_seeds():
     assert body == [["moderate", "Equal", "0.25 ± 0.64", "0.5 ± 0", "0.375 ± 0.32", "2"]]
 
 
+def test_hfl_table_adds_the_settled_rounds_when_the_runs_reach_them():
+    # Prepare: 1 silo, 2 seeds, rounds 1–8; CV 0.4 in rounds 3–6, then 0.02 / 0.04 per seed in rounds 7–8
+    from experiments.reproduce import SETTLED_ROUND, hfl_table, settled_cv
+
+    rows = [{"setting": "wide", "seed": seed, "policy": "Time-only", "round": rnd, "silo": 0,
+             "rank_cv": 9.0 if rnd < 3 else (0.4 if rnd < SETTLED_ROUND else late)}
+            for seed, late in enumerate((0.02, 0.04)) for rnd in range(1, 9)]
+    # Act
+    header, body = hfl_table(pd.DataFrame(rows))
+    short = hfl_table(pd.DataFrame([r for r in rows if r["round"] < SETTLED_ROUND]))
+    # Assert: rounds ≥ 3 per seed (4·0.4 + 2·late) / 6 → 0.2733, 0.28 → 0.277 ± 12.7062 · 0.004714 / √2 = 0.042;
+    # rounds ≥ 7: 0.02, 0.04 → 0.03 ± 12.7062 · 0.0141421 / √2 = 0.127
+    assert SETTLED_ROUND == 7
+    assert header == ["setting", "policy", "silo 0", "mean over silos", "mean over silos, rounds ≥ 7", "seeds"]
+    assert body == [["wide", "Time-only", "0.277 ± 0.042", "0.277 ± 0.042", "0.03 ± 0.13", "2"]]
+    assert short[0] == ["setting", "policy", "silo 0", "mean over silos", "seeds"]  # 6-round runs: no such column
+    assert list(settled_cv(pd.DataFrame(rows), "rank_cv", ("policy",))[("Time-only",)]) == [0.02, 0.04]
+
+
 def test_hfl_and_measured_options_are_checked_early():
     from experiments import reproduce
 
@@ -342,7 +361,7 @@ def test_hfl_and_measured_options_are_checked_early():
     with pytest.raises(SystemExit):
         reproduce.parse_args(["--measured-seeds", "1"])
     args = reproduce.parse_args([])
-    assert (args.hfl_seeds, args.hfl_rounds, args.measured_seeds) == (3, 6, 5)
+    assert (args.hfl_seeds, args.hfl_rounds, args.ddp_rounds, args.measured_seeds) == (3, 10, 10, 5)
     assert args.hfl_policies == ["equal", "time", "min-energy"]
 
 
