@@ -459,10 +459,10 @@ def _claim(node, time_s, samples=100, virtual=False):
 def test_server_evidence_times_a_node_by_what_the_server_observed_after_two_rounds(caplog):
     from flwr_adaptive.strategies.trust import CostTrust
 
-    # Prepare: 5 s of transport/start-up for everyone; node 4 claims 0.2 s but really takes 3 s
+    # Prepare: 5 s of transport/start-up for everyone; node 4 claims 0.2 s but really takes 9 s
     trust = CostTrust(plausible_range=math.inf, max_drop=math.inf)
-    claims = [_claim(1, 2.0), _claim(2, 3.0), _claim(3, 2.5), _claim(4, 0.2)]
-    observed = {1: 7.0, 2: 8.0, 3: 7.5, 4: 8.0}
+    claims = [_claim(1, 8.0), _claim(2, 9.0), _claim(3, 8.5), _claim(4, 0.2)]
+    observed = {1: 13.0, 2: 14.0, 3: 13.5, 4: 14.0}
     # Execute
     first = trust.believe(1, claims, observed)
     second = trust.believe(2, claims, observed)
@@ -471,9 +471,26 @@ def test_server_evidence_times_a_node_by_what_the_server_observed_after_two_roun
     # common overhead (median of observed - claimed = 5 s); honest nodes are untouched; no server
     # clock applies to virtual-clock telemetry
     assert first[4].time_s == 0.2
-    assert second[4].time_s == pytest.approx(3.0) and [second[n].time_s for n in (1, 2, 3)] == [2.0, 3.0, 2.5]
+    assert second[4].time_s == pytest.approx(9.0) and [second[n].time_s for n in (1, 2, 3)] == [8.0, 9.0, 8.5]
     assert virtual[4].time_s == 0.2
     assert sum("server observed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_server_evidence_does_not_suspect_an_honest_node_that_polling_made_late():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: four honest nodes compute 1.3 s; the server pulls replies every 3 s, so three are seen
+    # at 3 s; node 3 picked its instruction up one SuperNode poll late and missed the pull that followed
+    # (8.9 s): 5.9 s beyond the common overhead, every round.
+    claims = [_claim(n, 1.3) for n in (1, 2, 3, 4)]
+    observed = {1: 3.0, 2: 3.0, 3: 8.9, 4: 3.0}
+    # Execute
+    believed = [CostTrust().believe(r, claims, observed) for r in (1, 2, 3)]
+    tight = CostTrust(evidence_min_s=1.0)
+    too_tight = [tight.believe(r, claims, observed) for r in (1, 2)]
+    # Assert: the default (two 3-s polls) believes it; a 1-s margin would time it by the polls
+    assert all(b[3].time_s == 1.3 for b in believed)
+    assert too_tight[1][3].time_s == pytest.approx(8.9 - 1.7)
 
 
 def test_plausibility_and_growth_cap_bound_a_liars_claim():

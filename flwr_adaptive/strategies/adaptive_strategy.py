@@ -328,10 +328,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
     def _note_arrival(self, node: Hashable, msg: Message) -> None:
-        """Seconds from sending ``node`` its instruction to the SuperLink delivering its reply.
+        """Seconds from sending ``node`` its instruction to the ServerApp receiving its reply.
 
         Server-side evidence the client does not control (``delivered_at`` is stamped by the
-        SuperLink); it bounds the node's compute from above (see ``observed_seconds``).
+        SuperLink when the ServerApp pulls the reply, so it is late by up to one pull interval);
+        it bounds the node's compute from above (see ``observed_seconds``).
         """
         sent_at = getattr(self, "_sent_at", None)
         stamp = getattr(msg.metadata, "delivered_at", "")
