@@ -94,7 +94,7 @@ def test_ranks_are_split_by_cost_inside_their_silo_only():
         ("0/0", 0), ("0/1", 0), ("1/0", 1), ("1/1", 1), ("1/2", 1), ("2/0", 2), ("2/1", 2)]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.lists(st.floats(1e-4, 1e-1), min_size=1, max_size=4), min_size=1, max_size=5),
        st.lists(st.floats(0.25, 4.0), min_size=4, max_size=4), st.integers(2, 8),
        st.sampled_from(["equal", "time"]))
