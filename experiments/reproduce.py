@@ -883,15 +883,16 @@ def hfl_headline(rows: pd.DataFrame, from_round: int = FROM_ROUND) -> str:
     """One sentence per setting: the mean-over-silos rank CV of every policy (mean ± 95 % interval over seeds)."""
     late = rows[rows["round"] >= from_round]
     per_seed = late.groupby(["setting", "policy", "seed"], sort=False)["rank_cv"].mean().reset_index()
+    def by_setting(cv_of: dict[tuple, pd.Series]) -> str:
+        settings = dict.fromkeys(setting for setting, _ in cv_of)
+        return "; ".join(f"*{setting}*: " + ", ".join(f"{policy} {fmt_ci(v)}" for (s, policy), v in cv_of.items()
+                                                      if s == setting) for setting in settings)
+
+    late_cv = {key: g["rank_cv"] for key, g in per_seed.groupby(["setting", "policy"], sort=False)}
+    text = f"Rank CV inside the silos (mean over silos), rounds ≥ {from_round}: {by_setting(late_cv)}."
     settled = settled_cv(rows, "rank_cv", ("setting", "policy"))
-    parts = []
-    for setting, g in per_seed.groupby("setting", sort=False):
-        cells = [f"{policy} {fmt_ci(p['rank_cv'])}" for policy, p in g.groupby("policy", sort=False)]
-        parts.append(f"*{setting}*: " + ", ".join(cells))
-    text = (f"Rank CV inside the silos (mean over silos, rounds ≥ {from_round}): " + "; ".join(parts) + ".")
     if settled is not None:
-        text += (f" After {SETTLED_ROUND - 1} rounds (rounds ≥ {SETTLED_ROUND}): "
-                 + "; ".join(f"{policy}, {setting}: {fmt_ci(v)}" for (setting, policy), v in settled.items()) + ".")
+        text += f" After {SETTLED_ROUND - 1} rounds (rounds ≥ {SETTLED_ROUND}): {by_setting(settled)}."
     text += (" The paper's Equal CV (0.8–1.1) came from its devices; the Equal CV here is what the emulated spread "
              "inside a silo gives.")
     if "min_samples" in late:

@@ -425,8 +425,8 @@ def test_fedasync_failing_node_is_dropped_and_the_others_do_its_work(caplog):
 
 
 def test_fedasync_judges_the_first_wave_as_one_group(caplog):
-    # Prepare: the fastest device (partition 2, 1c per sample) replies after partitions 0 (3c)
-    # and 1 (6c) in the first wave. Against those two alone (median 4.5c) its claim would look
+    # Prepare: the fastest device (partition 2, 1c per sample) is processed after partitions 0 (3c)
+    # and 1 (6c) in the first wave (node order). Against those two alone (median 4.5c) its claim would look
     # implausible (< 4.5c / 4); against the whole wave (median of 3c, 6c, 1.5c = 3c) it is not.
     c = 2.0 ** -10
     grid = SimGrid([3 * c, 6 * c, 1 * c, 1.5 * c])

@@ -334,7 +334,7 @@ def test_hfl_table_averages_late_rounds_per_seed_then_intervals_over_seeds():
 
 def test_hfl_table_adds_the_settled_rounds_when_the_runs_reach_them():
     # Prepare: 1 silo, 2 seeds, rounds 1–8; CV 0.4 in rounds 3–6, then 0.02 / 0.04 per seed in rounds 7–8
-    from experiments.reproduce import SETTLED_ROUND, hfl_table, settled_cv
+    from experiments.reproduce import SETTLED_ROUND, hfl_headline, hfl_table, settled_cv
 
     rows = [{"setting": "wide", "seed": seed, "policy": "Time-only", "round": rnd, "silo": 0,
              "rank_cv": 9.0 if rnd < 3 else (0.4 if rnd < SETTLED_ROUND else late)}
@@ -349,6 +349,8 @@ def test_hfl_table_adds_the_settled_rounds_when_the_runs_reach_them():
     assert body == [["wide", "Time-only", "0.277 ± 0.042", "0.277 ± 0.042", "0.03 ± 0.13", "2"]]
     assert short[0] == ["setting", "policy", "silo 0", "mean over silos", "seeds"]  # 6-round runs: no such column
     assert list(settled_cv(pd.DataFrame(rows), "rank_cv", ("policy",))[("Time-only",)]) == [0.02, 0.04]
+    assert ("rounds ≥ 3: *wide*: Time-only 0.277 ± 0.042. After 6 rounds (rounds ≥ 7): *wide*: Time-only "
+            "0.03 ± 0.13.") in hfl_headline(pd.DataFrame(rows))
 
 
 def test_hfl_and_measured_options_are_checked_early():

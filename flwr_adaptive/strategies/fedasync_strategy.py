@@ -15,7 +15,9 @@ Two orders (constructor option ``order``):
 
 - ``"virtual"`` (default, the emulated comparison): arrival order is the **virtual clock's**
   (docs/energy.md, "The virtual clock"): a job that starts at virtual time ``t`` finishes at
-  ``t + time_s``, the device time its client reports. The replay keeps finished jobs in a
+  ``t + time_s``, the device time its client reports as the server believes it (``trust``; the
+  first wave's claims are judged as one group, each later one against the other nodes' latest).
+  The replay keeps finished jobs in a
   :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest finisher, mixes
   its update, sends that node its next job on the new model and **waits for the reply before
   popping the next event** (the next job may finish before everything queued). The first wave
@@ -123,9 +125,10 @@ class FedAsyncStrategy(HistoryMixin):
         replies are mixed in the order the Grid delivers them, timed on the server's wall clock
         (a real deployment).
     trust : CostTrust or bool (default: True)
-        What the server believes of each claimed duration (see ``flwr_adaptive.strategies.trust``):
-        ``True`` the default rules, a ``CostTrust(...)`` to tune them, ``False`` to believe every
-        claim (clients you control).
+        What the server believes of each claimed duration on the virtual clock (see
+        ``flwr_adaptive.strategies.trust``): ``True`` the default rules, a ``CostTrust(...)`` to
+        tune them, ``False`` to believe every claim (clients you control). ``order="arrival"``
+        times every job by the server's wall clock, so no claim is weighed there.
     """
 
     #: Seconds between two ``pull_messages`` polls that returned nothing (``order="arrival"``).
@@ -405,11 +408,11 @@ class FedAsyncStrategy(HistoryMixin):
         other nodes (see :mod:`flwr_adaptive.strategies.trust`): an absurdly fast claim is taken at
         their median, so a liar cannot jump the queue and take most of the samples.
         """
-        if self.trust is None:
+        if self.trust is None or not wave:
             return {job.node: job.report.time_s for job in wave}
         mine = {job.node for job in wave}
         others = [r for n, r in self._latest.items() if n not in mine]
-        believed = self.trust.believe(max((job.index for job in wave), default=0),
+        believed = self.trust.believe(max(job.index for job in wave),
                                       [*(job.report for job in wave), *others],
                                       estimate_of=lambda n: (self._latest[n].time_s / self._latest[n].samples
                                                              if n in mine and n in self._latest else None))

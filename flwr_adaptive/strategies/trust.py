@@ -17,7 +17,7 @@ in order:
    minus the common overhead, until it stops lying. The interval is coarse: in Flower 1.42 a
    SuperNode polls for instructions and the deployment Grid pulls replies every 3 s, so an
    honest node can look up to two polls later than the group's median; ``evidence_min_s``
-   (6 s) lies above that, and rounds whose lies are shorter are left to rules 2 and 3.
+   (7 s) lies above that, and lies worth less per round are left to rules 2 and 3.
 2. **Group plausibility.** A per-sample time (or energy, when measured) below the median of the
    *other* nodes of the round divided by ``plausible_range`` is not believed: the node is taken at
    that median (the typical node), so an absurd claim earns nothing. Needs at least
@@ -68,10 +68,10 @@ class CostTrust:
         Fewest *other* reports of the round for the group rules (medians of fewer mean little).
     evidence_gap : float (default: 2.0)
         Server evidence suspects a node when the time it implies exceeds the claim by this factor…
-    evidence_min_s : float (default: 6.0)
+    evidence_min_s : float (default: 7.0)
         …and by at least these seconds: two of Flower's 3-s polls (the SuperNode's for the
         instruction, the ServerApp's for the reply), which an honest node's observed time can
-        carry beyond the group's median.
+        carry beyond the group's median, and a margin for the polls' own calls.
     strikes : int (default: 2)
         Consecutive suspect rounds after which the node is timed by the server's observation.
     """
@@ -80,7 +80,7 @@ class CostTrust:
     max_drop: float = 2.0
     min_group: int = 2
     evidence_gap: float = 2.0
-    evidence_min_s: float = 6.0
+    evidence_min_s: float = 7.0
     strikes: int = 2
     _strikes: dict[Hashable, int] = field(default_factory=dict, repr=False)
     _said: set[tuple[str, Hashable]] = field(default_factory=set, repr=False)
