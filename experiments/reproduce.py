@@ -861,9 +861,9 @@ def hfl_section(args: argparse.Namespace, hfl: dict[str, Any], figs: Path) -> li
          "between the ranks of a silo only. Figure: the CV (std / mean) of the compute time of a silo's ranks "
          "(virtual clock: the ranks' CPU seconds × emulated slowdown), mean over rounds ≥ "
          f"{FROM_ROUND} per seed (and, when the runs reach round {SETTLED_ROUND}, over rounds ≥ {SETTLED_ROUND}: "
-         f"after the controller's first {SETTLED_ROUND - 1} rounds), then mean ± 95 % interval over seeds. Settings: *moderate*: the testbed "
-         f"boards taken in turn (rank slowdowns {silos('testbed')}; largest ratio inside a silo "
-         f"{ratio('testbed', 0):.2g}×); *wide*: the wide scenario's lognormal σ = {WIDE_SIGMA:g} fleet of each "
+         f"after the controller's first {SETTLED_ROUND - 1} rounds), then mean ± 95 % interval over seeds. "
+         f"Settings: *moderate*: the testbed boards taken in turn (rank slowdowns {silos('testbed')}; largest "
+         f"ratio inside a silo {ratio('testbed', 0):.2g}×); *wide*: the wide scenario's lognormal σ = {WIDE_SIGMA:g} fleet of each "
          "seed (the same draw as the PMA tables' wide scenario, `--spread wide`), scaled so its fastest device "
          f"is at 1× (the ranks sleep to be slow; seed 0: {silos('wide', 0)}; largest ratio inside a silo per "
          f"seed: {wide_ratios}).", ""]
@@ -883,6 +883,7 @@ def hfl_headline(rows: pd.DataFrame, from_round: int = FROM_ROUND) -> str:
     """One sentence per setting: the mean-over-silos rank CV of every policy (mean ± 95 % interval over seeds)."""
     late = rows[rows["round"] >= from_round]
     per_seed = late.groupby(["setting", "policy", "seed"], sort=False)["rank_cv"].mean().reset_index()
+
     def by_setting(cv_of: dict[tuple, pd.Series]) -> str:
         settings = dict.fromkeys(setting for setting, _ in cv_of)
         return "; ".join(f"*{setting}*: " + ", ".join(f"{policy} {fmt_ci(v)}" for (s, policy), v in cv_of.items()
@@ -1100,7 +1101,8 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
               "slowness as a real sleep per step. Compute CV and makespan on the ranks' compute clock "
               f"({ddp.get('clock') or '?'}: process CPU seconds × emulated slowdown); mean over rounds ≥ {FROM_ROUND} "
               f"(and, when the runs reach round {SETTLED_ROUND}, the compute CV over rounds ≥ {SETTLED_ROUND}: after "
-              f"the controller's first {SETTLED_ROUND - 1} rounds), then mean ± 95 % interval over seeds. The wide setting uses the mid-quantiles of a lognormal σ = 1 "
+              f"the controller's first {SETTLED_ROUND - 1} rounds), then mean ± 95 % interval over seeds. The wide "
+              "setting uses the mid-quantiles of a lognormal σ = 1 "
               f"({', '.join(map(str, list(ddp['settings'].values())[1]))}; the fastest rank at 2× because the "
               "benchmark needs slowdowns ≥ 2 to keep 4 ranks within this machine's cores).", ""]
         if ddp["rows"]:

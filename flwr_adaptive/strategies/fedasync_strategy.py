@@ -17,13 +17,12 @@ Two orders (constructor option ``order``):
   (docs/energy.md, "The virtual clock"): a job that starts at virtual time ``t`` finishes at
   ``t + time_s``, the device time its client reports as the server believes it (``trust``; the
   first wave's claims are judged as one group, each later one against the other nodes' latest).
-  The replay keeps finished jobs in a
-  :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`; it pops the earliest finisher, mixes
-  its update, sends that node its next job on the new model and **waits for the reply before
-  popping the next event** (the next job may finish before everything queued). The first wave
-  goes to every node at once. Real processes therefore run one job at a time after the first
-  wave, whatever the host's contention; the virtual timeline is what an asynchronous deployment
-  of those devices would see.
+  The replay keeps finished jobs in a :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`;
+  it pops the earliest finisher, mixes its update, sends that node its next job on the new model
+  and **waits for the reply before popping the next event** (the next job may finish before
+  everything queued). The first wave goes to every node at once. Real processes therefore run
+  one job at a time after the first wave, whatever the host's contention; the virtual timeline
+  is what an asynchronous deployment of those devices would see.
 - ``"arrival"`` (a real deployment): ``start`` pushes one job to every node, then polls
   ``grid.pull_messages`` for the outstanding jobs (sleeping ``poll_interval_s`` between empty
   polls), mixes **every** reply in the order it is pulled, and pushes that node's next job at
