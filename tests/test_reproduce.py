@@ -213,6 +213,23 @@ def test_page_has_the_measured_section_with_its_table_and_verdict(quick):
     assert "Single rounds (round ≥ 2) whose makespan exceeds 3× the median round" in section
 
 
+def test_a_rerun_that_reuses_every_run_states_the_warm_up_of_the_invocation_that_ran_them(quick, tmp_path):
+    # Prepare: the quick run's finished runs, reused into another page
+    import re
+
+    from experiments import reproduce
+
+    out, _, _ = quick
+    first = (out / "results.md").read_text()
+    # Execute
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--work", str(out / "work"), "--jobs", "1"]) == 0
+    again = (tmp_path / "results.md").read_text()
+    # Assert: no new warm-up (it would state a calibration the reused runs never saw)
+    stated = [re.findall(r"the warm-up's calibration gave ([0-9.e+-]+)", page) for page in (first, again)]
+    assert len(stated[0]) == 1 and stated[1] == stated[0]
+    assert reproduce.REUSED["measured"] == len(reproduce.plan_measured_units(reproduce.parse_args(["--quick"])))
+
+
 def test_measured_runs_go_seed_by_seed_with_the_order_rotated():
     # Prepare
     from experiments.reproduce import parse_args, plan_measured_units
