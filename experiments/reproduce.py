@@ -178,7 +178,7 @@ def _unit_name(spec: RunSpec) -> str:
     return f"{spec.meta['kind']}-{spec.task}-{spec.meta['scenario']}-s{spec.seed}-{what}".replace("/", "_")
 
 
-def _run_unit(spec: RunSpec) -> tuple[str, pd.DataFrame, float]:
+def _run_unit(spec: RunSpec) -> tuple[pd.DataFrame, float]:
     """One run in a worker process: its per-round rows tagged with task, scenario, seed."""
     result = run_pma(spec)
     rows = result.rounds
@@ -187,7 +187,7 @@ def _run_unit(spec: RunSpec) -> tuple[str, pd.DataFrame, float]:
     rows["task"], rows["seed"] = spec.task, spec.seed
     rows["w_e"] = np.nan if spec.w_energy is None else spec.w_energy
     rows["budget"] = spec.budget
-    return _unit_name(spec), rows, result.wall_s
+    return rows, result.wall_s
 
 
 def plan_units(args: argparse.Namespace, per_sample: dict[str, float]) -> list[RunSpec]:
@@ -243,6 +243,11 @@ def _unit_cost(spec: RunSpec) -> float:
     return train + 0.05 * spec.rounds
 
 
+def unit_path(work: Path, spec: RunSpec) -> Path:
+    """Where a finished run of ``spec`` is kept in ``work`` (a rerun reuses it)."""
+    return work / "units" / f"{_unit_name(spec)}.csv"
+
+
 def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = None,
               reuse_key: str = "pma and sweep") -> pd.DataFrame:
     """Run (or, when its file exists in ``work``, reuse) every unit; progress lines with an ETA."""
@@ -250,7 +255,7 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
     done_dir.mkdir(parents=True, exist_ok=True)
     frames, todo = [], []
     for spec in units:
-        path = done_dir / f"{_unit_name(spec)}.csv"
+        path = unit_path(work, spec)
         if path.exists():
             frames.append(pd.read_csv(path))
         else:
@@ -261,9 +266,9 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
     total_cost = sum(_unit_cost(u) for u in todo)
     done_cost, started = 0.0, time.perf_counter()
 
-    def finished(k: int, spec: RunSpec, name: str, rows: pd.DataFrame, wall: float) -> None:
+    def finished(k: int, spec: RunSpec, rows: pd.DataFrame, wall: float) -> None:
         nonlocal done_cost
-        rows.to_csv(done_dir / f"{name}.csv", index=False)
+        rows.to_csv(unit_path(work, spec), index=False)
         frames.append(rows)
         done_cost += _unit_cost(spec)
         elapsed = time.perf_counter() - started
@@ -276,8 +281,8 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
 
     if jobs <= 1:
         for k, spec in enumerate(todo, 1):
-            name, rows, wall = _run_unit(spec)
-            finished(k, spec, name, rows, wall)
+            rows, wall = _run_unit(spec)
+            finished(k, spec, rows, wall)
     elif todo:
         import multiprocessing as mp
 
@@ -285,8 +290,8 @@ def run_units(units: list[RunSpec], jobs: int, work: Path, on_progress: Any = No
             futures = {pool.submit(_run_unit, spec): spec for spec in todo}
             try:
                 for k, fut in enumerate(as_completed(futures), 1):
-                    name, rows, wall = fut.result()
-                    finished(k, futures[fut], name, rows, wall)
+                    rows, wall = fut.result()
+                    finished(k, futures[fut], rows, wall)
             except BaseException:  # interrupted or a run failed: stop the workers now (finished runs are kept)
                 for proc in list(getattr(pool, "_processes", {}).values()):
                     proc.terminate()
@@ -1287,15 +1292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[reproduce] measured clock: {len(measured_units)} runs ({len(args.measured_policies)} policies × "
               f"{args.measured_seeds} seeds, {args.measured_task} / {args.measured_scenario}), one at a time",
               flush=True)
-        if any(not (work / "units" / f"{_unit_name(u)}.csv").exists() for u in measured_units):
+        if any(not unit_path(work, u).exists() for u in measured_units):
             # Torch's lazy set-up lands in the first training call's CPU time: take it here, not in a run's round 1.
             args.measured_per_sample = calibrate(args.measured_task)
-            record["measured_per_sample_s"] = args.measured_per_sample
             print(f"[reproduce] measured clock warm-up: {args.measured_task}: {args.measured_per_sample:.3e} host "
                   "CPU s per training sample now", flush=True)
         else:  # every run is reused: the page states the warm-up of the invocation that ran them, if it was saved
             args.measured_per_sample = previous.get("measured_per_sample_s")
-            record["measured_per_sample_s"] = args.measured_per_sample
+        record["measured_per_sample_s"] = args.measured_per_sample
         rows = pd.concat([rows, run_units(measured_units, 1, work, on_progress=note_wall, reuse_key="measured")],
                          ignore_index=True)
     ddp = None if args.skip_ddp else run_ddp(args, work)

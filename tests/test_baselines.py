@@ -431,7 +431,7 @@ def test_fedasync_judges_the_first_wave_as_one_group(caplog):
     c = 2.0 ** -10
     grid = SimGrid([3 * c, 6 * c, 1 * c, 1.5 * c])
     strategy = _fedasync()
-    # Execute: 1 round-equivalent = 384 samples = four 96-sample jobs
+    # Execute: 2 round-equivalents of 384 samples = eight 96-sample jobs
     with caplog.at_level("WARNING", logger="flwr"):
         run(strategy, grid, rounds=2)
     # Assert: its claim is believed, so it finishes first and does the most jobs.
@@ -443,7 +443,7 @@ def test_fedasync_judges_the_first_wave_as_one_group(caplog):
 
 
 def test_fedasync_holds_back_a_liar_in_the_first_wave(caplog):
-    # Prepare: partition 0 claims 1/1000 of the others' per-sample time and replies first.
+    # Prepare: partition 0 claims 1/1000 of the others' per-sample time and is processed first (node order).
     c = 2.0 ** -10
     grid = SimGrid([c / 1000, c, c, c])
     strategy = _fedasync()
