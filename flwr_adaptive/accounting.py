@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -80,7 +81,12 @@ def _watts(name: str, given: Mapping | None, profiles: Mapping | None, attr: str
         if p not in src:
             raise ValueError(f"participant {p!r} has no {name}: add it to {name}= or profiles=")
         w = src[p]
-        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) or not math.isfinite(w) or w < 0:
+        if (
+            isinstance(w, bool)
+            or not isinstance(w, (int, float, np.integer, np.floating))
+            or not math.isfinite(w)
+            or w < 0
+        ):
             raise ValueError(f"participant {p!r}: {name} must be a finite number >= 0, got {w!r}")
         out[p] = float(w)
     return out
@@ -116,7 +122,12 @@ def account_round(
     """
     busy: dict = {}
     for p, b in busy_s.items():
-        if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)) or not math.isfinite(b) or b < 0:
+        if (
+            isinstance(b, bool)
+            or not isinstance(b, (int, float, np.integer, np.floating))
+            or not math.isfinite(b)
+            or b < 0
+        ):
             raise ValueError(f"participant {p!r}: busy time must be a finite number >= 0, got {b!r}")
         busy[p] = float(b)
     if not busy:
@@ -131,7 +142,12 @@ def account_round(
     for p, b in busy.items():
         if p in measured:
             e = measured[p]
-            if isinstance(e, bool) or not isinstance(e, (int, float, np.integer, np.floating)) or not math.isfinite(e) or e < 0:
+            if (
+                isinstance(e, bool)
+                or not isinstance(e, (int, float, np.integer, np.floating))
+                or not math.isfinite(e)
+                or e < 0
+            ):
                 raise ValueError(f"participant {p!r}: active_j must be a finite number >= 0, got {e!r}")
             act[p] = float(e)
         else:

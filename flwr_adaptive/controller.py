@@ -53,8 +53,9 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +63,21 @@ from flwr_adaptive import estimation
 from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
 
 __all__ = [
-    "AllocationController", "Report", "Policy", "POLICIES", "ParticipantId", "OBJECTIVES", "COST_MODELS",
-    "DEADBAND_RULES", "MAX_BUDGET", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE", "MAX_COST_CLIP", "MIN_WEIGHT",
-    "MAX_WEIGHT", "MAX_IDLE_W",
+    "AllocationController",
+    "Report",
+    "Policy",
+    "POLICIES",
+    "ParticipantId",
+    "OBJECTIVES",
+    "COST_MODELS",
+    "DEADBAND_RULES",
+    "MAX_BUDGET",
+    "MIN_PER_SAMPLE",
+    "MAX_PER_SAMPLE",
+    "MAX_COST_CLIP",
+    "MIN_WEIGHT",
+    "MAX_WEIGHT",
+    "MAX_IDLE_W",
 ]
 
 ParticipantId = Hashable  # str or int; both survive ``state_dict`` with their type
@@ -149,8 +162,15 @@ class Policy:
 
     def controller_kwargs(self, paper: bool = False) -> dict[str, Any]:
         """The controller arguments of this policy; ``paper=True`` swaps in ``PAPER_SETTINGS``."""
-        kwargs = dict(w_time=self.w_time, w_energy=self.w_energy, objective=self.objective, slack=self.slack,
-                      cost_model=self.cost_model, drift=self.drift, deadband_rule=self.deadband_rule)
+        kwargs = dict(
+            w_time=self.w_time,
+            w_energy=self.w_energy,
+            objective=self.objective,
+            slack=self.slack,
+            cost_model=self.cost_model,
+            drift=self.drift,
+            deadband_rule=self.deadband_rule,
+        )
         if self.deadband is not None and not paper:
             kwargs["deadband"] = self.deadband
         if paper:
@@ -171,8 +191,17 @@ POLICIES: dict[str, Policy] = {
     # Beyond the paper: the least active + idle energy within rounds at most 10 % longer than the
     # shortest possible, on fitted fixed + per-sample costs that follow a step change at once; the
     # split is kept while re-splitting gains < 2 % (or less than the reports' own jitter fakes).
-    "min-energy": Policy("min-energy", 0.0, 0.0, objective="min-energy", slack=0.1, cost_model="affine",
-                         drift=0.3, deadband_rule="gain", deadband=0.02),
+    "min-energy": Policy(
+        "min-energy",
+        0.0,
+        0.0,
+        objective="min-energy",
+        slack=0.1,
+        cost_model="affine",
+        drift=0.3,
+        deadband_rule="gain",
+        deadband=0.02,
+    ),
 }
 
 
@@ -198,8 +227,10 @@ def _as_id(value: Any, what: str = "participant id") -> str | int:
 def _id_list(participants: Any) -> list:
     """``participants`` as a list; a lone ``str`` id (iterable by character) is refused."""
     if isinstance(participants, (str, bytes)):
-        raise ValueError(f"participants must be a sequence of ids, got the string {_show(participants)}; "
-                         f"pass [{_show(participants)}] for one participant")
+        raise ValueError(
+            f"participants must be a sequence of ids, got the string {_show(participants)}; "
+            f"pass [{_show(participants)}] for one participant"
+        )
     return list(participants)
 
 
@@ -209,8 +240,9 @@ def _check_int(name: str, value: Any, minimum: int = 0, maximum: int | None = No
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {_show(value)}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum} (MAX_BUDGET: quotas are exact integers up to it), "
-                         f"got {_show(value)}")
+        raise ValueError(
+            f"{name} must be <= {maximum} (MAX_BUDGET: quotas are exact integers up to it), got {_show(value)}"
+        )
     return int(value)
 
 
@@ -221,8 +253,9 @@ def _check_real(name: str, value: Any) -> float:
     try:
         return float(value)
     except OverflowError:
-        raise ValueError(f"{name} must be a finite number, got an integer beyond float range "
-                         f"({str(value)[:20]}...)") from None
+        raise ValueError(
+            f"{name} must be a finite number, got an integer beyond float range ({str(value)[:20]}...)"
+        ) from None
 
 
 def _exact_sum(values: np.ndarray) -> int:
@@ -321,8 +354,10 @@ class AllocationController:
         for name, w in (("w_time", w_time), ("w_energy", w_energy)):
             weights[name] = _check_real(name, w)
             if not (weights[name] == 0.0 or MIN_WEIGHT <= weights[name] <= MAX_WEIGHT):
-                raise ValueError(f"{name} must be 0 or lie in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] "
-                                 f"(only the ratio of the weights matters), got {w!r}")
+                raise ValueError(
+                    f"{name} must be 0 or lie in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] "
+                    f"(only the ratio of the weights matters), got {w!r}"
+                )
         smoothing = _check_real("smoothing", smoothing)
         if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must lie in (0, 1], got {smoothing!r}")
@@ -332,14 +367,18 @@ class AllocationController:
         cost_clip = _check_real("cost_clip", cost_clip)
         if not 1.0 <= cost_clip <= MAX_COST_CLIP:
             raise ValueError(f"cost_clip must lie in [1, {MAX_COST_CLIP:g}], got {cost_clip!r}")
-        for name, value, allowed in (("objective", objective, OBJECTIVES), ("cost_model", cost_model, COST_MODELS),
-                                     ("deadband_rule", deadband_rule, DEADBAND_RULES)):
+        for name, value, allowed in (
+            ("objective", objective, OBJECTIVES),
+            ("cost_model", cost_model, COST_MODELS),
+            ("deadband_rule", deadband_rule, DEADBAND_RULES),
+        ):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, allowed))}")
         if isinstance(slack, bool) or not isinstance(slack, _REAL_TYPES) or math.isnan(slack) or slack < 0:
             raise ValueError(f"slack must be a number >= 0 (math.inf: no makespan limit), got {slack!r}")
-        if drift is not None and (isinstance(drift, bool) or not isinstance(drift, _REAL_TYPES)
-                                  or not 0.0 < drift < math.inf):
+        if drift is not None and (
+            isinstance(drift, bool) or not isinstance(drift, _REAL_TYPES) or not 0.0 < drift < math.inf
+        ):
             raise ValueError(f"drift must be a number > 0 (e.g. 0.3) or None to disable, got {drift!r}")
         self.objective = objective
         self.slack = float(slack)
@@ -362,8 +401,9 @@ class AllocationController:
         else:
             if not isinstance(budget, Mapping):
                 raise ValueError(f"with groups= the budget must be {{group: int}}, got {budget!r}")
-            self.budget = {_as_id(g, "group name"): _check_int(f"budget[{g!r}]", b, maximum=MAX_BUDGET)
-                           for g, b in budget.items()}
+            self.budget = {
+                _as_id(g, "group name"): _check_int(f"budget[{g!r}]", b, maximum=MAX_BUDGET) for g, b in budget.items()
+            }
             if not isinstance(groups, Mapping):
                 raise ValueError(f"groups must be a dict {{participant: group}}, got {groups!r}")
             self.groups = {_as_id(p): _as_id(g, f"group of participant {p!r}") for p, g in groups.items()}
@@ -404,8 +444,9 @@ class AllocationController:
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def from_policy(cls, policy: str, budget: int | Mapping[Hashable, int], paper: bool = False,
-                    **kwargs: Any) -> "AllocationController":
+    def from_policy(
+        cls, policy: str, budget: int | Mapping[Hashable, int], paper: bool = False, **kwargs: Any
+    ) -> AllocationController:
         """Build a controller with the settings of a named policy (see ``POLICIES``).
 
         The named policies estimate beyond the paper (``BEYOND_PAPER``: affine costs, drift
@@ -484,8 +525,10 @@ class AllocationController:
             self._idle_w.pop(participant, None)
             return
         if isinstance(watts, bool) or not isinstance(watts, _REAL_TYPES) or not 0.0 <= watts <= MAX_IDLE_W:
-            raise ValueError(f"participant {participant!r}: idle watts must be a number in [0, {MAX_IDLE_W:g}], "
-                             f"got {watts!r}; pass None when unknown")
+            raise ValueError(
+                f"participant {participant!r}: idle watts must be a number in [0, {MAX_IDLE_W:g}], "
+                f"got {watts!r}; pass None when unknown"
+            )
         self._idle_w[participant] = float(watts)
 
     def _max_of(self, participant: ParticipantId) -> int:
@@ -513,8 +556,10 @@ class AllocationController:
             and MIN_PER_SAMPLE <= t / n <= MAX_PER_SAMPLE
             and (
                 (e is None and self.w_energy == 0.0)
-                or (type(e) is float and (MIN_PER_SAMPLE <= e / n <= MAX_PER_SAMPLE
-                                          or (self.w_energy == 0.0 and 0.0 <= e < math.inf)))
+                or (
+                    type(e) is float
+                    and (MIN_PER_SAMPLE <= e / n <= MAX_PER_SAMPLE or (self.w_energy == 0.0 and 0.0 <= e < math.inf))
+                )
             )
             and type(report) is Report
         ):
@@ -524,8 +569,9 @@ class AllocationController:
         try:
             slot = self._index.get(participant)
         except TypeError:  # unhashable: not an id
-            raise ValueError(f"participant id must be str or int, got {_show(participant)} "
-                             f"({type(participant).__name__})") from None
+            raise ValueError(
+                f"participant id must be str or int, got {_show(participant)} ({type(participant).__name__})"
+            ) from None
         if slot is not None and (type(participant) is str or type(participant) is int):
             self._pending.append((slot, t, e, n))
         else:
@@ -559,9 +605,11 @@ class AllocationController:
         def per_sample(field: str, value: float) -> None:
             cost = value / n
             if not MIN_PER_SAMPLE <= cost <= MAX_PER_SAMPLE:
-                raise ValueError(f"{who}: {field}={value!r} over samples={n} is {cost!r} per sample, outside "
-                                 f"[{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]: no device is that fast or slow; "
-                                 "the report is refused (check the client's clock or meter)")
+                raise ValueError(
+                    f"{who}: {field}={value!r} over samples={n} is {cost!r} per sample, outside "
+                    f"[{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]: no device is that fast or slow; "
+                    "the report is refused (check the client's clock or meter)"
+                )
 
         per_sample("time_s", t)
         if e is None:
@@ -810,7 +858,8 @@ class AllocationController:
             filled = ~(np.isnan(n) | np.isnan(y))
             with np.errstate(divide="ignore", invalid="ignore"):
                 level = np.where(filled, y, 0.0).sum(axis=1) / np.where(
-                    filled, stored_a[:, None] + stored_b[:, None] * n, 0.0).sum(axis=1)
+                    filled, stored_a[:, None] + stored_b[:, None] * n, 0.0
+                ).sum(axis=1)
             relevel = ~identified & has_stored & np.isfinite(level) & (level > 0)
             a = np.where(identified, a, np.where(relevel, stored_a * level, 0.0))
             b = np.where(identified, b, np.where(relevel, stored_b * level, per_sample))
@@ -928,8 +977,10 @@ class AllocationController:
             )
         med = float(np.median(v))
         if not med > 0:
-            raise ValueError(f"median {name} per sample is {med!r} (must be > 0 to normalise); "
-                             f"check the reports or set its weight to 0")
+            raise ValueError(
+                f"median {name} per sample is {med!r} (must be > 0 to normalise); "
+                f"check the reports or set its weight to 0"
+            )
         ratio = np.ones(len(values))
         ratio[known] = np.clip(v / med, 1.0 / self.cost_clip, self.cost_clip)
         return ratio  # participants without an estimate get the median (ratio 1)
@@ -952,8 +1003,11 @@ class AllocationController:
         if missing:
             raise ValueError(f"participants {missing[:5]!r} have no group: add them to groups=")
         names: dict[Hashable, int] = {}
-        codes = np.fromiter((names.setdefault(self.groups[p], len(names)) for p in participants),
-                            dtype=np.int64, count=len(participants))
+        codes = np.fromiter(
+            (names.setdefault(self.groups[p], len(names)) for p in participants),
+            dtype=np.int64,
+            count=len(participants),
+        )
         return codes, list(names)
 
     def allocate(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, int]:
@@ -987,8 +1041,9 @@ class AllocationController:
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
         codes, names = self._group_codes(participants)
         budgets = [self.budget] if self.groups is None else [self.budget[g] for g in names]
-        if not known.any() or (self.objective == "weighted"
-                                and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0)):
+        if not known.any() or (
+            self.objective == "weighted" and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0)
+        ):
             # the paper's split (and, with nothing measured yet, the equal split for every option)
             cost = self._cost(slots, known)
             weight = 1.0 / cost
@@ -1034,12 +1089,16 @@ class AllocationController:
                 A, B = A + self.w_time * a / scale, B + self.w_time * b / scale
             if self.w_energy > 0:
                 if np.isnan(d).any():
-                    raise ValueError("energy is unmeasured for some participants but w_energy > 0: report "
-                                     "energy_j from every participant or use a policy with w_energy=0")
+                    raise ValueError(
+                        "energy is unmeasured for some participants but w_energy > 0: report "
+                        "energy_j from every participant or use a policy with w_energy=0"
+                    )
                 scale = float(np.median(d))
                 if not scale > 0:
-                    raise ValueError(f"median energy per sample is {scale!r} (must be > 0 to normalise); "
-                                     "check the reports or set w_energy=0")
+                    raise ValueError(
+                        f"median energy per sample is {scale!r} (must be > 0 to normalise); "
+                        "check the reports or set w_energy=0"
+                    )
                 A, B = A + self.w_energy * c / scale, B + self.w_energy * d / scale
             quotas = np.zeros(len(slots), dtype=np.int64)
             for k in range(len(names)):
@@ -1104,8 +1163,12 @@ class AllocationController:
     # ------------------------------------------------------------------ state
     def _policy_record(self) -> dict[str, Any]:
         """What a state's numbers mean: a state is only resumed under the same."""
-        return {"w_time": self.w_time, "w_energy": self.w_energy, "objective": self.objective,
-                "cost_model": self.cost_model}
+        return {
+            "w_time": self.w_time,
+            "w_energy": self.w_energy,
+            "objective": self.objective,
+            "cost_model": self.cost_model,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """The learned state as plain JSON types (ids keep their str / int type)."""
@@ -1170,8 +1233,10 @@ class _StateReader:
         self.state = state
 
     def fail(self, field: str, problem: str) -> None:
-        raise ValueError(f"controller state field {field!r}: {problem}; delete the state file to start "
-                         "afresh, or resume with the controller settings that saved it")
+        raise ValueError(
+            f"controller state field {field!r}: {problem}; delete the state file to start "
+            "afresh, or resume with the controller settings that saved it"
+        )
 
     def get(self, field: str, state: Mapping | None = None) -> Any:
         state = self.state if state is None else state
@@ -1186,20 +1251,25 @@ class _StateReader:
             self.fail(field, f"{value} is outside [{minimum}, {maximum if maximum is not None else '∞'}]")
         return int(value)
 
-    def int_list(self, field: str, value: Any, length: int | None, minimum: int = 0,
-                 maximum: int | None = None) -> np.ndarray:
+    def int_list(
+        self, field: str, value: Any, length: int | None, minimum: int = 0, maximum: int | None = None
+    ) -> np.ndarray:
         if not isinstance(value, list):
             self.fail(field, f"expected a list, got {type(value).__name__}")
         if length is not None and len(value) != length:
             self.fail(field, f"has {len(value)} entries, expected {length}")
-        return np.array([self.integer(f"{field}[{i}]", v, minimum, maximum) for i, v in enumerate(value)],
-                        dtype=np.int64).reshape(-1)
+        return np.array(
+            [self.integer(f"{field}[{i}]", v, minimum, maximum) for i, v in enumerate(value)], dtype=np.int64
+        ).reshape(-1)
 
     def cost_list(self, field: str, value: Any, length: int, unweighted: bool) -> np.ndarray:
         """Per-sample costs or nulls; an unweighted term (energy with w_energy=0) only needs finite >= 0."""
         if not isinstance(value, list) or len(value) != length:
-            self.fail(field, f"expected a list of {length} numbers or nulls, got "
-                             f"{len(value) if isinstance(value, list) else type(value).__name__}")
+            self.fail(
+                field,
+                f"expected a list of {length} numbers or nulls, got "
+                f"{len(value) if isinstance(value, list) else type(value).__name__}",
+            )
         out = np.empty(length)
         for i, v in enumerate(value):
             if v is None:
@@ -1209,8 +1279,9 @@ class _StateReader:
                 self.fail(f"{field}[{i}]", f"expected a number, got {v!r}")
             x = float(v) if abs(v) < 1e300 else math.inf
             if not (MIN_PER_SAMPLE <= x <= MAX_PER_SAMPLE or (unweighted and 0.0 <= x < math.inf)):
-                self.fail(f"{field}[{i}]", f"{v!r} is not a cost per sample in "
-                                           f"[{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]")
+                self.fail(
+                    f"{field}[{i}]", f"{v!r} is not a cost per sample in [{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]"
+                )
             out[i] = x
         return out
 
@@ -1228,8 +1299,9 @@ class _StateReader:
         ctrl = self.ctrl
         version = self.state.get("version")
         if version not in (1, _STATE_VERSION):
-            raise ValueError(f"unsupported controller state version {version!r}; "
-                             f"this release reads versions 1 and {_STATE_VERSION}")
+            raise ValueError(
+                f"unsupported controller state version {version!r}; this release reads versions 1 and {_STATE_VERSION}"
+            )
         if version >= 2:
             saved, mine = self.get("policy"), ctrl._policy_record()
             if saved != mine:
@@ -1243,13 +1315,14 @@ class _StateReader:
             self.fail("ids", "lists a participant more than once")
         count = len(ids)
         tau = self.cost_list("time_per_sample", self.get("time_per_sample"), count, unweighted=False)
-        eps = self.cost_list("energy_per_sample", self.get("energy_per_sample"), count,
-                             unweighted=ctrl.w_energy == 0)
+        eps = self.cost_list("energy_per_sample", self.get("energy_per_sample"), count, unweighted=ctrl.w_energy == 0)
         if ctrl.w_energy > 0:
             missing = np.flatnonzero(~np.isnan(tau) & np.isnan(eps))
             if len(missing):
-                self.fail(f"energy_per_sample[{int(missing[0])}]", "null for a participant with a time "
-                                                                   "estimate, but w_energy > 0")
+                self.fail(
+                    f"energy_per_sample[{int(missing[0])}]",
+                    "null for a participant with a time estimate, but w_energy > 0",
+                )
         if version >= 2:
             unanswered = self.int_list("unanswered", self.get("unanswered"), count)
         else:
@@ -1262,14 +1335,23 @@ class _StateReader:
         groups, budget = ctrl.groups, ctrl.budget
         saved_groups = self.state.get("groups")
         if (saved_groups is None) != (ctrl.groups is None):
-            self.fail("groups", "saved " + ("without" if saved_groups is None else "with") +
-                      " groups, but this controller is built " + ("with" if ctrl.groups is not None else "without") +
-                      " groups=")
+            self.fail(
+                "groups",
+                "saved "
+                + ("without" if saved_groups is None else "with")
+                + " groups, but this controller is built "
+                + ("with" if ctrl.groups is not None else "without")
+                + " groups=",
+            )
         if saved_groups is not None:
-            groups = {self.ident(f"groups[{i}]", p): self.ident(f"groups[{i}]", g, "group name")
-                      for i, (p, g) in enumerate(self.pairs("groups", saved_groups))}
-            budget = {self.ident(f"budget[{i}]", g, "group name"): self.integer(f"budget[{i}]", b, 0, MAX_BUDGET)
-                      for i, (g, b) in enumerate(self.pairs("budget", self.get("budget")))}
+            groups = {
+                self.ident(f"groups[{i}]", p): self.ident(f"groups[{i}]", g, "group name")
+                for i, (p, g) in enumerate(self.pairs("groups", saved_groups))
+            }
+            budget = {
+                self.ident(f"budget[{i}]", g, "group name"): self.integer(f"budget[{i}]", b, 0, MAX_BUDGET)
+                for i, (g, b) in enumerate(self.pairs("budget", self.get("budget")))
+            }
             unknown = {g for g in groups.values() if g not in budget}
             if unknown:
                 self.fail("budget", f"groups {sorted(map(repr, unknown))} have no budget")
@@ -1304,9 +1386,12 @@ class _StateReader:
             if n_cur and _exact_sum(cur_quota) != cur_budget:
                 self.fail("current.quota", f"sums to {_exact_sum(cur_quota)}, not to its budget {cur_budget}")
         else:
-            cur_budget = {self.ident(f"current.budget[{i}]", g, "group name"):
-                          self.integer(f"current.budget[{i}]", b, 0, MAX_BUDGET)
-                          for i, (g, b) in enumerate(self.pairs("current.budget", raw_budget))}
+            cur_budget = {
+                self.ident(f"current.budget[{i}]", g, "group name"): self.integer(
+                    f"current.budget[{i}]", b, 0, MAX_BUDGET
+                )
+                for i, (g, b) in enumerate(self.pairs("current.budget", raw_budget))
+            }
             if not isinstance(cur_groups, list) or len(cur_groups) != n_cur:
                 self.fail("current.groups", f"expected a list of {n_cur} group names")
             cur_groups = [self.ident(f"current.groups[{i}]", g, "group name") for i, g in enumerate(cur_groups)]
@@ -1315,22 +1400,38 @@ class _StateReader:
                 sums[g] = sums.get(g, 0) + q
             for g, total in sums.items():
                 if g not in cur_budget or cur_budget[g] != total:
-                    self.fail("current.quota", f"group {g!r} sums to {total}, not to its budget "
-                                               f"{cur_budget.get(g)!r}")
+                    self.fail("current.quota", f"group {g!r} sums to {total}, not to its budget {cur_budget.get(g)!r}")
 
         hist, fit, idle_w = self.model(self.state.get("model") or {}, count)
 
         # Bounds come from this controller's configuration (min_quota is not part of the state).
         default_max = ctrl._default_max
         lo = np.array([ctrl._min_map.get(p, ctrl._default_min) for p in ids], dtype=np.int64).reshape(-1)
-        hi = np.array([_UNBOUNDED if max_map.get(p, default_max) is None else max_map.get(p, default_max)
-                       for p in ids], dtype=np.int64).reshape(-1)
+        hi = np.array(
+            [_UNBOUNDED if max_map.get(p, default_max) is None else max_map.get(p, default_max) for p in ids],
+            dtype=np.int64,
+        ).reshape(-1)
         return {
-            "_ids": ids, "_index": {p: i for i, p in enumerate(ids)}, "_tau": tau, "_eps": eps,
-            "_unanswered": unanswered.astype(np.int64), "_round": rnd, "_max_map": max_map,
-            "_lo": lo, "_hi": hi, "_cur_slots": cur_slots, "_cur_quota": cur_quota, "_cur_lo": cur_lo,
-            "_cur_hi": cur_hi, "_cur_budget": cur_budget, "_cur_groups": cur_groups,
-            "groups": groups, "budget": budget, "_hist": hist, "_fit": fit, "_idle_w": idle_w,
+            "_ids": ids,
+            "_index": {p: i for i, p in enumerate(ids)},
+            "_tau": tau,
+            "_eps": eps,
+            "_unanswered": unanswered.astype(np.int64),
+            "_round": rnd,
+            "_max_map": max_map,
+            "_lo": lo,
+            "_hi": hi,
+            "_cur_slots": cur_slots,
+            "_cur_quota": cur_quota,
+            "_cur_lo": cur_lo,
+            "_cur_hi": cur_hi,
+            "_cur_budget": cur_budget,
+            "_cur_groups": cur_groups,
+            "groups": groups,
+            "budget": budget,
+            "_hist": hist,
+            "_fit": fit,
+            "_idle_w": idle_w,
         }
 
     def model(self, model: Any, count: int) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -1342,8 +1443,10 @@ class _StateReader:
             if not isinstance(value, list):
                 self.fail(field, f"expected a list, got {type(value).__name__}")
             try:
-                arr = np.array([[math.nan if x is None else x for x in np.ravel(np.array(row, dtype=object))]
-                                for row in value], dtype=float).reshape(-1, *shape)
+                arr = np.array(
+                    [[math.nan if x is None else x for x in np.ravel(np.array(row, dtype=object))] for row in value],
+                    dtype=float,
+                ).reshape(-1, *shape)
             except (TypeError, ValueError, OverflowError):
                 self.fail(field, f"expected a list of entries of shape {shape} of numbers or nulls")
             if len(arr) > count:
@@ -1421,16 +1524,21 @@ def _check_fits(budget: int, lo: np.ndarray, hi: np.ndarray, group: Hashable) ->
     where = "" if group is None else f"group {group!r}: "
     lo_sum, hi_sum = _exact_sum(lo), _exact_sum(hi)
     if budget < lo_sum:
-        raise ValueError(f"{where}budget {budget} is below the sum of min_quota {lo_sum} over "
-                         f"{len(lo)} participants; lower min_quota or raise the budget")
+        raise ValueError(
+            f"{where}budget {budget} is below the sum of min_quota {lo_sum} over "
+            f"{len(lo)} participants; lower min_quota or raise the budget"
+        )
     if budget > hi_sum:
-        raise ValueError(f"{where}budget {budget} is above the sum of max_quota {hi_sum} over "
-                         f"{len(hi)} participants; raise max_quota (or cycle data) or lower the budget")
+        raise ValueError(
+            f"{where}budget {budget} is above the sum of max_quota {hi_sum} over "
+            f"{len(hi)} participants; raise max_quota (or cycle data) or lower the budget"
+        )
     return lo_sum, hi_sum
 
 
-def _group_makespans(fixed: np.ndarray, per_sample: np.ndarray, quotas: np.ndarray, codes: np.ndarray,
-                     groups: int) -> np.ndarray:
+def _group_makespans(
+    fixed: np.ndarray, per_sample: np.ndarray, quotas: np.ndarray, codes: np.ndarray, groups: int
+) -> np.ndarray:
     """``max_{i∈g} fixed_i + per_sample_i·n_i`` of each group (0 for an empty group)."""
     out = np.zeros(groups)
     np.maximum.at(out, codes, fixed + per_sample * quotas)
@@ -1451,7 +1559,7 @@ def _round_to_budget(x: np.ndarray, budget: int, lo: np.ndarray, hi: np.ndarray)
         order, room = order[room > 0], room[room > 0]
         step = abs(short) // len(order)
         if step == 0:
-            n[order[:abs(short)]] += sign
+            n[order[: abs(short)]] += sign
             break
         moved = np.minimum(room, step)
         n[order] += sign * moved

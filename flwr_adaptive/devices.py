@@ -39,8 +39,8 @@ come from public measurements quoted next to the number; a figure we could not f
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
@@ -140,8 +140,11 @@ class DeviceProfile:
     def __post_init__(self) -> None:
         for fname in ("slowdown", "active_w", "idle_w", "jitter_sigma"):
             value = getattr(self, fname)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                    or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.integer, np.floating))
+                or not math.isfinite(value)
+            ):
                 raise ValueError(f"device {self.name!r}: {fname} must be a finite number, got {value!r}")
         if not self.slowdown > 0:
             raise ValueError(f"device {self.name!r}: slowdown must be > 0, got {self.slowdown!r}")
@@ -149,17 +152,28 @@ class DeviceProfile:
             if getattr(self, fname) < 0:
                 raise ValueError(f"device {self.name!r}: {fname} must be >= 0, got {getattr(self, fname)!r}")
         if (self.drift_from_round is None) != (self.drift_slowdown is None):
-            raise ValueError(f"device {self.name!r}: give both drift_from_round and drift_slowdown, or neither "
-                             f"(got {self.drift_from_round!r} and {self.drift_slowdown!r})")
+            raise ValueError(
+                f"device {self.name!r}: give both drift_from_round and drift_slowdown, or neither "
+                f"(got {self.drift_from_round!r} and {self.drift_slowdown!r})"
+            )
         if self.drift_from_round is not None:
-            if isinstance(self.drift_from_round, bool) or not isinstance(self.drift_from_round, (int, np.integer)) \
-                    or self.drift_from_round < 1:
-                raise ValueError(f"device {self.name!r}: drift_from_round must be an int >= 1 (rounds are "
-                                 f"1-based), got {self.drift_from_round!r}")
-            if not (isinstance(self.drift_slowdown, (int, float)) and math.isfinite(self.drift_slowdown)
-                    and self.drift_slowdown > 0):
-                raise ValueError(f"device {self.name!r}: drift_slowdown must be a finite number > 0, "
-                                 f"got {self.drift_slowdown!r}")
+            if (
+                isinstance(self.drift_from_round, bool)
+                or not isinstance(self.drift_from_round, (int, np.integer))
+                or self.drift_from_round < 1
+            ):
+                raise ValueError(
+                    f"device {self.name!r}: drift_from_round must be an int >= 1 (rounds are "
+                    f"1-based), got {self.drift_from_round!r}"
+                )
+            if not (
+                isinstance(self.drift_slowdown, (int, float))
+                and math.isfinite(self.drift_slowdown)
+                and self.drift_slowdown > 0
+            ):
+                raise ValueError(
+                    f"device {self.name!r}: drift_slowdown must be a finite number > 0, got {self.drift_slowdown!r}"
+                )
 
     def source(self, figure: str) -> Citation | None:
         """The citation of ``figure`` (``"slowdown"``, ``"active_w"``, ``"idle_w"``), if any."""
@@ -178,143 +192,244 @@ def _mips(row: str) -> float:
 
 _RAW: list[dict] = [
     dict(
-        name="rpi5", arch="arm64", model="Raspberry Pi 5 (BCM2712, 4× Cortex-A76 @ 2.4 GHz)",
-        speed="| [Raspberry Pi 5 B (BCM2712)](results/8-NK.txt) | 2400 MHz | 6.6 | Bookworm arm64 | **11830** | 3305 | 1368160 | 6025 | 9985 | 15.42 |",
-        active_w=14.2, idle_w=4.7,
+        name="rpi5",
+        arch="arm64",
+        model="Raspberry Pi 5 (BCM2712, 4× Cortex-A76 @ 2.4 GHz)",
+        speed="| [Raspberry Pi 5 B (BCM2712)](results/8-NK.txt) | 2400 MHz | 6.6 | Bookworm arm64 | **11830** | 3305 | 1368160 | 6025 | 9985 | 15.42 |",  # noqa: E501 (a quoted benchmark row)
+        active_w=14.2,
+        idle_w=4.7,
         power=[
-            Citation("active_w", "https://www.devreviewhub.com/RaspberryPi5",
-                     "The Raspberry Pi 5's power consumption is slightly higher than that of the Pi 4, with idle "
-                     "power draw around 4.7W. Under heavy load, this can increase to approximately 14.2W."),
-            Citation("idle_w", "https://www.devreviewhub.com/RaspberryPi5",
-                     "... with idle power draw around 4.7W."),
+            Citation(
+                "active_w",
+                "https://www.devreviewhub.com/RaspberryPi5",
+                "The Raspberry Pi 5's power consumption is slightly higher than that of the Pi 4, with idle "
+                "power draw around 4.7W. Under heavy load, this can increase to approximately 14.2W.",
+            ),
+            Citation("idle_w", "https://www.devreviewhub.com/RaspberryPi5", "... with idle power draw around 4.7W."),
         ],
     ),
     dict(
-        name="rpi4", arch="arm64", model="Raspberry Pi 4 B (BCM2711, 4× Cortex-A72 @ 1.8 GHz)",
-        speed="| [Raspberry Pi 4 B (BCM2711)](results/3Gia.txt) | 1800 MHz | 5.10 | Raspberry Pi OS Buster | **6550** | 1897 | 77830 | 2780 | 3080 | - |",
-        active_w=5.4, idle_w=2.2,
+        name="rpi4",
+        arch="arm64",
+        model="Raspberry Pi 4 B (BCM2711, 4× Cortex-A72 @ 1.8 GHz)",
+        speed="| [Raspberry Pi 4 B (BCM2711)](results/3Gia.txt) | 1800 MHz | 5.10 | Raspberry Pi OS Buster | **6550** | 1897 | 77830 | 2780 | 3080 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=5.4,
+        idle_w=2.2,
         power=[
-            Citation("active_w", "https://chipwired.com/raspberry-pi-power-use/",
-                     "High load | 5.4W | 5.1W | 6.3W |  (table row; first column = USB-C tester; 'A Raspberry Pi "
-                     "uses between 1.8W and 5.4W of power when measured at the USB power supply.')"),
-            Citation("idle_w", "https://chipwired.com/raspberry-pi-power-use/",
-                     "Idle load | 2.2W | 2.3W | 3.0W |  (table row; first column = USB-C tester)"),
+            Citation(
+                "active_w",
+                "https://chipwired.com/raspberry-pi-power-use/",
+                "High load | 5.4W | 5.1W | 6.3W |  (table row; first column = USB-C tester; 'A Raspberry Pi "
+                "uses between 1.8W and 5.4W of power when measured at the USB power supply.')",
+            ),
+            Citation(
+                "idle_w",
+                "https://chipwired.com/raspberry-pi-power-use/",
+                "Idle load | 2.2W | 2.3W | 3.0W |  (table row; first column = USB-C tester)",
+            ),
         ],
     ),
     dict(
-        name="rpi3b+", arch="arm64", model="Raspberry Pi 3 B+ (BCM2837B0, 4× Cortex-A53 @ 1.4 GHz)",
-        speed="| [Raspberry Pi 3 B+ (BCM2837B0)](results/1iI5.txt) | original | 4.9 | Raspbian Stretch | **3600** | 1076 | 42700 | 1230 | 1640 | - |",
-        active_w=5.1, idle_w=1.9,
+        name="rpi3b+",
+        arch="arm64",
+        model="Raspberry Pi 3 B+ (BCM2837B0, 4× Cortex-A53 @ 1.4 GHz)",
+        speed="| [Raspberry Pi 3 B+ (BCM2837B0)](results/1iI5.txt) | original | 4.9 | Raspbian Stretch | **3600** | 1076 | 42700 | 1230 | 1640 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=5.1,
+        idle_w=1.9,
         power=[
-            Citation("active_w", "https://lumotechgateless.pages.dev/114740.html",
-                     "Raspberry-Pi 3 B+ | Maximum CPU Load | 980 mA (5.1 W) |  (table reproducing the PiDramble "
-                     "power benchmarks)"),
-            Citation("idle_w", "https://lumotechgateless.pages.dev/114740.html",
-                     "Raspberry-Pi 3 B+ | Idle | 350 mA (1.9 W) |"),
+            Citation(
+                "active_w",
+                "https://lumotechgateless.pages.dev/114740.html",
+                "Raspberry-Pi 3 B+ | Maximum CPU Load | 980 mA (5.1 W) |  (table reproducing the PiDramble "
+                "power benchmarks)",
+            ),
+            Citation(
+                "idle_w",
+                "https://lumotechgateless.pages.dev/114740.html",
+                "Raspberry-Pi 3 B+ | Idle | 350 mA (1.9 W) |",
+            ),
         ],
     ),
     dict(
-        name="rpi-zero2w", arch="arm64", model="Raspberry Pi Zero 2 W (RP3A0, 4× Cortex-A53 @ 1.0 GHz)",
-        speed="| [Raspberry Pi Zero 2 (RP3A0)](results/3E85.txt) | 1000 MHz | 5.10 | Raspberry Pi OS Buster | **3030** | 838 | 29860 | 1300 | 1570 | - |",
-        active_w=2.6, idle_w=0.6,
+        name="rpi-zero2w",
+        arch="arm64",
+        model="Raspberry Pi Zero 2 W (RP3A0, 4× Cortex-A53 @ 1.0 GHz)",
+        speed="| [Raspberry Pi Zero 2 (RP3A0)](results/3E85.txt) | 1000 MHz | 5.10 | Raspberry Pi OS Buster | **3030** | 838 | 29860 | 1300 | 1570 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=2.6,
+        idle_w=0.6,
         power=[
-            Citation("active_w", None,
-                     "Derived, not measured as such: andrejacobs.org measured that the Zero 2 W 'Consumes about "
-                     "270mA (1.4 Watts) more than Zero W' under load, and the PiDramble table gives the Pi Zero "
-                     "'Maximum CPU Load | 240 mA (1.2 W)'; 1.2 W + 1.4 W = 2.6 W.", estimate=True),
-            Citation("idle_w", "https://www.cnx-software.com/2021/12/09/raspberry-pi-zero-2-w-power-consumption/",
-                     "That's about 120 mA @ 5V, or 600 mW."),
+            Citation(
+                "active_w",
+                None,
+                "Derived, not measured as such: andrejacobs.org measured that the Zero 2 W 'Consumes about "
+                "270mA (1.4 Watts) more than Zero W' under load, and the PiDramble table gives the Pi Zero "
+                "'Maximum CPU Load | 240 mA (1.2 W)'; 1.2 W + 1.4 W = 2.6 W.",
+                estimate=True,
+            ),
+            Citation(
+                "idle_w",
+                "https://www.cnx-software.com/2021/12/09/raspberry-pi-zero-2-w-power-consumption/",
+                "That's about 120 mA @ 5V, or 600 mW.",
+            ),
         ],
     ),
     dict(
-        name="jetson-nano", arch="arm64", model="NVIDIA Jetson Nano (4× Cortex-A57 @ 1.48 GHz; CPU only)",
-        speed="| [Jetson Nano](results/4rLX.txt) | 1480 MHz | 4.9 | Bullseye arm64 | **5260** | 1578 | 531940 | 3730 | 8870 | - |",
-        active_w=10.0, idle_w=2.0,
+        name="jetson-nano",
+        arch="arm64",
+        model="NVIDIA Jetson Nano (4× Cortex-A57 @ 1.48 GHz; CPU only)",
+        speed="| [Jetson Nano](results/4rLX.txt) | 1480 MHz | 4.9 | Bullseye arm64 | **5260** | 1578 | 531940 | 3730 | 8870 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=10.0,
+        idle_w=2.0,
         power=[
-            Citation("active_w", "https://xiaopingtou.net/article-89752.html",
-                     "It supports two power modes, such as 5W and MaxN(10W). [...] The default mode is 10W (ID 0). "
-                     "(copy of NVIDIA's Jetson Nano power-management guide; 10 W is the module's power budget in "
-                     "the default mode, used here as its draw under load)"),
-            Citation("idle_w", None,
-                     "No idle measurement found. Quad-core Cortex-A5x boards of the same class idle at 1.9-2.2 W "
-                     "(Pi 3 B+ and Pi 4 rows above); 2.0 W assumed.", estimate=True),
+            Citation(
+                "active_w",
+                "https://xiaopingtou.net/article-89752.html",
+                "It supports two power modes, such as 5W and MaxN(10W). [...] The default mode is 10W (ID 0). "
+                "(copy of NVIDIA's Jetson Nano power-management guide; 10 W is the module's power budget in "
+                "the default mode, used here as its draw under load)",
+            ),
+            Citation(
+                "idle_w",
+                None,
+                "No idle measurement found. Quad-core Cortex-A5x boards of the same class idle at 1.9-2.2 W "
+                "(Pi 3 B+ and Pi 4 rows above); 2.0 W assumed.",
+                estimate=True,
+            ),
         ],
     ),
     dict(
-        name="rk3588", arch="arm64", model="Rockchip RK3588 board (4× A76 @ 2.35 GHz + 4× A55; Radxa ROCK 5B / Turing RK1)",
-        speed="| [Radxa ROCK 5B (RK3588)](results/41BH.txt) | 2350/1830 MHz | 5.10 | Focal arm64 | **16450** | 3146 | 1337540 | 10830 | 29220 | 25.31 |",
-        active_w=11.0, idle_w=4.5,
+        name="rk3588",
+        arch="arm64",
+        model="Rockchip RK3588 board (4× A76 @ 2.35 GHz + 4× A55; Radxa ROCK 5B / Turing RK1)",
+        speed="| [Radxa ROCK 5B (RK3588)](results/41BH.txt) | 2350/1830 MHz | 5.10 | Focal arm64 | **16450** | 3146 | 1337540 | 10830 | 29220 | 25.31 |",  # noqa: E501 (a quoted benchmark row)
+        active_w=11.0,
+        idle_w=4.5,
         power=[
-            Citation("active_w", "https://turingpi.com/?p=721854",
-                     "Power efficiency: 4-5W idle per node, 10-12W under full load (Turing RK1, the same RK3588 "
-                     "SoC as the ROCK 5B whose speed is used; midpoint taken)"),
-            Citation("idle_w", "https://turingpi.com/?p=721854",
-                     "Power efficiency: 4-5W idle per node, 10-12W under full load (midpoint taken)"),
+            Citation(
+                "active_w",
+                "https://turingpi.com/?p=721854",
+                "Power efficiency: 4-5W idle per node, 10-12W under full load (Turing RK1, the same RK3588 "
+                "SoC as the ROCK 5B whose speed is used; midpoint taken)",
+            ),
+            Citation(
+                "idle_w",
+                "https://turingpi.com/?p=721854",
+                "Power efficiency: 4-5W idle per node, 10-12W under full load (midpoint taken)",
+            ),
         ],
     ),
     dict(
-        name="visionfive2", arch="riscv64", model="StarFive VisionFive 2 (JH7110, 4× SiFive U74 @ 1.5 GHz)",
-        speed="| [VisionFive V2 (JH7110)](results/4xOY.txt) | 1500 MHz | 5.15 | Sid riscv64 | **4180** | 1197 | 25080 | 880 | 770 | - |",
-        active_w=5.0, idle_w=2.5,
+        name="visionfive2",
+        arch="riscv64",
+        model="StarFive VisionFive 2 (JH7110, 4× SiFive U74 @ 1.5 GHz)",
+        speed="| [VisionFive V2 (JH7110)](results/4xOY.txt) | 1500 MHz | 5.15 | Sid riscv64 | **4180** | 1197 | 25080 | 880 | 770 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=5.0,
+        idle_w=2.5,
         power=[
-            Citation("active_w", None,
-                     "No measurement found. Four in-order U74 cores at 1.5 GHz on a 5 V / 3 A USB-C board: taken "
-                     "to draw like the Pi 3 B+ / Pi 4 class under load (5.1-5.4 W measured above); 5.0 W assumed.",
-                     estimate=True),
-            Citation("idle_w", None,
-                     "No measurement found; boards of this class idle at 1.9-2.2 W, plus the PCIe/NVMe and dual "
-                     "Ethernet of this board; 2.5 W assumed.", estimate=True),
+            Citation(
+                "active_w",
+                None,
+                "No measurement found. Four in-order U74 cores at 1.5 GHz on a 5 V / 3 A USB-C board: taken "
+                "to draw like the Pi 3 B+ / Pi 4 class under load (5.1-5.4 W measured above); 5.0 W assumed.",
+                estimate=True,
+            ),
+            Citation(
+                "idle_w",
+                None,
+                "No measurement found; boards of this class idle at 1.9-2.2 W, plus the PCIe/NVMe and dual "
+                "Ethernet of this board; 2.5 W assumed.",
+                estimate=True,
+            ),
         ],
     ),
     dict(
-        name="licheepi4a", arch="riscv64", model="Sipeed Lichee Pi 4A (T-Head TH1520, 4× XuanTie C910)",
-        speed="| [Lichee Pi 4A (T-Head TH1520)](results/4xYE.txt) | 1990 MHz | 5.10 | Bookworm riscv64 | **5260** | 1592 | 43820 | 4350 | 14760 | - |",
-        active_w=7.0, idle_w=3.0,
+        name="licheepi4a",
+        arch="riscv64",
+        model="Sipeed Lichee Pi 4A (T-Head TH1520, 4× XuanTie C910)",
+        speed="| [Lichee Pi 4A (T-Head TH1520)](results/4xYE.txt) | 1990 MHz | 5.10 | Bookworm riscv64 | **5260** | 1592 | 43820 | 4350 | 14760 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=7.0,
+        idle_w=3.0,
         power=[
-            Citation("active_w", None,
-                     "No measurement found. Four out-of-order C910 cores near 2 GHz plus an NPU on a 12 V board: "
-                     "between the Pi 5-class and RK3588-class boards under load; 7 W assumed.", estimate=True),
-            Citation("idle_w", None,
-                     "No measurement found; a 12 V board with a SoM, Wi-Fi and dual Ethernet; 3 W assumed.",
-                     estimate=True),
+            Citation(
+                "active_w",
+                None,
+                "No measurement found. Four out-of-order C910 cores near 2 GHz plus an NPU on a 12 V board: "
+                "between the Pi 5-class and RK3588-class boards under load; 7 W assumed.",
+                estimate=True,
+            ),
+            Citation(
+                "idle_w",
+                None,
+                "No measurement found; a 12 V board with a SoM, Wi-Fi and dual Ethernet; 3 W assumed.",
+                estimate=True,
+            ),
         ],
     ),
     dict(
-        name="bpi-f3", arch="riscv64", model="Banana Pi BPI-F3 (SpacemiT K1, 8× X60 @ 1.6 GHz)",
-        speed="| [BPi F3 (SpacemiT K1)](results/8to7qX.txt) | 1600 MHz | 6.1 | Mantic riscv64 | **6750** | 978 | 27260 | 2620 | 7180 | - |",
-        active_w=6.16, idle_w=2.92,
+        name="bpi-f3",
+        arch="riscv64",
+        model="Banana Pi BPI-F3 (SpacemiT K1, 8× X60 @ 1.6 GHz)",
+        speed="| [BPi F3 (SpacemiT K1)](results/8to7qX.txt) | 1600 MHz | 6.1 | Mantic riscv64 | **6750** | 978 | 27260 | 2620 | 7180 | - |",  # noqa: E501 (a quoted benchmark row)
+        active_w=6.16,
+        idle_w=2.92,
         power=[
-            Citation("active_w", "https://m.elecfans.com/article/3868129.html",
-                     "CPU重载场景功耗 | 6161.40 |  (whole-board mW under heavy CPU load, SpacemiT K1 reference "
-                     "board DEB1 — same SoC as the BPI-F3)"),
-            Citation("idle_w", "https://m.elecfans.com/article/3868129.html",
-                     "Bianbu desktop主界面功耗 | 2917.46 |  (whole-board mW idling at the desktop)"),
+            Citation(
+                "active_w",
+                "https://m.elecfans.com/article/3868129.html",
+                "CPU重载场景功耗 | 6161.40 |  (whole-board mW under heavy CPU load, SpacemiT K1 reference "
+                "board DEB1 — same SoC as the BPI-F3)",
+            ),
+            Citation(
+                "idle_w",
+                "https://m.elecfans.com/article/3868129.html",
+                "Bianbu desktop主界面功耗 | 2917.46 |  (whole-board mW idling at the desktop)",
+            ),
         ],
     ),
     dict(
-        name="radxa-x4", arch="x86_64", model="Radxa X4 (Intel N100, 4× Gracemont @ 3.4 GHz)",
-        speed="| [Radxa X4 (N100)](results/XObB.txt) | 3400 MHz | 6.8 | Noble amd64 | **8010** | 3580 | 1231100 | 8140 | 7970 | 21.40 |",
-        active_w=15.0, idle_w=5.0,
+        name="radxa-x4",
+        arch="x86_64",
+        model="Radxa X4 (Intel N100, 4× Gracemont @ 3.4 GHz)",
+        speed="| [Radxa X4 (N100)](results/XObB.txt) | 3400 MHz | 6.8 | Noble amd64 | **8010** | 3580 | 1231100 | 8140 | 7970 | 21.40 |",  # noqa: E501 (a quoted benchmark row)
+        active_w=15.0,
+        idle_w=5.0,
         power=[
-            Citation("active_w", None,
-                     "Derived from a limit, not a measurement: N100 boards ship with 'both PL1 and PL2 set to 15 W "
-                     "by default' (forum.level1techs.com, Intel N100 power limits thread); 15 W assumed for the "
-                     "board under sustained load.", estimate=True),
-            Citation("idle_w", None,
-                     "No idle measurement of this board found; Intel's own low-power NUCs idle 'around 5W' "
-                     "(AnandTech, NUC BOX-N97 review); 5 W assumed.", estimate=True),
+            Citation(
+                "active_w",
+                None,
+                "Derived from a limit, not a measurement: N100 boards ship with 'both PL1 and PL2 set to 15 W "
+                "by default' (forum.level1techs.com, Intel N100 power limits thread); 15 W assumed for the "
+                "board under sustained load.",
+                estimate=True,
+            ),
+            Citation(
+                "idle_w",
+                None,
+                "No idle measurement of this board found; Intel's own low-power NUCs idle 'around 5W' "
+                "(AnandTech, NUC BOX-N97 review); 5 W assumed.",
+                estimate=True,
+            ),
         ],
     ),
     dict(
-        name="n5105-minipc", arch="x86_64", model="Intel Celeron N5105 mini PC (4× Tremont @ 2.9 GHz)",
-        speed="| [Celeron N5105](results/3Qf7.txt) | 2900/2000 MHz | 5.13 | Focal amd64 | **11450** | 3059 | 811760 | 7710 | 9290 | 21.79 |",
-        active_w=27.5, idle_w=14.0,
+        name="n5105-minipc",
+        arch="x86_64",
+        model="Intel Celeron N5105 mini PC (4× Tremont @ 2.9 GHz)",
+        speed="| [Celeron N5105](results/3Qf7.txt) | 2900/2000 MHz | 5.13 | Focal amd64 | **11450** | 3059 | 811760 | 7710 | 9290 | 21.79 |",  # noqa: E501 (a quoted benchmark row)
+        active_w=27.5,
+        idle_w=14.0,
         power=[
-            Citation("active_w", "https://ora.it.com/n5105-power-consumption/how-much-power-does-the-n5105-use",
-                     "The Intel N5105 processor, when integrated into a mini PC system, typically demonstrates a "
-                     "power consumption ranging from 14W at idle to 25-30W under full load. (midpoint taken)"),
-            Citation("idle_w", "https://ora.it.com/n5105-power-consumption/how-much-power-does-the-n5105-use",
-                     "... ranging from 14W at idle to 25-30W under full load."),
+            Citation(
+                "active_w",
+                "https://ora.it.com/n5105-power-consumption/how-much-power-does-the-n5105-use",
+                "The Intel N5105 processor, when integrated into a mini PC system, typically demonstrates a "
+                "power consumption ranging from 14W at idle to 25-30W under full load. (midpoint taken)",
+            ),
+            Citation(
+                "idle_w",
+                "https://ora.it.com/n5105-power-consumption/how-much-power-does-the-n5105-use",
+                "... ranging from 14W at idle to 25-30W under full load.",
+            ),
         ],
     ),
 ]
@@ -351,13 +466,20 @@ def get_testbed(
     profiles = []
     for raw in _RAW:
         d_round, d_slow = drift.get(raw["name"], (None, None))
-        profiles.append(DeviceProfile(
-            name=raw["name"], arch=raw["arch"], model=raw["model"],
-            slowdown=round(host_mips / _mips(raw["speed"]), 4),
-            active_w=raw["active_w"], idle_w=raw["idle_w"], jitter_sigma=jitter_sigma,
-            drift_from_round=d_round, drift_slowdown=d_slow,
-            citations=(_speed(raw["speed"]), *raw["power"]),
-        ))
+        profiles.append(
+            DeviceProfile(
+                name=raw["name"],
+                arch=raw["arch"],
+                model=raw["model"],
+                slowdown=round(host_mips / _mips(raw["speed"]), 4),
+                active_w=raw["active_w"],
+                idle_w=raw["idle_w"],
+                jitter_sigma=jitter_sigma,
+                drift_from_round=d_round,
+                drift_slowdown=d_slow,
+                citations=(_speed(raw["speed"]), *raw["power"]),
+            )
+        )
     return tuple(profiles)
 
 
@@ -381,15 +503,17 @@ def jitter_factor(profile: DeviceProfile, rng: np.random.Generator | None = None
     return float(math.exp(profile.jitter_sigma * rng.standard_normal()))
 
 
-def device_time(
-    profile: DeviceProfile, cpu_s: float, round: int, rng: np.random.Generator | None = None
-) -> float:
+def device_time(profile: DeviceProfile, cpu_s: float, round: int, rng: np.random.Generator | None = None) -> float:
     """Virtual-clock seconds for work that took ``cpu_s`` host CPU seconds in ``round``.
 
     ``cpu_s × slowdown_at(profile, round) × jitter_factor(profile, rng)``. Pass a seeded
     ``numpy.random.Generator`` for reproducible jitter (one normal draw per call when σ > 0).
     """
-    if isinstance(cpu_s, bool) or not isinstance(cpu_s, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(cpu_s) or cpu_s < 0:
+    if (
+        isinstance(cpu_s, bool)
+        or not isinstance(cpu_s, (int, float, np.integer, np.floating))
+        or not math.isfinite(cpu_s)
+        or cpu_s < 0
+    ):
         raise ValueError(f"device {profile.name!r}: cpu_s must be a finite number >= 0, got {cpu_s!r}")
     return float(cpu_s) * slowdown_at(profile, round) * jitter_factor(profile, rng)

@@ -23,7 +23,7 @@ O(R) numpy work per step for R ranks.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -65,8 +65,9 @@ class EmaBatchSizer:
         t = np.asarray(times_s, dtype=np.float64)
         n = np.asarray(sizes, dtype=np.float64)
         if t.shape != (self.world,) or n.shape != (self.world,):
-            raise ValueError(f"times_s and sizes need one value per rank ({self.world}), "
-                             f"got shapes {t.shape} and {n.shape}")
+            raise ValueError(
+                f"times_s and sizes need one value per rank ({self.world}), got shapes {t.shape} and {n.shape}"
+            )
         valid = (n > 0) & (t > 0) & np.isfinite(t)
         obs = np.divide(n, t, out=np.full(self.world, np.nan), where=valid)
         old = self.throughput

@@ -49,14 +49,15 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from flwr_adaptive.devices import DeviceProfile, device_time
 from flwr_adaptive._logging import logger as log
+from flwr_adaptive.devices import DeviceProfile, device_time
 
 __all__ = [
     "Measurement",
@@ -134,8 +135,9 @@ class Meter:
 
     source = "meter"
 
-    def __init__(self, wall_clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+    def __init__(
+        self, wall_clock: Callable[[], float] = time.perf_counter, cpu_clock: Callable[[], float] = time.process_time
+    ) -> None:
         self._wall = wall_clock
         self._cpu = cpu_clock
         self._open: dict[str, Any] = {}
@@ -150,8 +152,9 @@ class Meter:
         """Stop window ``name`` and return its measurement."""
         if name not in self._open:
             open_ = ", ".join(map(repr, self._open)) or "none"
-            raise ValueError(f"window {name!r} is not open on the {self.source} meter (open: {open_}); "
-                             "call begin_window first")
+            raise ValueError(
+                f"window {name!r} is not open on the {self.source} meter (open: {open_}); call begin_window first"
+            )
         start = self._open.pop(name)
         return self._measure(start, self._snapshot())
 
@@ -226,10 +229,12 @@ class RaplMeter(Meter):
         self.root = Path(root)
         self.zones = self._discover(domains)
         self._warned_read = False
-        log.info("RAPL meter on %s (%s); it counts the whole package%s", self.root,
-                 ", ".join(z.name for z in self.zones),
-                 ": energy is attributed by this process's share of machine CPU time"
-                 if attribution == "cpu-share" else "")
+        log.info(
+            "RAPL meter on %s (%s); it counts the whole package%s",
+            self.root,
+            ", ".join(z.name for z in self.zones),
+            ": energy is attributed by this process's share of machine CPU time" if attribution == "cpu-share" else "",
+        )
 
     def _discover(self, wanted: Sequence[str] | None) -> list[_RaplZone]:
         if not self.root.is_dir():
@@ -270,8 +275,7 @@ class RaplMeter(Meter):
             raise MeterUnavailable(f"no readable RAPL package zone under {self.root}")
         missing = sorted(set(wanted or ()) - {z.name.rsplit("/", 1)[-1] for z in zones})
         if missing:
-            log.warning("RAPL domains %s not found under %s; measuring %s", missing, self.root,
-                        [z.name for z in zones])
+            log.warning("RAPL domains %s not found under %s; measuring %s", missing, self.root, [z.name for z in zones])
         return zones
 
     def _snapshot(self) -> Any:
@@ -345,20 +349,29 @@ class NvmlMeter(Meter):
 
     source = "nvml"
 
-    def __init__(self, gpus: Sequence[int] | None = None, nvml: Any = None, counter_window_s: float = 1.0,
-                 wall_clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+    def __init__(
+        self,
+        gpus: Sequence[int] | None = None,
+        nvml: Any = None,
+        counter_window_s: float = 1.0,
+        wall_clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         super().__init__(wall_clock, cpu_clock)
-        if isinstance(counter_window_s, bool) or not isinstance(counter_window_s, (int, float)) \
-                or not 0.0 <= counter_window_s < math.inf:
+        if (
+            isinstance(counter_window_s, bool)
+            or not isinstance(counter_window_s, (int, float))
+            or not 0.0 <= counter_window_s < math.inf
+        ):
             raise ValueError(f"counter_window_s must be a finite number of seconds >= 0, got {counter_window_s!r}")
         self.counter_window_s = float(counter_window_s)
         if nvml is None:
             try:
                 import pynvml as nvml  # type: ignore[no-redef]
             except ImportError as exc:
-                raise MeterUnavailable("NVML needs the optional package nvidia-ml-py: "
-                                       "pip install 'flwr-adaptive[nvml]'") from exc
+                raise MeterUnavailable(
+                    "NVML needs the optional package nvidia-ml-py: pip install 'flwr-adaptive[nvml]'"
+                ) from exc
         self._nvml = nvml
         try:
             nvml.nvmlInit()
@@ -430,12 +443,19 @@ class PsutilMeter(Meter):
 
     source = "psutil-model"
 
-    def __init__(self, watts_per_core: float = DEFAULT_WATTS_PER_CORE,
-                 wall_clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+    def __init__(
+        self,
+        watts_per_core: float = DEFAULT_WATTS_PER_CORE,
+        wall_clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         super().__init__(wall_clock, cpu_clock)
-        if isinstance(watts_per_core, bool) or not isinstance(watts_per_core, (int, float)) \
-                or not math.isfinite(watts_per_core) or watts_per_core < 0:
+        if (
+            isinstance(watts_per_core, bool)
+            or not isinstance(watts_per_core, (int, float))
+            or not math.isfinite(watts_per_core)
+            or watts_per_core < 0
+        ):
             raise ValueError(f"watts_per_core must be a finite number >= 0, got {watts_per_core!r}")
         self.watts_per_core = float(watts_per_core)
 
@@ -470,8 +490,13 @@ class EmulatedMeter(Meter):
         Seed for a new generator when ``rng`` is not given.
     """
 
-    def __init__(self, profile: DeviceProfile, cpu_clock: Callable[[], float] = time.process_time,
-                 rng: np.random.Generator | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        profile: DeviceProfile,
+        cpu_clock: Callable[[], float] = time.process_time,
+        rng: np.random.Generator | None = None,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(wall_clock=cpu_clock, cpu_clock=cpu_clock)
         if not isinstance(profile, DeviceProfile):
             raise ValueError(f"profile must be a DeviceProfile, got {type(profile).__name__}")
@@ -525,10 +550,15 @@ class SleepEmulatedMeter(EmulatedMeter):
         How to wait (default ``time.sleep``; tests inject a fake that advances the fake clock).
     """
 
-    def __init__(self, profile: DeviceProfile, cpu_clock: Callable[[], float] = time.process_time,
-                 rng: np.random.Generator | None = None, seed: int | None = None,
-                 wall_clock: Callable[[], float] = time.perf_counter,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        profile: DeviceProfile,
+        cpu_clock: Callable[[], float] = time.process_time,
+        rng: np.random.Generator | None = None,
+        seed: int | None = None,
+        wall_clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         super().__init__(profile, cpu_clock=cpu_clock, rng=rng, seed=seed)
         self._wall = wall_clock
         self._sleep = sleep
@@ -546,8 +576,9 @@ class SleepEmulatedMeter(EmulatedMeter):
         """Sleep until the device's time has passed, then measure the window on the wall clock."""
         if name not in self._open:
             open_ = ", ".join(map(repr, self._open)) or "none"
-            raise ValueError(f"window {name!r} is not open on the {self.source} meter (open: {open_}); "
-                             "call begin_window first")
+            raise ValueError(
+                f"window {name!r} is not open on the {self.source} meter (open: {open_}); call begin_window first"
+            )
         c0, rnd, w0 = self._open.pop(name)
         cpu = max(0.0, self._cpu() - c0)
         device_s = device_time(self.profile, cpu, rnd, self.rng)
@@ -558,9 +589,14 @@ class SleepEmulatedMeter(EmulatedMeter):
 
 
 # --------------------------------------------------------------------------- auto
-def auto_meter(device: str = "cpu", profile: DeviceProfile | None = None,
-               rapl_root: str | os.PathLike = "/sys/class/powercap", nvml: Any = None,
-               watts_per_core: float = DEFAULT_WATTS_PER_CORE, **emulated: Any) -> Meter:
+def auto_meter(
+    device: str = "cpu",
+    profile: DeviceProfile | None = None,
+    rapl_root: str | os.PathLike = "/sys/class/powercap",
+    nvml: Any = None,
+    watts_per_core: float = DEFAULT_WATTS_PER_CORE,
+    **emulated: Any,
+) -> Meter:
     """The best meter available here, logging which one and why the others were skipped.
 
     Order: an :class:`EmulatedMeter` when ``profile`` is given (emulation was asked for);
@@ -607,6 +643,7 @@ def auto_meter(device: str = "cpu", profile: DeviceProfile | None = None,
         log.info("energy meter: %s", meter.source)
         return meter
     meter = PsutilMeter(watts_per_core)
-    log.info("energy meter: %s (%.1f W per busy core; a model, no hardware counter here)",
-             meter.source, meter.watts_per_core)
+    log.info(
+        "energy meter: %s (%.1f W per busy core; a model, no hardware counter here)", meter.source, meter.watts_per_core
+    )
     return meter

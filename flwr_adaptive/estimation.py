@@ -97,12 +97,13 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     resid = np.where(filled, y0 - (a[:, None] + b[:, None] * n0), 0.0)
     snn = np.where(filled, (n0 - mean_n[:, None]) ** 2, 0.0).sum(axis=1)
     df = np.clip(count - 2, 1, len(INTERCEPT_T) - 1).astype(np.int64)
-    sigma = np.sqrt((resid ** 2).sum(axis=1) / df)
+    sigma = np.sqrt((resid**2).sum(axis=1) / df)
     slope_error = sigma / np.sqrt(snn)
-    intercept_error = sigma * np.sqrt(1.0 / np.maximum(count, 1) + mean_n ** 2 / snn)
+    intercept_error = sigma * np.sqrt(1.0 / np.maximum(count, 1) + mean_n**2 / snn)
     t = INTERCEPT_T[df]
-    identified = ((count >= MIN_POINTS) & (spread >= MIN_SPREAD) & np.isfinite(b) & (b > 0)
-                  & (slope_error < MAX_SLOPE_ERROR * b))
+    identified = (
+        (count >= MIN_POINTS) & (spread >= MIN_SPREAD) & np.isfinite(b) & (b > 0) & (slope_error < MAX_SLOPE_ERROR * b)
+    )
     fixed = identified & (a > t * intercept_error)
     a = np.where(fixed, a, 0.0)
     b = np.where(fixed, b, proportional)

@@ -24,8 +24,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,9 @@ class FedAsyncMixer:
         for m, u in zip(model, update):
             if np.shape(m) != np.shape(u):
                 raise ValueError(f"update array of shape {np.shape(u)} does not match the model's {np.shape(m)}")
-            mixed.append(((1.0 - w) * np.asarray(m, dtype=float) + w * np.asarray(u, dtype=float)).astype(np.asarray(m).dtype))
+            mixed.append(
+                ((1.0 - w) * np.asarray(m, dtype=float) + w * np.asarray(u, dtype=float)).astype(np.asarray(m).dtype)
+            )
         self.version += 1
         return mixed
 

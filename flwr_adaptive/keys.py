@@ -42,8 +42,19 @@ UNMEASURED_ENERGY = -1.0
 UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W when the client cannot tell
 
 # Every telemetry key a wrapped client adds to its reply (NUM_EXAMPLES only when it is missing).
-TELEMETRY_KEYS = (SAMPLES, TIME_S, CPU_TIME_S, WALL_TIME_S, ENERGY_J, DATA_SIZE, PARTITION_ID,
-                  QUOTA_CAPPED, IDLE_W, VIRTUAL_CLOCK, COLD_START)
+TELEMETRY_KEYS = (
+    SAMPLES,
+    TIME_S,
+    CPU_TIME_S,
+    WALL_TIME_S,
+    ENERGY_J,
+    DATA_SIZE,
+    PARTITION_ID,
+    QUOTA_CAPPED,
+    IDLE_W,
+    VIRTUAL_CLOCK,
+    COLD_START,
+)
 
 # Server side: what the adaptive strategies put in the round's aggregated train metrics in place of
 # the telemetry keys (which a metric average would mangle: an averaged partition id means nothing).

@@ -28,8 +28,8 @@ Cost: O(P log P) per ``select`` for P candidates; pure Python + numpy, no framew
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -95,8 +95,10 @@ class OortSelector:
         if self.round_penalty < 0:
             raise ValueError(f"round_penalty must be >= 0, got {self.round_penalty}")
         if not 0.0 <= self.exploration_min <= self.exploration <= 1.0:
-            raise ValueError("need 0 <= exploration_min <= exploration <= 1, got "
-                             f"exploration={self.exploration}, exploration_min={self.exploration_min}")
+            raise ValueError(
+                "need 0 <= exploration_min <= exploration <= 1, got "
+                f"exploration={self.exploration}, exploration_min={self.exploration_min}"
+            )
         if not 0.0 < self.round_threshold <= 100.0:
             raise ValueError(f"round_threshold is a percentile in (0, 100], got {self.round_threshold}")
         self._rng = np.random.default_rng(self.seed)
@@ -203,8 +205,12 @@ class OortSelector:
     def _explore(self, unexplored: list[Hashable], n: int, preferred: float) -> list[Hashable]:
         if n <= 0:
             return []
-        priority = np.array([self.arms[p].reward * self.penalty(self.arms[p].duration, preferred)
-                             for p in unexplored], dtype=float) + 1e-12
+        priority = (
+            np.array(
+                [self.arms[p].reward * self.penalty(self.arms[p].duration, preferred) for p in unexplored], dtype=float
+            )
+            + 1e-12
+        )
         picked = self._rng.choice(len(unexplored), size=n, replace=False, p=priority / priority.sum())
         return [unexplored[i] for i in sorted(picked)]
 
@@ -214,7 +220,7 @@ class OortSelector:
             self._exploit_history.append(sum(self.arms[p].reward for p in self._last_exploited))
         step, history = self.pacer_step, self._exploit_history
         if len(history) >= 2 * step and len(history) % step == 0:
-            before, now = sum(history[-2 * step:-step]), sum(history[-step:])
+            before, now = sum(history[-2 * step : -step]), sum(history[-step:])
             if abs(now - before) <= 0.1 * before:
                 self.round_threshold = min(100.0, self.round_threshold + self.pacer_delta)
             elif abs(now - before) >= 5 * before:

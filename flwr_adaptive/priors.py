@@ -27,7 +27,7 @@ One ``numpy`` quantile over the known values: O(P) for P participants measured s
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -37,8 +37,9 @@ __all__ = ["provisional_caps", "cautious_cost", "CAP_QUANTILE"]
 CAP_QUANTILE = 0.1
 
 
-def provisional_caps(caps: Sequence[int | None], budget: int, known_sizes: np.ndarray,
-                     quantile: float = CAP_QUANTILE) -> list[int | None]:
+def provisional_caps(
+    caps: Sequence[int | None], budget: int, known_sizes: np.ndarray, quantile: float = CAP_QUANTILE
+) -> list[int | None]:
     """Fill the unknown entries of ``caps`` (``None``) with a provisional data size.
 
     Parameters

@@ -31,7 +31,7 @@ Imports numpy only (no torch): the sampler is a plain iterable of index lists, w
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -186,7 +186,7 @@ class IndexStream:
         while done < count:
             epoch, offset = divmod(self.position, n)
             chunk = min(count - done, n - offset)
-            out[done:done + chunk] = self._permutation(epoch)[offset:offset + chunk]
+            out[done : done + chunk] = self._permutation(epoch)[offset : offset + chunk]
             done += chunk
             self.position += chunk
         return out
@@ -196,9 +196,11 @@ class IndexStream:
         """Rank ``rank``'s share of one global batch split by per-rank ``sizes``."""
         sizes = np.asarray(sizes, dtype=np.int64)
         if int(sizes.sum()) != len(global_batch):
-            raise ValueError(f"per-rank sizes {sizes.tolist()} do not add up to the global batch of {len(global_batch)}")
+            raise ValueError(
+                f"per-rank sizes {sizes.tolist()} do not add up to the global batch of {len(global_batch)}"
+            )
         lo = int(sizes[:rank].sum())
-        return global_batch[lo:lo + int(sizes[rank])]
+        return global_batch[lo : lo + int(sizes[rank])]
 
 
 class ScheduleSampler:
@@ -230,11 +232,14 @@ class ScheduleSampler:
     handles it, or index tensors directly as the DDP worker does.
     """
 
-    def __init__(self, schedule: np.ndarray, rank: int, dataset_size: int, seed: int = 0,
-                 start: int = 0, shuffle: bool = True) -> None:
+    def __init__(
+        self, schedule: np.ndarray, rank: int, dataset_size: int, seed: int = 0, start: int = 0, shuffle: bool = True
+    ) -> None:
         sched = np.asarray(schedule)
         if sched.ndim != 2 or not np.issubdtype(sched.dtype, np.integer) or (sched < 0).any():
-            raise ValueError("schedule must be a (ranks, steps) matrix of ints >= 0, e.g. batch_schedule(quotas, steps)")
+            raise ValueError(
+                "schedule must be a (ranks, steps) matrix of ints >= 0, e.g. batch_schedule(quotas, steps)"
+            )
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < sched.shape[0]:
             raise ValueError(f"rank must be an int in [0, {sched.shape[0]}), got {rank!r}")
         IndexStream(dataset_size, seed, start, shuffle)  # validates the stream arguments

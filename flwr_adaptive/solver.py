@@ -95,8 +95,9 @@ def _continuous_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarr
     return t0 + (budget - float(f[k - 1])) * (t1 - t0) / (f1 - float(f[k - 1]))
 
 
-def min_makespan_split(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray,
-                       hi: np.ndarray) -> tuple[np.ndarray, float]:
+def min_makespan_split(
+    budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, float]:
     """Integer quotas minimising ``max_i a_i + b_i·n_i`` with ``Σn = budget``, ``lo ≤ n ≤ hi``.
 
     Returns the quotas and their makespan. The caller guarantees ``Σlo ≤ budget ≤ Σhi``.
@@ -133,8 +134,9 @@ def min_makespan_split(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray
     return n, float(np.max(a + b * n))
 
 
-def round_energy(n: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray,
-                 idle_w: np.ndarray) -> tuple[float, float]:
+def round_energy(
+    n: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, idle_w: np.ndarray
+) -> tuple[float, float]:
     """``(makespan, active + idle energy)`` of the split ``n`` for one synchronised round."""
     n = np.asarray(n, dtype=float)
     t = a + b * n
@@ -142,9 +144,18 @@ def round_energy(n: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: 
     return T, float(np.sum(c + d * n) + np.sum(idle_w * (T - t)))
 
 
-def min_energy_split(budgets: list[int], codes: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
-                     d: np.ndarray, idle_w: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                     slack: float) -> tuple[np.ndarray, float]:
+def min_energy_split(
+    budgets: list[int],
+    codes: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    d: np.ndarray,
+    idle_w: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    slack: float,
+) -> tuple[np.ndarray, float]:
     """Integer quotas minimising the round's active + idle energy within the makespan slack.
 
     Parameters
@@ -208,8 +219,11 @@ def min_energy_split(budgets: list[int], codes: np.ndarray, a: np.ndarray, b: np
     best_F = float(np.dot(g, n)) + idle_total * T_min
     best_T = T_min
     F = best_F
-    heap = [(float(a[i] + b[i] * (cap[i] + 1)), i) for i in range(P)
-            if cap[i] < hi[i] and marginal[codes[i]] >= 0 and pos[i] < pos[marginal[codes[i]]]]
+    heap = [
+        (float(a[i] + b[i] * (cap[i] + 1)), i)
+        for i in range(P)
+        if cap[i] < hi[i] and marginal[codes[i]] >= 0 and pos[i] < pos[marginal[codes[i]]]
+    ]
     heapq.heapify(heap)
     T_prev = T_min
     n_sweep = n.copy()
@@ -217,8 +231,9 @@ def min_energy_split(budgets: list[int], codes: np.ndarray, a: np.ndarray, b: np
     while heap:
         steps += 1
         if steps > MAX_SWEEP_STEPS:  # a huge budget: search the round length instead (see Cost)
-            T_hi = max(T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, members, g, a, b,
-                                             lo, hi))
+            T_hi = max(
+                T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, members, g, a, b, lo, hi)
+            )
 
             def energy_at(t: float) -> float:
                 return float(np.dot(g, _greedy_at(t, budgets, codes, order, a, b, lo, hi))) + idle_total * t
@@ -256,9 +271,19 @@ def min_energy_split(budgets: list[int], codes: np.ndarray, a: np.ndarray, b: np
     return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min
 
 
-def _search_limit(T_max: float, idle_total: float, best_F: float, energy_lower: float, budgets: list[int],
-                  members: list[np.ndarray], g: np.ndarray, a: np.ndarray, b: np.ndarray, lo: np.ndarray,
-                  hi: np.ndarray) -> float:
+def _search_limit(
+    T_max: float,
+    idle_total: float,
+    best_F: float,
+    energy_lower: float,
+    budgets: list[int],
+    members: list[np.ndarray],
+    g: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> float:
     """The longest round that can still beat ``best_F``: the slack's limit, the idle draw's
     break-even, and (no idle draw) the round of the unconstrained energy minimum."""
     limit = T_max
@@ -291,8 +316,16 @@ def _golden_search(f, lo: float, hi: float, iterations: int = 100) -> float:
     return x1 if f1 <= f2 else x2
 
 
-def _greedy_at(T: float, budgets: list[int], codes: np.ndarray, order: np.ndarray, a: np.ndarray,
-               b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _greedy_at(
+    T: float,
+    budgets: list[int],
+    codes: np.ndarray,
+    order: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> np.ndarray:
     """Each group's budget filled in ``order`` up to ``caps_at(T)``, starting from ``lo``."""
     cap = caps_at(T, a, b, lo, hi)
     n = lo.copy()
@@ -311,8 +344,9 @@ def _greedy_at(T: float, budgets: list[int], codes: np.ndarray, order: np.ndarra
     return n
 
 
-def _lower_bound_split(budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray,
-                       hi: np.ndarray) -> np.ndarray:
+def _lower_bound_split(
+    budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
     """The quotas of ``min Σ g·n`` with no makespan limit: each group filled in increasing ``g``."""
     n = lo.astype(np.int64).copy()
     for k, idx in enumerate(members):
@@ -326,7 +360,6 @@ def _lower_bound_split(budgets: list[int], members: list[np.ndarray], g: np.ndar
     return n
 
 
-def _lower_bound(budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray,
-                 hi: np.ndarray) -> float:
+def _lower_bound(budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
     """``min Σ g·n`` with no makespan limit (every cap at ``hi``): no round length does better."""
     return float(np.dot(g, _lower_bound_split(budgets, members, g, lo, hi).astype(float)))

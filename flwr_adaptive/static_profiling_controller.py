@@ -15,7 +15,8 @@ median cost, as in the adaptive controller. ``state_dict`` keeps whether profili
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 from flwr_adaptive.controller import AllocationController, ParticipantId, Report
 
@@ -67,11 +68,15 @@ class StaticProfilingController(AllocationController):
         """Restore ``state_dict`` output (a state without ``profiled_rounds`` counts as unprofiled)."""
         profiled, reported = state.get("profiled_rounds", 0), state.get("reported", False)
         if isinstance(profiled, bool) or not isinstance(profiled, int) or profiled < 0:
-            raise ValueError(f"controller state field 'profiled_rounds': expected an int >= 0, got {profiled!r}; "
-                             "delete the state file to start afresh")
+            raise ValueError(
+                f"controller state field 'profiled_rounds': expected an int >= 0, got {profiled!r}; "
+                "delete the state file to start afresh"
+            )
         if not isinstance(reported, bool):
-            raise ValueError(f"controller state field 'reported': expected true or false, got {reported!r}; "
-                             "delete the state file to start afresh")
+            raise ValueError(
+                f"controller state field 'reported': expected true or false, got {reported!r}; "
+                "delete the state file to start afresh"
+            )
         super().load_state_dict(state)  # validates the rest before changing anything
         self._profiled = profiled
         self._reported = reported
@@ -79,8 +84,13 @@ class StaticProfilingController(AllocationController):
     def observe(self, participant: ParticipantId, report: Report) -> None:
         """Validate the report; record it only during the profiling rounds."""
         if self.frozen:
-            self._validate(participant, report, getattr(report, "time_s", None),
-                           getattr(report, "energy_j", None), getattr(report, "samples", None))
+            self._validate(
+                participant,
+                report,
+                getattr(report, "time_s", None),
+                getattr(report, "energy_j", None),
+                getattr(report, "samples", None),
+            )
             return
         super().observe(participant, report)
         self._reported = True

@@ -45,8 +45,15 @@ import numpy as np
 __all__ = ["QuotaWindow", "quota_data", "select_indices", "current_window"]
 
 
-def select_indices(size: int, quota: int | None, *, allow_cycling: bool = False, seed: int = 0,
-                   partition: int = 0, server_round: int = 0) -> tuple[np.ndarray, bool]:
+def select_indices(
+    size: int,
+    quota: int | None,
+    *,
+    allow_cycling: bool = False,
+    seed: int = 0,
+    partition: int = 0,
+    server_round: int = 0,
+) -> tuple[np.ndarray, bool]:
     """The samples to process: ``(indices into the local data, capped)``.
 
     Parameters
@@ -68,8 +75,7 @@ def select_indices(size: int, quota: int | None, *, allow_cycling: bool = False,
         raise ValueError(f"quota must be >= 0, got {quota}")
     if size == 0:
         return np.empty(0, dtype=np.int64), quota > 0
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(partition) & 0xFFFFFFFF,
-                                 int(server_round) & 0xFFFFFFFF])
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(partition) & 0xFFFFFFFF, int(server_round) & 0xFFFFFFFF])
     if quota <= size:
         return rng.permutation(size)[:quota].astype(np.int64), False
     if not allow_cycling:
@@ -101,17 +107,21 @@ class QuotaWindow:
         """The selection over local data of ``size`` samples (the same for the whole window)."""
         idx = self._cache.get(size)
         if idx is None:
-            idx, capped = select_indices(size, self.quota, allow_cycling=self.allow_cycling,
-                                         seed=self.seed, partition=self.partition,
-                                         server_round=self.server_round)
+            idx, capped = select_indices(
+                size,
+                self.quota,
+                allow_cycling=self.allow_cycling,
+                seed=self.seed,
+                partition=self.partition,
+                server_round=self.server_round,
+            )
             self._cache[size] = idx
             if self.size is None:
                 self.size, self.samples, self.capped = size, len(idx), capped
         return idx
 
 
-_WINDOW: contextvars.ContextVar[QuotaWindow | None] = contextvars.ContextVar("flwr_adaptive_quota",
-                                                                              default=None)
+_WINDOW: contextvars.ContextVar[QuotaWindow | None] = contextvars.ContextVar("flwr_adaptive_quota", default=None)
 
 
 def current_window() -> QuotaWindow | None:
@@ -172,29 +182,41 @@ def _loader_over(loader: Any, dataset: Any) -> Any:
     from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
     if isinstance(loader.dataset, IterableDataset):
-        raise ValueError("quota_data needs a map-style dataset (len + indexing); this DataLoader "
-                         "reads an IterableDataset: pass the quota to your own iterator instead")
+        raise ValueError(
+            "quota_data needs a map-style dataset (len + indexing); this DataLoader "
+            "reads an IterableDataset: pass the quota to your own iterator instead"
+        )
     if loader.batch_size is None:
-        raise ValueError("quota_data cannot re-create a DataLoader built with a custom batch_sampler "
-                         "(or batch_size=None): call quota_data on its dataset and build the loader "
-                         "over the result")
+        raise ValueError(
+            "quota_data cannot re-create a DataLoader built with a custom batch_sampler "
+            "(or batch_size=None): call quota_data on its dataset and build the loader "
+            "over the result"
+        )
     sampler = loader.sampler
     if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
         shuffle = True
     elif type(sampler) is SequentialSampler:
         shuffle = False
     else:
-        raise ValueError(f"quota_data cannot re-create a DataLoader with a custom sampler "
-                         f"({type(sampler).__name__}): it draws indices over the whole dataset. "
-                         "Call quota_data on the dataset and build your loader over the result")
-    kwargs = dict(batch_size=loader.batch_size, shuffle=shuffle, num_workers=loader.num_workers,
-                  collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
-                  drop_last=loader.drop_last, timeout=loader.timeout,
-                  worker_init_fn=loader.worker_init_fn, generator=loader.generator,
-                  persistent_workers=loader.persistent_workers)
+        raise ValueError(
+            f"quota_data cannot re-create a DataLoader with a custom sampler "
+            f"({type(sampler).__name__}): it draws indices over the whole dataset. "
+            "Call quota_data on the dataset and build your loader over the result"
+        )
+    kwargs = dict(
+        batch_size=loader.batch_size,
+        shuffle=shuffle,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        persistent_workers=loader.persistent_workers,
+    )
     if loader.num_workers > 0:
-        kwargs.update(prefetch_factor=loader.prefetch_factor,
-                      multiprocessing_context=loader.multiprocessing_context)
+        kwargs.update(prefetch_factor=loader.prefetch_factor, multiprocessing_context=loader.multiprocessing_context)
     return DataLoader(dataset, **kwargs)
 
 
@@ -223,22 +245,27 @@ def quota_data(data: Any) -> Any:
     if _is_array(data) or isinstance(data, (tuple, list)):
         window = _WINDOW.get()
         if window is None:
-            raise ValueError("quota_data(array/tuple/list) must run inside the wrapped train function "
-                             "(flwr_adaptive.clients.telemetry); outside it pass a dataset or DataLoader, which "
-                             "resolve the quota when they are read")
+            raise ValueError(
+                "quota_data(array/tuple/list) must run inside the wrapped train function "
+                "(flwr_adaptive.clients.telemetry); outside it pass a dataset or DataLoader, which "
+                "resolve the quota when they are read"
+            )
         if isinstance(data, tuple):
             sizes = {len(x) for x in data}
             if len(sizes) != 1:
-                raise ValueError(f"quota_data(tuple) needs arrays of equal length, got lengths "
-                                 f"{[len(x) for x in data]}")
+                raise ValueError(
+                    f"quota_data(tuple) needs arrays of equal length, got lengths {[len(x) for x in data]}"
+                )
             idx = window.indices(sizes.pop())
             return tuple(_take(x, idx) for x in data)
         idx = window.indices(len(data))
         return _take(data, idx)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return _QuotaView(data)
-    raise ValueError(f"quota_data cannot select from {type(data).__name__}: pass a DataLoader, a "
-                     "map-style dataset, an array, a tuple of arrays or a list")
+    raise ValueError(
+        f"quota_data cannot select from {type(data).__name__}: pass a DataLoader, a "
+        "map-style dataset, an array, a tuple of arrays or a list"
+    )
 
 
 def _take(x: Any, idx: np.ndarray) -> Any:

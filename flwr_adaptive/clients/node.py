@@ -16,7 +16,8 @@ Two dict look-ups.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["node_partition"]
 
@@ -34,13 +35,16 @@ def node_partition(node_config: Mapping[str, Any]) -> tuple[int, int]:
     ValueError
         Either key missing, not an integer, or the id outside ``0..num-partitions-1``.
     """
-    fix = ('start the SuperNode with --node-config "partition-id=<i> num-partitions=<n>" '
-           "(a distinct i in 0..n-1 per SuperNode)")
+    fix = (
+        'start the SuperNode with --node-config "partition-id=<i> num-partitions=<n>" '
+        "(a distinct i in 0..n-1 per SuperNode)"
+    )
     try:
         pid, n = node_config["partition-id"], node_config["num-partitions"]
     except KeyError:
-        raise ValueError(f"this SuperNode's node config {dict(node_config)!r} lacks partition-id and "
-                         f"num-partitions: {fix}") from None
+        raise ValueError(
+            f"this SuperNode's node config {dict(node_config)!r} lacks partition-id and num-partitions: {fix}"
+        ) from None
     if any(isinstance(v, bool) or not isinstance(v, (int, float, str)) for v in (pid, n)):
         raise ValueError(f"node config partition-id={pid!r} num-partitions={n!r} must be integers: {fix}")
     try:
@@ -48,6 +52,8 @@ def node_partition(node_config: Mapping[str, Any]) -> tuple[int, int]:
     except ValueError:
         raise ValueError(f"node config partition-id={pid!r} num-partitions={n!r} must be integers: {fix}") from None
     if float(pid) != pid_i or float(n) != n_i or n_i < 1 or not 0 <= pid_i < n_i:
-        raise ValueError(f"node config partition-id={pid!r} num-partitions={n!r}: need integers with "
-                         f"0 <= partition-id < num-partitions; {fix}")
+        raise ValueError(
+            f"node config partition-id={pid!r} num-partitions={n!r}: need integers with "
+            f"0 <= partition-id < num-partitions; {fix}"
+        )
     return pid_i, n_i

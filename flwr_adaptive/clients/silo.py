@@ -6,8 +6,9 @@ A silo owns one partition of the data. Per Flower round it receives the global m
 budget (``keys.QUOTA``: samples per round, fixed by the server) and, from round 2 on, the
 per-rank split of that budget (``keys.RANK_QUOTAS``, one int per rank, summing to the budget)
 and the step count (``keys.DDP_STEPS``). It runs one DDP round on k local ranks
-(:class:`~flwr_adaptive.clients.ddp.launch.LocalDDPGroup`: spawned processes, see "Backend" below), every rank reading only the silo's own partition through the shared, seeded index
-stream, and replies with the silo model (rank 0's weights: the replicas are identical) and:
+(:class:`~flwr_adaptive.clients.ddp.launch.LocalDDPGroup`: spawned processes, see "Backend" below),
+every rank reading only the silo's own partition through the shared, seeded index stream, and
+replies with the silo model (rank 0's weights: the replicas are identical) and:
 
 - the PMA telemetry keys of :mod:`flwr_adaptive.clients.telemetry` for the silo as a whole, so any adaptive
   strategy can read it: ``keys.SAMPLES`` = Σ rank samples (= the budget), ``keys.TIME_S`` = the
@@ -16,8 +17,9 @@ stream, and replies with the silo model (rank 0's weights: the replicas are iden
   ``keys.WALL_TIME_S`` = wall seconds of the whole call (rank start-up included);
 - one list per rank for each of ``keys.SILO_RANK_KEYS`` (samples, own compute seconds, active
   joules, all-reduce seconds), in rank order. Silos with different k send lists of different
-  lengths: aggregate them with :func:`flwr_adaptive.strategies.hierarchical_adaptive_strategy.aggregate_silo_metrics`, not
-  Flower's default (it zips lists strictly).
+  lengths: aggregate them with
+  :func:`flwr_adaptive.strategies.hierarchical_adaptive_strategy.aggregate_silo_metrics`, not Flower's
+  default (it zips lists strictly).
 
 Without ``keys.RANK_QUOTAS`` (round 1, or a server that does not know the silo's ranks yet) the
 budget is split evenly; a list of the wrong length is logged and replaced by the even split.
@@ -71,20 +73,21 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from flwr_adaptive import keys
+from flwr_adaptive._logging import logger as log
 from flwr_adaptive.clients.ddp.driver import equal_quotas, round_summary
 from flwr_adaptive.clients.ddp.launch import LocalDDPGroup
 from flwr_adaptive.clients.ddp.worker import RankTelemetry, RoundPlan, WorkerSpec, default_backend
-from flwr_adaptive._logging import logger as log
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -126,7 +129,9 @@ def despiked_steps(seconds: Sequence[float], batches: Sequence[int], headroom: f
     busy = batches > 0
     if int(busy.sum()) < 3:
         return seconds.copy()
-    cap = (1.0 + headroom) * float(np.median(seconds[busy])) * np.maximum(1.0, batches / float(np.median(batches[busy])))
+    cap = (
+        (1.0 + headroom) * float(np.median(seconds[busy])) * np.maximum(1.0, batches / float(np.median(batches[busy])))
+    )
     return np.where(busy, np.minimum(seconds, cap), seconds)
 
 
@@ -173,8 +178,9 @@ class SiloRound:
         """The ranks' compute clock (``"process"`` or ``"wall"``)."""
         return self.telemetry[0].clock if self.telemetry else "wall"
 
-    def metrics(self, partition_id: int | None = None, data_size: int | None = None,
-                idle_w: float | None = None) -> dict[str, int | float | list[int] | list[float]]:
+    def metrics(
+        self, partition_id: int | None = None, data_size: int | None = None, idle_w: float | None = None
+    ) -> dict[str, int | float | list[int] | list[float]]:
         """The reply's metrics: the silo's telemetry keys plus one list per rank (see module doc).
 
         Parameters
@@ -194,7 +200,9 @@ class SiloRound:
         if self.emulated and tel:
             steps = np.array([despiked_steps(t.step_compute_s[t.rank], t.batch_sizes) for t in tel])
             despiked = steps.sum(axis=1)
-            energies = [e if e is None or raw <= 0 else e * float(d) / raw for e, d, raw in zip(energies, despiked, times)]
+            energies = [
+                e if e is None or raw <= 0 else e * float(d) / raw for e, d, raw in zip(energies, despiked, times)
+            ]
             times = despiked.tolist()
             makespan = float(steps.max(axis=0).sum())
         measured = all(e is not None for e in energies)
@@ -218,8 +226,9 @@ class SiloRound:
         }
 
 
-def split_budget(budget: int, ranks: int, rank_quotas: Sequence[int] | None = None,
-                 silo: Hashable = "silo") -> list[int]:
+def split_budget(
+    budget: int, ranks: int, rank_quotas: Sequence[int] | None = None, silo: Hashable = "silo"
+) -> list[int]:
     """The per-rank quotas of one round: ``rank_quotas`` when they fit, else ``budget`` evenly.
 
     Parameters
@@ -237,8 +246,13 @@ def split_budget(budget: int, ranks: int, rank_quotas: Sequence[int] | None = No
         q = [int(v) for v in rank_quotas]
         if len(q) == ranks and sum(q) == budget and min(q) >= 0:
             return q
-        log.warning("silo %s: rank quotas %s do not fit %d ranks and a budget of %d; splitting the budget "
-                    "evenly", silo, q, ranks, budget)
+        log.warning(
+            "silo %s: rank quotas %s do not fit %d ranks and a budget of %d; splitting the budget evenly",
+            silo,
+            q,
+            ranks,
+            budget,
+        )
     return equal_quotas(budget, ranks)
 
 
@@ -279,8 +293,17 @@ class Silo:
     ...     result = silo.train([300, 100], steps=10, state=global_weights, slowdowns=[1.0, 3.0])
     """
 
-    def __init__(self, spec: WorkerSpec, ranks: int = 2, *, backend: str | None = None, timeout_s: float = 30.0,
-                 clock: str = "auto", keep_alive: bool = True, name: str = "silo") -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        ranks: int = 2,
+        *,
+        backend: str | None = None,
+        timeout_s: float = 30.0,
+        clock: str = "auto",
+        keep_alive: bool = True,
+        name: str = "silo",
+    ) -> None:
         if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
             raise ValueError(f"silo {name}: ranks must be an int >= 1, got {ranks!r}")
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
@@ -307,16 +330,27 @@ class Silo:
         if self._group is not None:
             return False
         try:
-            self._group = LocalDDPGroup(self.spec, self.ranks, backend=self.backend, timeout_s=self.timeout_s,
-                                        clock=self.clock)
+            self._group = LocalDDPGroup(
+                self.spec, self.ranks, backend=self.backend, timeout_s=self.timeout_s, clock=self.clock
+            )
         except Exception as err:
-            raise RuntimeError(f"silo {self.name}: its {self.ranks} DDP ranks failed to start "
-                               f"(backend {self.backend}, timeout {self.timeout_s:g} s): {err}") from err
+            raise RuntimeError(
+                f"silo {self.name}: its {self.ranks} DDP ranks failed to start "
+                f"(backend {self.backend}, timeout {self.timeout_s:g} s): {err}"
+            ) from err
         return True
 
-    def train(self, quotas: Sequence[int], steps: int, *, state: Mapping[str, torch.Tensor] | None = None,
-              start: int = 0, seed: int = 0, slowdowns: Sequence[float] | None = None,
-              active_watts: Sequence[float | None] | None = None) -> SiloRound:
+    def train(
+        self,
+        quotas: Sequence[int],
+        steps: int,
+        *,
+        state: Mapping[str, torch.Tensor] | None = None,
+        start: int = 0,
+        seed: int = 0,
+        slowdowns: Sequence[float] | None = None,
+        active_watts: Sequence[float | None] | None = None,
+    ) -> SiloRound:
         """One DDP round: load ``state`` on every rank, train on these per-rank quotas, read back.
 
         Parameters
@@ -340,9 +374,14 @@ class Silo:
             Ranks that failed to start or failed during the round (the ranks are stopped; the
             next call starts new ones).
         """
-        plan = RoundPlan(quotas=[int(q) for q in quotas], steps=steps, start=int(start), seed=int(seed),
-                         slowdowns=None if slowdowns is None else [float(s) for s in slowdowns],
-                         active_watts=None if active_watts is None else list(active_watts))
+        plan = RoundPlan(
+            quotas=[int(q) for q in quotas],
+            steps=steps,
+            start=int(start),
+            seed=int(seed),
+            slowdowns=None if slowdowns is None else [float(s) for s in slowdowns],
+            active_watts=None if active_watts is None else list(active_watts),
+        )
         try:
             plan.validate(self.ranks)
         except ValueError as err:
@@ -365,8 +404,16 @@ class Silo:
                     self.close()
             wall = time.perf_counter() - began
         end = plan.start + sum(t.samples for t in telemetry)
-        return SiloRound(quotas=list(plan.quotas), telemetry=telemetry, state=trained, start=plan.start, end=end,
-                         wall_s=wall, cold_start=cold, emulated=plan.slowdowns is not None)
+        return SiloRound(
+            quotas=list(plan.quotas),
+            telemetry=telemetry,
+            state=trained,
+            start=plan.start,
+            end=end,
+            wall_s=wall,
+            cold_start=cold,
+            emulated=plan.slowdowns is not None,
+        )
 
     def close(self) -> None:
         """Stop the ranks (idempotent); a round in progress (another thread) is finished first."""
@@ -375,7 +422,7 @@ class Silo:
             if group is not None:
                 group.close()
 
-    def __enter__(self) -> "Silo":
+    def __enter__(self) -> Silo:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -383,7 +430,7 @@ class Silo:
 
 
 # ---------------------------------------------------------------------- silos kept in a process
-_ALIVE: "OrderedDict[Hashable, Silo]" = OrderedDict()
+_ALIVE: OrderedDict[Hashable, Silo] = OrderedDict()
 _ALIVE_LOCK = threading.Lock()
 
 
@@ -423,11 +470,25 @@ def _int_config(config: Mapping[str, Any], key: str) -> int | None:
     return int(value)
 
 
-def silo_train(msg: Message, context: Context, spec: WorkerSpec | Callable[[], WorkerSpec], *, ranks: int = 2,
-               steps: int = 10, budget: int | None = None, slowdowns: SlowdownSpec = None,
-               active_watts: Sequence[float | None] | None = None, idle_w: float | None = None,
-               data_size: int | None = None, seed: int = 0, backend: str | None = None, timeout_s: float = 30.0,
-               clock: str = "auto", keep_alive: bool = True, max_alive: int = 4) -> Message:
+def silo_train(
+    msg: Message,
+    context: Context,
+    spec: WorkerSpec | Callable[[], WorkerSpec],
+    *,
+    ranks: int = 2,
+    steps: int = 10,
+    budget: int | None = None,
+    slowdowns: SlowdownSpec = None,
+    active_watts: Sequence[float | None] | None = None,
+    idle_w: float | None = None,
+    data_size: int | None = None,
+    seed: int = 0,
+    backend: str | None = None,
+    timeout_s: float = 30.0,
+    clock: str = "auto",
+    keep_alive: bool = True,
+    max_alive: int = 4,
+) -> Message:
     """The body of a silo's ``@app.train()``: one DDP round on the received model and quotas.
 
     Parameters
@@ -474,8 +535,9 @@ def silo_train(msg: Message, context: Context, spec: WorkerSpec | Callable[[], W
         config = {**config, **dict(record)}
     arrays = list(msg.content.array_records.values())
     if len(arrays) != 1:
-        raise ValueError(f"the train message carries {len(arrays)} ArrayRecords; a silo expects exactly one "
-                         "(the global model)")
+        raise ValueError(
+            f"the train message carries {len(arrays)} ArrayRecords; a silo expects exactly one (the global model)"
+        )
     pid_raw = context.node_config.get("partition-id")
     partition_id = None if pid_raw is None else int(pid_raw)
     name = f"{partition_id}" if partition_id is not None else f"node-{msg.metadata.dst_node_id}"
@@ -483,8 +545,10 @@ def silo_train(msg: Message, context: Context, spec: WorkerSpec | Callable[[], W
     if silo_budget is None:
         silo_budget = budget
     if silo_budget is None:
-        raise ValueError(f"silo {name}: the server sent no {keys.QUOTA!r} and silo_train got no budget=; "
-                         "use the hierarchical strategy or pass budget=")
+        raise ValueError(
+            f"silo {name}: the server sent no {keys.QUOTA!r} and silo_train got no budget=; "
+            "use the hierarchical strategy or pass budget="
+        )
     steps = _int_config(config, keys.DDP_STEPS) or steps
     server_round = _int_config(config, keys.ROUND) or 0
     quotas = split_budget(silo_budget, ranks, config.get(keys.RANK_QUOTAS), silo=name)
@@ -496,16 +560,24 @@ def silo_train(msg: Message, context: Context, spec: WorkerSpec | Callable[[], W
         start = int(context.state[SILO_STATE]["stream-position"])
 
     def make() -> Silo:
-        return Silo(spec() if callable(spec) else spec, ranks, backend=backend, timeout_s=timeout_s, clock=clock,
-                    keep_alive=keep_alive, name=name)
+        return Silo(
+            spec() if callable(spec) else spec,
+            ranks,
+            backend=backend,
+            timeout_s=timeout_s,
+            clock=clock,
+            keep_alive=keep_alive,
+            name=name,
+        )
 
     if keep_alive:
         key = (getattr(msg.metadata, "run_id", None), name, ranks, backend)
         silo = _kept_silo(key, make, max_alive)
     else:
         silo = make()
-    result = silo.train(quotas, steps, state=state, start=start, seed=seed, slowdowns=round_slowdowns,
-                        active_watts=active_watts)
+    result = silo.train(
+        quotas, steps, state=state, start=start, seed=seed, slowdowns=round_slowdowns, active_watts=active_watts
+    )
     context.state[SILO_STATE] = ConfigRecord({"stream-position": int(result.end)})
     metrics = MetricRecord(result.metrics(partition_id=partition_id, data_size=data_size, idle_w=idle_w))
     content = RecordDict({"arrays": ArrayRecord(result.state), "metrics": metrics})
@@ -559,8 +631,9 @@ def audit_reads(spec: WorkerSpec, directory: str | os.PathLike) -> WorkerSpec:
     """
     directory = str(Path(directory).resolve())
     Path(directory).mkdir(parents=True, exist_ok=True)
-    return replace(spec, data=partial(_audited_data, spec.data),
-                   collate_fn=partial(_audited_collate, spec.collate_fn, directory))
+    return replace(
+        spec, data=partial(_audited_data, spec.data), collate_fn=partial(_audited_collate, spec.collate_fn, directory)
+    )
 
 
 def read_audit(directory: str | os.PathLike) -> dict[int, np.ndarray]:

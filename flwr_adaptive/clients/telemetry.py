@@ -52,11 +52,12 @@ import functools
 import math
 import sys
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from flwr_adaptive import keys
-from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
 from flwr_adaptive._logging import logger as log
+from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
 
 __all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm"]
 
@@ -89,15 +90,19 @@ def _resolve_meter(spec: MeterSpec, context: Any, server_round: int) -> Any:
         return spec
     if callable(spec):
         return spec(context, server_round)
-    raise ValueError(f"meter must be None, a meter (begin_window/end_window) or a callable "
-                     f"(context, server_round) -> meter; got {type(spec).__name__}")
+    raise ValueError(
+        f"meter must be None, a meter (begin_window/end_window) or a callable "
+        f"(context, server_round) -> meter; got {type(spec).__name__}"
+    )
 
 
 def _check_meter_spec(spec: MeterSpec) -> None:
     if spec is None or hasattr(spec, "begin_window") or callable(spec):
         return
-    raise ValueError(f"meter must be None (auto-detect), a meter with begin_window/end_window, or a "
-                     f"callable (context, server_round) -> meter; got {spec!r}")
+    raise ValueError(
+        f"meter must be None (auto-detect), a meter with begin_window/end_window, or a "
+        f"callable (context, server_round) -> meter; got {spec!r}"
+    )
 
 
 def _int_of(config: Mapping[str, Any], key: str, default: int | None) -> int | None:
@@ -129,8 +134,11 @@ def _usable(measurement: Any) -> Any:
         return measurement
     if "bad-seconds" not in _SAID:
         _SAID.add("bad-seconds")
-        log.warning("energy meter %s returned %r seconds; reporting wall time and no energy instead (said "
-                    "once)", getattr(measurement, "source", type(measurement).__name__), seconds)
+        log.warning(
+            "energy meter %s returned %r seconds; reporting wall time and no energy instead (said once)",
+            getattr(measurement, "source", type(measurement).__name__),
+            seconds,
+        )
     return None
 
 
@@ -190,16 +198,28 @@ class TrainingWindow:
         Injectable clocks (tests pass fakes so expected values are exact).
     """
 
-    def __init__(self, config: Mapping[str, Any], context: Any, meter: MeterSpec = None, seed: int = 0,
-                 cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        context: Any,
+        meter: MeterSpec = None,
+        seed: int = 0,
+        cpu_clock: Clock = time.process_time,
+        wall_clock: Clock = time.perf_counter,
+    ) -> None:
         node_config = getattr(context, "node_config", None) or {}
         partition = node_config.get("partition-id")
         partition = None if partition is None else int(partition)
         server_round = _int_of(config, keys.ROUND, 0) or 0
         quota = _int_of(config, keys.QUOTA, None)
         order_key = partition if partition is not None else int(getattr(context, "node_id", 0) or 0)
-        self.window = QuotaWindow(quota, allow_cycling=bool(config.get(keys.ALLOW_CYCLING, False)),
-                                  seed=seed, partition=order_key, server_round=server_round)
+        self.window = QuotaWindow(
+            quota,
+            allow_cycling=bool(config.get(keys.ALLOW_CYCLING, False)),
+            seed=seed,
+            partition=order_key,
+            server_round=server_round,
+        )
         self.result = Measured(self.window, partition)
         self._meter_spec, self._context, self._round = meter, context, server_round
         self._cpu, self._wall = cpu_clock, wall_clock
@@ -248,8 +268,14 @@ def _config_of(content: Any) -> Mapping[str, Any]:
     return records[0] if records else {}
 
 
-def telemetry_train(fn: Callable | None = None, *, meter: MeterSpec = None, seed: int = 0,
-                    cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter):
+def telemetry_train(
+    fn: Callable | None = None,
+    *,
+    meter: MeterSpec = None,
+    seed: int = 0,
+    cpu_clock: Clock = time.process_time,
+    wall_clock: Clock = time.perf_counter,
+):
     """Wrap a Message-API train function ``(msg, context) -> Message`` with quota + telemetry.
 
     Parameters
@@ -348,7 +374,8 @@ def _check_not_registered(fn: Callable) -> None:
                             f"{fn.__name__!r} unwrapped: it would train on all data and report no telemetry. "
                             f"Decorators apply bottom-up: put @telemetry_train on the line directly below "
                             f"@app.{call}:\n\n    @app.{call}\n    @telemetry_train\n"
-                            f"    def {fn.__name__}(msg, context):\n        ...\n")
+                            f"    def {fn.__name__}(msg, context):\n        ...\n"
+                        )
         frame = frame.f_back
 
 
@@ -380,8 +407,16 @@ class TelemetryClient(_numpy_client_base()):  # type: ignore[misc]
             return TelemetryClient(FlowerClient(trainloader), context).to_client()
     """
 
-    def __init__(self, client: Any, context: Any = None, *, meter: MeterSpec = None, seed: int = 0,
-                 cpu_clock: Clock = time.process_time, wall_clock: Clock = time.perf_counter) -> None:
+    def __init__(
+        self,
+        client: Any,
+        context: Any = None,
+        *,
+        meter: MeterSpec = None,
+        seed: int = 0,
+        cpu_clock: Clock = time.process_time,
+        wall_clock: Clock = time.perf_counter,
+    ) -> None:
         _check_meter_spec(meter)
         self.client = client
         self.context = context

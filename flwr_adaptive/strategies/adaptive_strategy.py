@@ -17,8 +17,8 @@ Contract
   of the same node is ignored; metric keys that not every kept reply sends alike are left out of
   the metric average (never the reply). Replies are attributed by ``reply_to`` (Flower's
   NODE_UNAVAILABLE error reply comes from the SuperLink); nodes that did not answer within
-  ``start(timeout=...)`` are logged too. A node listed twice by the grid is sent one message. The kept replies' telemetry
-  feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
+  ``start(timeout=...)`` are logged too. A node listed twice by the grid is sent one message. The kept
+  replies' telemetry feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
   inner strategy aggregates them. A bad client never stops a round; the next round's split covers
   every node the inner strategy samples, so a node that is gone leaves its share to the others.
   A set-up mistake of the client app (no telemetry wrapper, the wrong decorator order, no
@@ -42,10 +42,9 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
 from datetime import datetime
-from collections.abc import Iterable
 from logging import INFO, WARNING
-from typing import Any, Hashable, Sequence
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
@@ -56,8 +55,14 @@ from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import (ArrayLayout, array_layout, check_arrays, check_weight,
-                                                describe_removed, harmonize_metrics)
+from flwr_adaptive.strategies.screening import (
+    ArrayLayout,
+    array_layout,
+    check_arrays,
+    check_weight,
+    describe_removed,
+    harmonize_metrics,
+)
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 from flwr_adaptive.strategies.trust import CostTrust
@@ -122,20 +127,51 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget=6000)
     """
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
-                 smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
-                 paper: bool = False, weighting: str = "samples",
-                 allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
-                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        *,
+        budget: int | None = None,
+        budget_per_node: int | None = None,
+        policy: str = "time",
+        smoothing: float = 0.5,
+        deadband: float | None = None,
+        slack: float | None = None,
+        paper: bool = False,
+        weighting: str = "samples",
+        allow_cycling: bool = False,
+        min_quota: int = 1,
+        forget_after: int = 3,
+        cost_clip: float = 100.0,
+        trust: CostTrust | bool = True,
+        state_dir: str | os.PathLike | None = None,
+        context: Context | None = None,
+    ) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
         if not isinstance(self.strategy, Strategy):
-            raise ValueError(f"strategy must be a flwr.serverapp.strategy.Strategy, got "
-                             f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
-                             "flwr_adaptive.strategies.LegacyAdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
-                              paper=paper, weighting=weighting,
-                              allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
-                              cost_clip=cost_clip, trust=trust, state_dir=state_dir, context=context)
+            raise ValueError(
+                f"strategy must be a flwr.serverapp.strategy.Strategy, got "
+                f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
+                "flwr_adaptive.strategies.LegacyAdaptiveStrategy"
+            )
+        AdaptiveCore.__init__(
+            self,
+            budget,
+            policy,
+            budget_per_node=budget_per_node,
+            smoothing=smoothing,
+            deadband=deadband,
+            slack=slack,
+            paper=paper,
+            weighting=weighting,
+            allow_cycling=allow_cycling,
+            min_quota=min_quota,
+            forget_after=forget_after,
+            cost_clip=cost_clip,
+            trust=trust,
+            state_dir=state_dir,
+            context=context,
+        )
 
     #: Metric keys removed from each kept reply before the inner strategy aggregates the metrics
     #: (:mod:`flwr_adaptive.strategies.train_metrics`); their aggregate is added under named keys.
@@ -148,19 +184,30 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
 
     def summary(self) -> None:
         """Log the adaptive settings, then the inner strategy's summary."""
-        budget = (f"budget={self.budget_per_node} samples per training node/round" if self.budget_per_node
-                  else f"budget={self.budget} samples/round")
-        log(INFO, "\t├──> Adaptive allocation: policy=%s, %s, weighting=%s, "
-             "allow_cycling=%s", self.policy, budget, self.weighting, self.allow_cycling)
+        budget = (
+            f"budget={self.budget_per_node} samples per training node/round"
+            if self.budget_per_node
+            else f"budget={self.budget} samples/round"
+        )
+        log(
+            INFO,
+            "\t├──> Adaptive allocation: policy=%s, %s, weighting=%s, allow_cycling=%s",
+            self.policy,
+            budget,
+            self.weighting,
+            self.allow_cycling,
+        )
         log(INFO, "\t├──> Inner strategy: %s", type(self.strategy).__name__)
         self.strategy.summary()
 
     # ------------------------------------------------------------------ train
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """The inner strategy's messages, each with its own ConfigRecord carrying its quota."""
-        messages = self._one_per_node(server_round, list(self.strategy.configure_train(server_round, arrays,
-                                                                                       config, grid)))
+        messages = self._one_per_node(
+            server_round, list(self.strategy.configure_train(server_round, arrays, config, grid))
+        )
         try:
             connected = set(grid.get_node_ids())
         except Exception:  # noqa: BLE001 - a grid that cannot list its nodes: ownership stays as it is
@@ -193,8 +240,12 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for msg in messages:
             node = msg.metadata.dst_node_id
             if node in seen:
-                log(WARNING, "[adaptive] round %s: node %s was listed twice by the grid; it is sent one "
-                     "message", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: node %s was listed twice by the grid; it is sent one message",
+                    server_round,
+                    node,
+                )
                 continue
             seen.add(node)
             out.append(msg)
@@ -208,17 +259,21 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         """
         sent = getattr(self, "_sent", {})
         cache = getattr(self, "_sent_by_id", None)
-        if cache is None or cache[0] is not sent or (
-                not cache[1] and sent and next(iter(sent.values())).metadata.message_id):
+        if (
+            cache is None
+            or cache[0] is not sent
+            or (not cache[1] and sent and next(iter(sent.values())).metadata.message_id)
+        ):
             # one map per round (ids are stamped when the grid pushes the messages), not per reply
-            cache = self._sent_by_id = (sent, {m.metadata.message_id: n for n, m in sent.items()
-                                               if m.metadata.message_id})
+            cache = self._sent_by_id = (
+                sent,
+                {m.metadata.message_id: n for n, m in sent.items() if m.metadata.message_id},
+            )
         node = cache[1].get(msg.metadata.reply_to_message_id)
         return msg.metadata.src_node_id if node is None else node
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
-        extra = {keys.QUOTA: int(quota), keys.ALLOW_CYCLING: self.allow_cycling,
-                 keys.ROUND: server_round}
+        extra = {keys.QUOTA: int(quota), keys.ALLOW_CYCLING: self.allow_cycling, keys.ROUND: server_round}
         content = RecordDict()
         found = False
         for name, record in msg.content.items():
@@ -227,11 +282,16 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             content[name] = record
         if not found:
             content[getattr(self.strategy, "configrecord_key", "config")] = ConfigRecord(extra)
-        return Message(content=content, dst_node_id=msg.metadata.dst_node_id,
-                       message_type=msg.metadata.message_type, group_id=msg.metadata.group_id or None)
+        return Message(
+            content=content,
+            dst_node_id=msg.metadata.dst_node_id,
+            message_type=msg.metadata.message_type,
+            group_id=msg.metadata.group_id or None,
+        )
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Screen the replies, observe the telemetry, set weights, let the inner aggregate.
 
         Raises
@@ -251,8 +311,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         for msg in kept:  # the inner strategy averages the user's own metrics only
-            strip_telemetry(next(iter(msg.content.metric_records.values())), keep=self.weighted_by_key,
-                            stripped=self.stripped_metric_keys)
+            strip_telemetry(
+                next(iter(msg.content.metric_records.values())),
+                keep=self.weighted_by_key,
+                stripped=self.stripped_metric_keys,
+            )
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
         if kept:
             metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})
@@ -277,8 +340,9 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             mistakes[node] = setup_mistake(records[0] if records else {}, self.assigned_quota(node))
         return mistakes, reasons
 
-    def screen_train_replies(self, server_round: int, replies: list[Message]
-                             ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
+    def screen_train_replies(
+        self, server_round: int, replies: list[Message]
+    ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
         """Split replies into usable ones (with their reports) and skipped ones (with a reason)."""
         skipped: dict[Hashable, str] = {}
         candidates: list[tuple[Message, ClientReport]] = []
@@ -288,26 +352,39 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for msg in replies:
             node = self.sender_of(msg)
             if node not in self._assigned:
-                log(WARNING, "[adaptive] round %s: reply from node %s that was not sent a quota "
-                     "this round: skipped", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: reply from node %s that was not sent a quota this round: skipped",
+                    server_round,
+                    node,
+                )
                 continue
             if node in answered:
-                log(WARNING, "[adaptive] round %s: node %s replied more than once; only its first reply "
-                     "counts", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: node %s replied more than once; only its first reply counts",
+                    server_round,
+                    node,
+                )
                 continue
             answered.add(node)
             self._note_arrival(node, msg)
             if msg.has_error():
                 skipped[node] = "error"
-                log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node,
-                     msg.error.reason)
+                log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node, msg.error.reason)
                 continue
             array_items, metric_items = split_records(msg.content)  # one pass, no record views
             if len(array_items) != 1 or len(metric_items) != 1:
                 skipped[node] = "invalid"
-                log(WARNING, "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
-                     "MetricRecords (expected 1 and 1); skipped", server_round, node,
-                     len(array_items), len(metric_items))
+                log(
+                    WARNING,
+                    "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
+                    "MetricRecords (expected 1 and 1); skipped",
+                    server_round,
+                    node,
+                    len(array_items),
+                    len(metric_items),
+                )
                 continue
             metrics = metric_items[0][1]
             self._records_of[id(msg)] = (array_items[0][1], metrics)
@@ -323,8 +400,9 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for node in self._assigned:
             if node not in answered:
                 skipped[node] = "no-reply"
-                log(WARNING, "[adaptive] round %s: no reply from node %s (timeout or lost); "
-                     "skipped", server_round, node)
+                log(
+                    WARNING, "[adaptive] round %s: no reply from node %s (timeout or lost); skipped", server_round, node
+                )
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
     def _note_arrival(self, node: Hashable, msg: Message) -> None:
@@ -349,8 +427,9 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         arrived = getattr(self, "_arrived_s", {})
         return {r.node_id: arrived[r.node_id] for r in reports if r.node_id in arrived}
 
-    def _usable_arrays(self, server_round: int, pairs: list[tuple[Message, ClientReport]],
-                       skipped: dict[Hashable, str]) -> list[tuple[Message, ClientReport]]:
+    def _usable_arrays(
+        self, server_round: int, pairs: list[tuple[Message, ClientReport]], skipped: dict[Hashable, str]
+    ) -> list[tuple[Message, ClientReport]]:
         """Keep the replies whose arrays match the model sent (names, shapes, dtypes) and are finite.
 
         Without a known model layout (``configure_train`` not called) the most common layout among
@@ -374,8 +453,13 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 kept.append((msg, report))
                 continue
             skipped[report.node_id] = "invalid"
-            log(WARNING, "[adaptive] round %s: node %s: %s; skipped (its update would break or corrupt "
-                 "the average)", server_round, report.node_id, reason)
+            log(
+                WARNING,
+                "[adaptive] round %s: node %s: %s; skipped (its update would break or corrupt the average)",
+                server_round,
+                report.node_id,
+                reason,
+            )
         return kept
 
     #: Whether list metrics must have one length across replies (Flower's default metric average
@@ -390,17 +474,28 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         is removed from those replies with one log line. Nobody is skipped for an extra key, so a
         colluding majority cannot get an honest minority left out.
         """
-        required = ({self.weighted_by_key, *keys.TELEMETRY_KEYS} if train
-                    else {self.strategy.weighted_by_key} if hasattr(self.strategy, "weighted_by_key") else set())
+        required = (
+            {self.weighted_by_key, *keys.TELEMETRY_KEYS}
+            if train
+            else {self.strategy.weighted_by_key}
+            if hasattr(self.strategy, "weighted_by_key")
+            else set()
+        )
         removed = harmonize_metrics([m.content for m in kept], required, self.strict_metric_lists)
         if removed:
-            log(WARNING, "[adaptive] round %s: metric keys not sent alike by every kept reply are left out "
-                 "of the %s metric average: %s", server_round, "train" if train else "evaluation",
-                 describe_removed(removed, nodes))
+            log(
+                WARNING,
+                "[adaptive] round %s: metric keys not sent alike by every kept reply are left out "
+                "of the %s metric average: %s",
+                server_round,
+                "train" if train else "evaluation",
+                describe_removed(removed, nodes),
+            )
 
     # ------------------------------------------------------------------ evaluate
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """The inner strategy's evaluation messages, unchanged."""
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
@@ -419,27 +514,51 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for msg in replies:
             node = msg.metadata.src_node_id
             if node in seen:
-                log(WARNING, "[adaptive] round %s: node %s sent more than one evaluation reply; only its "
-                     "first counts", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: node %s sent more than one evaluation reply; only its first counts",
+                    server_round,
+                    node,
+                )
                 continue
             seen.add(node)
             if msg.has_error() or len(msg.content.metric_records) != 1:
-                log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
-                     server_round, node, msg.error.reason if msg.has_error() else "expected one MetricRecord")
+                log(
+                    WARNING,
+                    "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
+                    server_round,
+                    node,
+                    msg.error.reason if msg.has_error() else "expected one MetricRecord",
+                )
                 continue
             if weight_key is not None:
                 metrics = next(iter(msg.content.metric_records.values()))
-                reason = (check_weight(weight_key, metrics[weight_key]) if weight_key in metrics
-                          else f"no weight {weight_key!r}")
+                reason = (
+                    check_weight(weight_key, metrics[weight_key])
+                    if weight_key in metrics
+                    else f"no weight {weight_key!r}"
+                )
                 if reason is not None:
-                    log(WARNING, "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
-                        server_round, node, reason)
+                    log(
+                        WARNING,
+                        "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
+                        server_round,
+                        node,
+                        reason,
+                    )
                     continue
             kept.append(msg)
-        if weight_key is not None and kept and not sum(
-                next(iter(m.content.metric_records.values()))[weight_key] for m in kept):
-            log(WARNING, "[adaptive] round %s: the evaluation replies weigh %r = 0 in total; no evaluation "
-                "aggregate this round", server_round, weight_key)
+        if (
+            weight_key is not None
+            and kept
+            and not sum(next(iter(m.content.metric_records.values()))[weight_key] for m in kept)
+        ):
+            log(
+                WARNING,
+                "[adaptive] round %s: the evaluation replies weigh %r = 0 in total; no evaluation aggregate this round",
+                server_round,
+                weight_key,
+            )
             return None
         self.harmonize(server_round, kept, [m.metadata.src_node_id for m in kept], train=False)
         return self.strategy.aggregate_evaluate(server_round, kept) if kept else None

@@ -49,25 +49,24 @@ from __future__ import annotations
 
 import copy
 import json
-from collections import deque
 import math
 import os
+from collections import deque
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from pathlib import Path
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from flwr_adaptive import keys
-from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
+from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.state_file import StateFileError, check_state_dir, read_state, set_aside, write_atomic
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
-from flwr_adaptive.strategies.state_file import (StateFileError, check_state_dir, read_state, set_aside,
-                                                 write_atomic)
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
@@ -156,14 +155,21 @@ class AdaptiveCore(HistoryMixin):
         context: Any = None,
     ) -> None:
         if (budget is None) == (budget_per_node is None):
-            raise ValueError("pass either budget= (samples per round, split among the nodes training that "
-                             "round) or budget_per_node= (samples per training node: the round's budget "
-                             f"scales with the nodes sampled), not {'both' if budget is not None else 'neither'}")
+            raise ValueError(
+                "pass either budget= (samples per round, split among the nodes training that "
+                "round) or budget_per_node= (samples per training node: the round's budget "
+                f"scales with the nodes sampled), not {'both' if budget is not None else 'neither'}"
+            )
         if budget_per_node is not None:
-            if (isinstance(budget_per_node, bool) or not isinstance(budget_per_node, (int, np.integer))
-                    or budget_per_node < 1):
-                raise ValueError(f"budget_per_node must be a positive int (samples per training node and round), "
-                                 f"got {budget_per_node!r}")
+            if (
+                isinstance(budget_per_node, bool)
+                or not isinstance(budget_per_node, (int, np.integer))
+                or budget_per_node < 1
+            ):
+                raise ValueError(
+                    f"budget_per_node must be a positive int (samples per training node and round), "
+                    f"got {budget_per_node!r}"
+                )
             budget = int(budget_per_node)  # until the first round says how many nodes train
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round), got {budget!r}")
@@ -174,15 +180,19 @@ class AdaptiveCore(HistoryMixin):
             raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
         if slack is not None and POLICIES[policy].objective != "min-energy":
             minimal = [p for p, v in POLICIES.items() if v.objective == "min-energy"]
-            raise ValueError(f"slack={slack!r} applies to policy {' or '.join(map(repr, minimal))} only, not "
-                             f"{policy!r}: drop slack or choose that policy")
+            raise ValueError(
+                f"slack={slack!r} applies to policy {' or '.join(map(repr, minimal))} only, not "
+                f"{policy!r}: drop slack or choose that policy"
+            )
         if not isinstance(paper, bool):
             raise ValueError(f"paper must be True or False, got {paper!r}")
         if not isinstance(allow_cycling, (bool, np.bool_)):  # "no" would read as True
             raise ValueError(f"allow_cycling must be True or False, got {allow_cycling!r}")
         if isinstance(min_quota, (int, np.integer)) and not isinstance(min_quota, bool) and min_quota > budget:
-            raise ValueError(f"min_quota={min_quota} exceeds the {'budget_per_node' if budget_per_node else 'budget'} "
-                             f"of {budget} samples: no node could train; lower min_quota or raise the budget")
+            raise ValueError(
+                f"min_quota={min_quota} exceeds the {'budget_per_node' if budget_per_node else 'budget'} "
+                f"of {budget} samples: no node could train; lower min_quota or raise the budget"
+            )
         self.budget = int(budget)
         self.policy = policy
         self.paper = paper
@@ -190,16 +200,21 @@ class AdaptiveCore(HistoryMixin):
         self.allow_cycling = bool(allow_cycling)
         self.min_quota = min_quota
         # deadband / slack left out when None: the policy's own default applies.
-        self._controller_kwargs = dict(smoothing=smoothing, min_quota=min_quota, forget_after=forget_after,
-                                       cost_clip=cost_clip)
+        self._controller_kwargs = dict(
+            smoothing=smoothing, min_quota=min_quota, forget_after=forget_after, cost_clip=cost_clip
+        )
         self._controller_kwargs.update({k: v for k, v in (("deadband", deadband), ("slack", slack)) if v is not None})
         self.controller = self.make_controller()
         if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
-            raise ValueError(f"state_dir must be a folder path (str or pathlib.Path), got {type(state_dir).__name__} "
-                             f"{state_dir!r}; pass e.g. state_dir='adaptive-state', or None to keep no state file")
+            raise ValueError(
+                f"state_dir must be a folder path (str or pathlib.Path), got {type(state_dir).__name__} "
+                f"{state_dir!r}; pass e.g. state_dir='adaptive-state', or None to keep no state file"
+            )
         if context is not None and not hasattr(context, "state"):
-            raise ValueError(f"context must be the ServerApp's flwr.app.Context (the one @app.main() receives), got "
-                             f"{type(context).__name__} {context!r}: pass context=context, or None")
+            raise ValueError(
+                f"context must be the ServerApp's flwr.app.Context (the one @app.main() receives), got "
+                f"{type(context).__name__} {context!r}: pass context=context, or None"
+            )
         self.state_path = None if not state_dir else check_state_dir(state_dir) / STATE_FILE
         self.context = context
         self._partition_of: dict[Hashable, int] = {}  # node id -> partition id (this run)
@@ -256,14 +271,18 @@ class AdaptiveCore(HistoryMixin):
             self._probation -= set(node_ids)
         known = any(n in self._partition_of for n in node_ids)
         ids = self._keys(node_ids) if known else node_ids
-        caps = [probe if n in probation else (self._caps.get(k) if known else None)
-                for n, k in zip(node_ids, ids)]
+        caps = [probe if n in probation else (self._caps.get(k) if known else None) for n, k in zip(node_ids, ids)]
         if all(c is not None for c in caps) and self.budget > sum(caps):
             split = self._all_local_data(node_ids, caps, server_round)
         elif not known:
-            equal = AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
-                                         min_quota=self.min_quota,
-                                         max_quota={n: probe for n in probation})
+            equal = AllocationController(
+                self.budget,
+                w_time=0.0,
+                w_energy=0.0,
+                deadband=0.0,
+                min_quota=self.min_quota,
+                max_quota={n: probe for n in probation},
+            )
             split = equal.allocate(node_ids)
         else:
             if not self.allow_cycling:
@@ -304,8 +323,9 @@ class AdaptiveCore(HistoryMixin):
         self.budget = int(budget)
         self.controller.budget = self.budget  # a new budget is always re-split (no deadband)
 
-    def prior_caps(self, node_ids: list[Hashable], ids: list[Hashable], caps: list[int | None],
-                   probation: Sequence[Hashable]) -> list[int | None]:
+    def prior_caps(
+        self, node_ids: list[Hashable], ids: list[Hashable], caps: list[int | None], probation: Sequence[Hashable]
+    ) -> list[int | None]:
         """Cap the nodes never measured at the share their cautious prior cost earns.
 
         The controller prices a participant without an estimate at the median cost. When ``k``
@@ -318,12 +338,12 @@ class AdaptiveCore(HistoryMixin):
         dropped when they could not hold the budget. Override to return ``caps`` unchanged for
         the controller's median prior.
         """
-        fresh = [i for i, (n, k) in enumerate(zip(node_ids, ids))
-                 if k not in self._seconds_per_sample and n not in probation]
+        fresh = [
+            i for i, (n, k) in enumerate(zip(node_ids, ids)) if k not in self._seconds_per_sample and n not in probation
+        ]
         if not fresh or len(fresh) == len(ids) or len(self._recent_costs) < 2:
             return caps
-        tau_q = cautious_cost(np.fromiter(self._recent_costs, dtype=float, count=len(self._recent_costs)),
-                              len(fresh))
+        tau_q = cautious_cost(np.fromiter(self._recent_costs, dtype=float, count=len(self._recent_costs)), len(fresh))
         measured = [self._seconds_per_sample[k] for k in ids if k in self._seconds_per_sample]
         if not (tau_q > 0 and all(t > 0 for t in measured)):
             return caps
@@ -348,22 +368,35 @@ class AdaptiveCore(HistoryMixin):
         room = self.budget // floor
         if len(node_ids) <= room:
             return list(node_ids)
-        self._warn_once("too-small", "[adaptive] budget %d samples cannot give each of the %d nodes "
-                        "min_quota %d: %d nodes train per round, the ones that waited longest first, "
-                        "the others sit the round out; raise the budget to at least %d or lower "
-                        "min_quota to train every node every round", self.budget, len(node_ids),
-                        floor, room, len(node_ids) * floor)
-        order = sorted(range(len(node_ids)),
-                       key=lambda i: (self._last_trained.get(node_ids[i], 0),
-                                      type(node_ids[i]).__name__, node_ids[i]))
+        self._warn_once(
+            "too-small",
+            "[adaptive] budget %d samples cannot give each of the %d nodes "
+            "min_quota %d: %d nodes train per round, the ones that waited longest first, "
+            "the others sit the round out; raise the budget to at least %d or lower "
+            "min_quota to train every node every round",
+            self.budget,
+            len(node_ids),
+            floor,
+            room,
+            len(node_ids) * floor,
+        )
+        order = sorted(
+            range(len(node_ids)),
+            key=lambda i: (self._last_trained.get(node_ids[i], 0), type(node_ids[i]).__name__, node_ids[i]),
+        )
         chosen = set(order[:room])
         return [n for i, n in enumerate(node_ids) if i in chosen]
 
     def note_partition(self, node_id: Hashable, metrics: Mapping[str, Any]) -> None:
         """Learn ``node_id``'s partition from a reply even when the rest of it is unusable."""
         value = metrics.get(keys.PARTITION_ID)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-                and value >= 0 and value == int(value):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+            and value == int(value)
+        ):
             self._partition_of[node_id] = int(value)
 
     def partition_of(self, node_id: Hashable) -> int | None:
@@ -404,8 +437,14 @@ class AdaptiveCore(HistoryMixin):
                     self._caps[key] = max(r.data_size, self._min_of())
                     self._sizes = None
                 except (ValueError, OverflowError) as err:
-                    log(WARNING, "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
-                        server_round, r.data_size, r.node_id, err)
+                    log(
+                        WARNING,
+                        "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
+                        server_round,
+                        r.data_size,
+                        r.node_id,
+                        err,
+                    )
             reason = self.held_reason(r, key, warm=warm, median=median, estimated=key in estimated)
             if reason is not None:
                 self._held[r.node_id] = reason
@@ -413,8 +452,7 @@ class AdaptiveCore(HistoryMixin):
             try:
                 self.controller.observe(key, self._believed.get(r.node_id, r).to_report())
             except ValueError as err:
-                log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s",
-                     server_round, r.node_id, err)
+                log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s", server_round, r.node_id, err)
                 continue
             if r.idle_w is not None:  # parse_report screened it: finite, >= 0
                 self.controller.set_idle_power(key, r.idle_w)
@@ -453,8 +491,9 @@ class AdaptiveCore(HistoryMixin):
     #: we measured stay well below it; a genuinely slower device is observed from its next round.
     outlier_ratio: float = 10.0
 
-    def held_reason(self, report: ClientReport, key: Hashable, *, warm: bool, median: float | None,
-                    estimated: bool) -> str | None:
+    def held_reason(
+        self, report: ClientReport, key: Hashable, *, warm: bool, median: float | None, estimated: bool
+    ) -> str | None:
         """Why ``report`` is aggregated but not observed, or ``None`` to observe it.
 
         - ``"over-quota"``: it trained on more than its quota without ``quota_data``: its cost
@@ -475,8 +514,13 @@ class AdaptiveCore(HistoryMixin):
             self._cold_seen.add(key)
             if warm or first_cold:
                 return "cold-start"
-        if (median is not None and median > 0 and not estimated and key not in self._outliers_held
-                and report.time_s / report.samples > self.outlier_ratio * median):
+        if (
+            median is not None
+            and median > 0
+            and not estimated
+            and key not in self._outliers_held
+            and report.time_s / report.samples > self.outlier_ratio * median
+        ):
             self._outliers_held.add(key)
             return "outlier"
         return None
@@ -485,22 +529,38 @@ class AdaptiveCore(HistoryMixin):
         """One warning per round for clients that trained past their quota; one info line for the rest."""
         over = [r for r in reports if self._held.get(r.node_id) == "over-quota"]
         if over:
-            log(WARNING, "[adaptive] round %s: %d client(s) (node %s, ...) trained on more samples than their "
+            log(
+                WARNING,
+                "[adaptive] round %s: %d client(s) (node %s, ...) trained on more samples than their "
                 "quota and report no local data size: quota_data is not applied to their training data. "
                 "Their updates are aggregated with at most their quota's weight and their cost is not "
                 "measured; call quota_data(trainloader) where the client builds its training data "
-                "(see docs/integration.md)", server_round, len(over), over[0].node_id)
+                "(see docs/integration.md)",
+                server_round,
+                len(over),
+                over[0].node_id,
+            )
         other = {n: why for n, why in self._held.items() if why != "over-quota"}
         if other:
-            log(INFO, "[adaptive] round %s: not taken as cost estimates (aggregated all the same): %s",
-                server_round, ", ".join(f"node {n} ({why})" for n, why in list(other.items())[:10]))
+            log(
+                INFO,
+                "[adaptive] round %s: not taken as cost estimates (aggregated all the same): %s",
+                server_round,
+                ", ".join(f"node {n} ({why})" for n, why in list(other.items())[:10]),
+            )
         capped = [r for r in reports if r.capped]
         if capped:
-            log(WARNING, "[adaptive] round %s: %d of %d clients had a quota above their local data and "
+            log(
+                WARNING,
+                "[adaptive] round %s: %d of %d clients had a quota above their local data and "
                 "trained on all of it (allow_cycling=False): the budget %d, split among the nodes sampled "
                 "this round, exceeds what they hold, so their time is not balanced. Lower the budget, use "
-                "budget_per_node with sampling, or set allow_cycling=True", server_round, len(capped),
-                len(reports), self.budget)
+                "budget_per_node with sampling, or set allow_cycling=True",
+                server_round,
+                len(capped),
+                len(reports),
+                self.budget,
+            )
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Aggregation weight of each kept reply, by ``weighting``."""
@@ -509,8 +569,12 @@ class AdaptiveCore(HistoryMixin):
         out = {}
         for r in reports:
             if r.data_size is None:
-                self._warn_once("data-size", "[adaptive] weighting='data-size' but node %s does not "
-                                "report its data size; weighting it by samples", r.node_id)
+                self._warn_once(
+                    "data-size",
+                    "[adaptive] weighting='data-size' but node %s does not "
+                    "report its data size; weighting it by samples",
+                    r.node_id,
+                )
                 out[r.node_id] = r.samples
             else:
                 out[r.node_id] = r.data_size
@@ -525,8 +589,13 @@ class AdaptiveCore(HistoryMixin):
         """What ``node_id`` was asked to process this round (``None``: nothing assigned)."""
         return self._assigned.get(node_id)
 
-    def end_round(self, server_round: int, reports: Sequence[ClientReport],
-                  skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
+    def end_round(
+        self,
+        server_round: int,
+        reports: Sequence[ClientReport],
+        skipped: Mapping[Hashable, str],
+        unobserved: Iterable[Hashable] = (),
+    ) -> dict[str, Any]:
         """Account the round, log one line, append history rows and save the state.
 
         ``reports`` are the replies aggregated this round; ``skipped`` maps the nodes left out to
@@ -537,23 +606,49 @@ class AdaptiveCore(HistoryMixin):
         row = self.account(server_round, reports, skipped)
         self._round_rows.append(row)
         for r in reports:
-            self._client_rows.append({
-                "round": server_round, "node_id": r.node_id, "partition_id": r.partition_id,
-                "quota": r.quota, "samples": r.samples, "time_s": r.time_s,
-                "cpu_time_s": r.cpu_time_s, "wall_time_s": r.wall_time_s,
-                "energy_j": np.nan if r.energy_j is None else r.energy_j,
-                "data_size": r.data_size, "capped": r.capped, "cold_start": r.cold_start,
-                "status": ("probe" if r.node_id in self._probation
-                           else self._held[r.node_id] if r.node_id in self._held
-                           else "observation-dropped" if r.node_id in unobserved else "ok"),
-            })
+            self._client_rows.append(
+                {
+                    "round": server_round,
+                    "node_id": r.node_id,
+                    "partition_id": r.partition_id,
+                    "quota": r.quota,
+                    "samples": r.samples,
+                    "time_s": r.time_s,
+                    "cpu_time_s": r.cpu_time_s,
+                    "wall_time_s": r.wall_time_s,
+                    "energy_j": np.nan if r.energy_j is None else r.energy_j,
+                    "data_size": r.data_size,
+                    "capped": r.capped,
+                    "cold_start": r.cold_start,
+                    "status": (
+                        "probe"
+                        if r.node_id in self._probation
+                        else self._held[r.node_id]
+                        if r.node_id in self._held
+                        else "observation-dropped"
+                        if r.node_id in unobserved
+                        else "ok"
+                    ),
+                }
+            )
         for node, reason in skipped.items():
-            self._client_rows.append({
-                "round": server_round, "node_id": node, "partition_id": self._partition_of.get(node),
-                "quota": self._assigned.get(node), "samples": 0, "time_s": np.nan,
-                "cpu_time_s": np.nan, "wall_time_s": np.nan, "energy_j": np.nan,
-                "data_size": None, "capped": False, "cold_start": False, "status": reason,
-            })
+            self._client_rows.append(
+                {
+                    "round": server_round,
+                    "node_id": node,
+                    "partition_id": self._partition_of.get(node),
+                    "quota": self._assigned.get(node),
+                    "samples": 0,
+                    "time_s": np.nan,
+                    "cpu_time_s": np.nan,
+                    "wall_time_s": np.nan,
+                    "energy_j": np.nan,
+                    "data_size": None,
+                    "capped": False,
+                    "cold_start": False,
+                    "status": reason,
+                }
+            )
         self._probation -= {r.node_id for r in reports}
         if self.uses_probation:
             self._probation |= set(skipped)
@@ -561,64 +656,104 @@ class AdaptiveCore(HistoryMixin):
         self.save_state()
         return row
 
-    def account(self, server_round: int, reports: Sequence[ClientReport],
-                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+    def account(
+        self, server_round: int, reports: Sequence[ClientReport], skipped: Mapping[Hashable, str]
+    ) -> dict[str, Any]:
         """The round's figures: makespan, busy-time CV, active + idle energy, quota spread.
 
         Makespan is the slowest kept client's own time; every other kept client idles for the
         difference at its reported idle power. Skipped clients are counted, not timed.
         """
         quotas = np.array(list(self._assigned.values()), dtype=float)
-        row: dict[str, Any] = {"round": server_round, "policy": self.policy,
-                               "clients": len(reports), "skipped": len(skipped)}
+        row: dict[str, Any] = {
+            "round": server_round,
+            "policy": self.policy,
+            "clients": len(reports),
+            "skipped": len(skipped),
+        }
         makespan, active, idle, cv, clock = math.nan, math.nan, math.nan, math.nan, "none"
         if reports:
             busy = {r.node_id: r.time_s for r in reports}
             # Unknown figures are priced at 0 and the total marked unknown (NaN) below.
-            acct = account_round(busy, active_j={r.node_id: r.energy_j or 0.0 for r in reports},
-                                 idle_w={r.node_id: r.idle_w or 0.0 for r in reports})
+            acct = account_round(
+                busy,
+                active_j={r.node_id: r.energy_j or 0.0 for r in reports},
+                idle_w={r.node_id: r.idle_w or 0.0 for r in reports},
+            )
             makespan, cv = acct.makespan, acct.cv_busy
             active = acct.total_active_j if all(r.energy_j is not None for r in reports) else math.nan
             idle = acct.total_idle_j if all(r.idle_w is not None for r in reports) else math.nan
             clocks = {r.virtual_clock for r in reports}
             clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")
-        row.update({
-            "makespan_s": makespan, "cv_busy": cv, "active_j": active, "idle_j": idle,
-            "energy_j": active + idle, "clock": clock,
-            "samples": int(sum(r.samples for r in reports)),
-            "quota_min": float(quotas.min()) if len(quotas) else math.nan,
-            "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
-            "quota_max": float(quotas.max()) if len(quotas) else math.nan,
-            "quota_sum": int(quotas.sum()) if len(quotas) else 0,
-        })
+        row.update(
+            {
+                "makespan_s": makespan,
+                "cv_busy": cv,
+                "active_j": active,
+                "idle_j": idle,
+                "energy_j": active + idle,
+                "clock": clock,
+                "samples": int(sum(r.samples for r in reports)),
+                "quota_min": float(quotas.min()) if len(quotas) else math.nan,
+                "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
+                "quota_max": float(quotas.max()) if len(quotas) else math.nan,
+                "quota_sum": int(quotas.sum()) if len(quotas) else 0,
+            }
+        )
         # Where the budget's samples went when fewer were processed: quotas above a node's data
         # (capped), quotas of skipped nodes, and budget no node was given (all local data used).
-        row["short_capped"] = int(sum(r.quota - r.samples for r in reports
-                                      if r.quota is not None and r.samples < r.quota))
+        row["short_capped"] = int(
+            sum(r.quota - r.samples for r in reports if r.quota is not None and r.samples < r.quota)
+        )
         row["short_skipped"] = int(sum(self._assigned.get(n) or 0 for n in skipped))
         row["short_unassigned"] = max(self.budget - row["quota_sum"], 0) if len(quotas) else 0
         return row
 
     def log_round(self, row: Mapping[str, Any]) -> None:
         """The one log line per round (a warning when quotas exceeded some nodes' data)."""
-        energy = (f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"])
-                  else f"active energy {row['active_j']:.1f} J" if math.isfinite(row["active_j"])
-                  else "energy unmeasured")
+        energy = (
+            f"energy {row['energy_j']:.1f} J"
+            if math.isfinite(row["energy_j"])
+            else f"active energy {row['active_j']:.1f} J"
+            if math.isfinite(row["active_j"])
+            else "energy unmeasured"
+        )
         short = [row.get(k, 0) for k in ("short_capped", "short_skipped", "short_unassigned")]
         # samples the budget held that no node processed, and where they went
-        shortfall = (f" | {sum(short)} of {self.budget} budgeted samples not processed ({short[0]} above "
-                     f"capped nodes' data, {short[1]} of skipped nodes, {short[2]} given to nobody)"
-                     if sum(short) else "")
-        log(WARNING if short[0] else INFO, "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | "
+        shortfall = (
+            f" | {sum(short)} of {self.budget} budgeted samples not processed ({short[0]} above "
+            f"capped nodes' data, {short[1]} of skipped nodes, {short[2]} given to nobody)"
+            if sum(short)
+            else ""
+        )
+        log(
+            WARNING if short[0] else INFO,
+            "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | "
             "CV busy %.3f | quota min/median/max %g/%g/%g | %d clients, %d skipped%s",
-            row["round"], row["policy"], row["clock"], row["makespan_s"], energy, row["cv_busy"],
-            row["quota_min"], row["quota_median"], row["quota_max"], row["clients"], row["skipped"], shortfall)
+            row["round"],
+            row["policy"],
+            row["clock"],
+            row["makespan_s"],
+            energy,
+            row["cv_busy"],
+            row["quota_min"],
+            row["quota_median"],
+            row["quota_max"],
+            row["clients"],
+            row["skipped"],
+            shortfall,
+        )
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Everything a restarted ServerApp needs, as JSON types (keyed by partition id)."""
-        return {"version": _STATE_VERSION, "policy": self.policy, "budget": self.budget,
-                "rounds": self._rounds_done, "controller": self.controller.state_dict()}
+        return {
+            "version": _STATE_VERSION,
+            "policy": self.policy,
+            "budget": self.budget,
+            "rounds": self._rounds_done,
+            "controller": self.controller.state_dict(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()`` output (node ids are not part of it: they change).
@@ -635,13 +770,16 @@ class AdaptiveCore(HistoryMixin):
         """
         if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
             version = state.get("version") if isinstance(state, Mapping) else None
-            raise StateFileError(f"unsupported adaptive strategy state version {version!r}; this "
-                                 f"release reads version {_STATE_VERSION}")
+            raise StateFileError(
+                f"unsupported adaptive strategy state version {version!r}; this release reads version {_STATE_VERSION}"
+            )
         if state.get("policy") != self.policy:
-            raise ValueError(f"the saved state was written under policy {state.get('policy')!r}, this "
-                             f"strategy runs policy {self.policy!r}; resume with policy="
-                             f"{state.get('policy')!r}, or use a fresh state_dir (or delete the state) to "
-                             f"start {self.policy!r} from scratch")
+            raise ValueError(
+                f"the saved state was written under policy {state.get('policy')!r}, this "
+                f"strategy runs policy {self.policy!r}; resume with policy="
+                f"{state.get('policy')!r}, or use a fresh state_dir (or delete the state) to "
+                f"start {self.policy!r} from scratch"
+            )
         rounds = state.get("rounds")
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
             raise StateFileError(f"the saved round count {rounds!r} is not an int >= 0")
@@ -665,8 +803,10 @@ class AdaptiveCore(HistoryMixin):
         try:
             for pid, (tau, eps) in controller.estimates().items():
                 if not (math.isfinite(tau) and tau > 0) or (eps is not None and not (math.isfinite(eps) and eps >= 0)):
-                    raise StateFileError(f"participant {pid!r} has cost estimates ({tau!r} s, {eps!r} J per "
-                                         "sample); they must be finite, the time > 0 and the energy >= 0")
+                    raise StateFileError(
+                        f"participant {pid!r} has cost estimates ({tau!r} s, {eps!r} J per "
+                        "sample); they must be finite, the time > 0 and the energy >= 0"
+                    )
             current = controller.current
             if any(isinstance(q, bool) or not isinstance(q, int) or q < 0 for q in current.values()):
                 raise StateFileError(f"the saved split holds quotas that are not ints >= 0: {current}")
@@ -678,16 +818,20 @@ class AdaptiveCore(HistoryMixin):
                 sums[group] = sums.get(group, 0) + q
             for group, total in sums.items():
                 if total not in (0, budgets.get(group)):
-                    raise StateFileError(f"the saved split gives {total} samples"
-                                         f"{'' if group is None else f' to group {group!r}'} for a budget of "
-                                         f"{budgets.get(group)}")
+                    raise StateFileError(
+                        f"the saved split gives {total} samples"
+                        f"{'' if group is None else f' to group {group!r}'} for a budget of "
+                        f"{budgets.get(group)}"
+                    )
             if current:
                 probe = copy.deepcopy(controller)
                 split = probe.allocate(list(current))
                 for group in sums:
                     got = sum(q for pid, q in split.items() if (None if groups is None else groups.get(pid)) == group)
                     if got != budgets.get(group):
-                        raise StateFileError(f"the saved state splits {got} samples for a budget of {budgets.get(group)}")
+                        raise StateFileError(
+                            f"the saved state splits {got} samples for a budget of {budgets.get(group)}"
+                        )
         except StateFileError:
             raise
         except Exception as err:  # noqa: BLE001 - a state that makes the controller fail is unusable
@@ -743,8 +887,14 @@ class AdaptiveCore(HistoryMixin):
                 self.load_state_dict(state)
             except StateFileError as err:
                 moved = set_aside(self.state_path)
-                log(WARNING, "[adaptive] state file %s is unusable: %s; it was moved to %s and %s",
-                    where, str(err).replace(f"; {fix}", ""), moved, fix)
+                log(
+                    WARNING,
+                    "[adaptive] state file %s is unusable: %s; it was moved to %s and %s",
+                    where,
+                    str(err).replace(f"; {fix}", ""),
+                    moved,
+                    fix,
+                )
                 return
             except ValueError as err:
                 raise ValueError(f"{err} (state file {where})") from None
@@ -825,19 +975,31 @@ class AdaptiveCore(HistoryMixin):
             part = self._partition_of.get(n)
             owner = None if part is None else self._owner.setdefault(part, n)
             if owner is not None and owner != n and owner in self._unavailable:
-                log(INFO, "[adaptive] node %s takes over partition %s from node %s, which is gone (no usable "
-                    "answer in its last round): it continues that partition's estimate", n, part, owner)
+                log(
+                    INFO,
+                    "[adaptive] node %s takes over partition %s from node %s, which is gone (no usable "
+                    "answer in its last round): it continues that partition's estimate",
+                    n,
+                    part,
+                    owner,
+                )
                 self._owner[part] = owner = n
                 self._probation.discard(n)
             if owner is not None and owner != n:
-                self._warn_once(f"dup-{part}-{n}", "[adaptive] node %s claims partition id %s, which "
-                                "node %s already has: it is kept apart as node-%s; set a distinct "
-                                "partition-id in each SuperNode's --node-config", n, part, owner, n)
+                self._warn_once(
+                    f"dup-{part}-{n}",
+                    "[adaptive] node %s claims partition id %s, which "
+                    "node %s already has: it is kept apart as node-%s; set a distinct "
+                    "partition-id in each SuperNode's --node-config",
+                    n,
+                    part,
+                    owner,
+                    n,
+                )
             out.append(part if owner == n else f"node-{n}")
         return out
 
-    def _all_local_data(self, node_ids: list[Hashable], caps: list[int], server_round: int = 0
-                        ) -> dict[Hashable, int]:
+    def _all_local_data(self, node_ids: list[Hashable], caps: list[int], server_round: int = 0) -> dict[Hashable, int]:
         """The budget exceeds the nodes' local data (cycling off): each trains on all of it.
 
         Only reached when every node's data size is known: a node of unknown size is unbounded,
@@ -845,10 +1007,18 @@ class AdaptiveCore(HistoryMixin):
         every round it happens (under sampling it depends on which nodes were sampled).
         """
         total = sum(caps)
-        log(WARNING, "[adaptive] round %s: budget %d samples exceeds the %d samples of local data of the %d "
+        log(
+            WARNING,
+            "[adaptive] round %s: budget %d samples exceeds the %d samples of local data of the %d "
             "nodes training this round (allow_cycling=False): every client trains on all its local data, "
             "so no time is balanced; set allow_cycling=True, a budget of at most %d, or budget_per_node "
-            "when the strategy samples nodes", server_round, self.budget, total, len(node_ids), total)
+            "when the strategy samples nodes",
+            server_round,
+            self.budget,
+            total,
+            len(node_ids),
+            total,
+        )
         return dict(zip(node_ids, caps))
 
     def _warn_once(self, tag: str, msg: str, *args: Any) -> None:

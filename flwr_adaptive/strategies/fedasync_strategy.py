@@ -58,12 +58,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
-
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -133,17 +133,32 @@ class FedAsyncStrategy(HistoryMixin):
     #: Seconds between two ``pull_messages`` polls that returned nothing (``order="arrival"``).
     poll_interval_s: float = 0.2
 
-    def __init__(self, *, budget: int, alpha: float = 0.6, staleness: str = "polynomial",
-                 a: float | None = None, b: float = 4.0, allow_cycling: bool = False, min_nodes: int = 1,
-                 max_failures: int = 2, wait_s: float = 600.0, order: str = "virtual",
-                 trust: CostTrust | bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        budget: int,
+        alpha: float = 0.6,
+        staleness: str = "polynomial",
+        a: float | None = None,
+        b: float = 4.0,
+        allow_cycling: bool = False,
+        min_nodes: int = 1,
+        max_failures: int = 2,
+        wait_s: float = 600.0,
+        order: str = "virtual",
+        trust: CostTrust | bool = True,
+    ) -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round-equivalent), got {budget!r}")
         if staleness not in STALENESS_FUNCTIONS:
-            raise ValueError(f"unknown staleness function {staleness!r}; choose one of {', '.join(STALENESS_FUNCTIONS)}")
+            raise ValueError(
+                f"unknown staleness function {staleness!r}; choose one of {', '.join(STALENESS_FUNCTIONS)}"
+            )
         if order not in ORDERS:
-            raise ValueError(f"unknown order {order!r}; choose 'virtual' (replay on the virtual clock, emulated "
-                             f"testbed) or 'arrival' (mix replies as they arrive, real deployment)")
+            raise ValueError(
+                f"unknown order {order!r}; choose 'virtual' (replay on the virtual clock, emulated "
+                f"testbed) or 'arrival' (mix replies as they arrive, real deployment)"
+            )
         for name, value in (("min_nodes", min_nodes), ("max_failures", max_failures)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -166,13 +181,29 @@ class FedAsyncStrategy(HistoryMixin):
         """Log the settings."""
         m = self.mixer
         mode = "virtual-clock replay" if self.order == "virtual" else "live, mixed in arrival order"
-        log(INFO, "\t├──> FedAsync (%s): alpha=%g, staleness=%s (a=%g, b=%g), "
-             "budget=%d samples per round-equivalent, allow_cycling=%s", mode, m.alpha, m.staleness, m.a, m.b,
-             self.budget, self.allow_cycling)
+        log(
+            INFO,
+            "\t├──> FedAsync (%s): alpha=%g, staleness=%s (a=%g, b=%g), "
+            "budget=%d samples per round-equivalent, allow_cycling=%s",
+            mode,
+            m.alpha,
+            m.staleness,
+            m.a,
+            m.b,
+            self.budget,
+            self.allow_cycling,
+        )
 
-    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
-              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
-              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
         """Run ``num_rounds`` round-equivalents (``num_rounds × budget`` samples) of FedAsync.
 
         Parameters
@@ -229,13 +260,25 @@ class FedAsyncStrategy(HistoryMixin):
                 result.evaluate_metrics_serverapp[0] = res
 
         nodes = self._wait_for_nodes()
-        self._share = dict(zip(nodes, AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0,
-                                                           min_quota=0).allocate(nodes).values()))
+        self._share = dict(
+            zip(
+                nodes,
+                AllocationController(self.budget, w_time=0.0, w_energy=0.0, deadband=0.0, min_quota=0)
+                .allocate(nodes)
+                .values(),
+            )
+        )
         boundary = self._run_arrival(nodes, num_rounds) if self.order == "arrival" else self._replay(nodes, num_rounds)
         if boundary <= num_rounds:
-            log(WARNING, "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
-                 "processed (every node failed or was dropped)", boundary - 1, num_rounds, self._mixed_samples,
-                 self._total)
+            log(
+                WARNING,
+                "[adaptive] fedasync: stopped after %d of %d round-equivalents: %d of %d samples "
+                "processed (every node failed or was dropped)",
+                boundary - 1,
+                num_rounds,
+                self._mixed_samples,
+                self._total,
+            )
         result.arrays = self._record(self._model)
         return result
 
@@ -315,10 +358,11 @@ class FedAsyncStrategy(HistoryMixin):
         deadline = time.monotonic() + self.wait_s
         while len(nodes := sorted(self._grid.get_node_ids())) < self.min_nodes:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"fedasync: only {len(nodes)} of min_nodes={self.min_nodes} nodes connected "
-                                   f"within {self.wait_s:.0f} s; start more SuperNodes or lower min_nodes")
-            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes),
-                 self.min_nodes)
+                raise RuntimeError(
+                    f"fedasync: only {len(nodes)} of min_nodes={self.min_nodes} nodes connected "
+                    f"within {self.wait_s:.0f} s; start more SuperNodes or lower min_nodes"
+                )
+            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes), self.min_nodes)
             time.sleep(1.0)
         return nodes
 
@@ -333,16 +377,27 @@ class FedAsyncStrategy(HistoryMixin):
         return _Job(node, self._jobs_of[node], quota, start_s, self.mixer.version)
 
     def _message(self, job: _Job) -> Message:
-        config = ConfigRecord({**self._config, keys.QUOTA: int(job.quota), keys.ALLOW_CYCLING: self.allow_cycling,
-                               keys.ROUND: int(job.index)})
-        return Message(RecordDict({"arrays": self._record(self._model), "config": config}),
-                       dst_node_id=job.node, message_type=MessageType.TRAIN)
+        config = ConfigRecord(
+            {
+                **self._config,
+                keys.QUOTA: int(job.quota),
+                keys.ALLOW_CYCLING: self.allow_cycling,
+                keys.ROUND: int(job.index),
+            }
+        )
+        return Message(
+            RecordDict({"arrays": self._record(self._model), "config": config}),
+            dst_node_id=job.node,
+            message_type=MessageType.TRAIN,
+        )
 
     def _send(self, jobs: list[_Job]) -> None:
         """Send jobs, wait for their replies, queue the good ones; failed ones are retried or dropped."""
         while jobs:
-            replies = {m.metadata.src_node_id: m for m in
-                       self._grid.send_and_receive([self._message(j) for j in jobs], timeout=self._timeout)}
+            replies = {
+                m.metadata.src_node_id: m
+                for m in self._grid.send_and_receive([self._message(j) for j in jobs], timeout=self._timeout)
+            }
             retry, accepted = [], []
             for job in jobs:
                 reason = self._accept(job, replies.get(job.node))
@@ -369,8 +424,13 @@ class FedAsyncStrategy(HistoryMixin):
         self._client_rows.append(self._client_row(job, reason))
         if self._failures[job.node] >= self.max_failures:
             self._dropped.add(job.node)
-            log(WARNING, "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest "
-                 "of the run", job.node, self._failures[job.node], reason)
+            log(
+                WARNING,
+                "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest of the run",
+                job.node,
+                self._failures[job.node],
+                reason,
+            )
             return None
         log(WARNING, "[adaptive] fedasync: node %s job %d failed (%s); retrying", job.node, job.index, reason)
         self._jobs_of[job.node] -= 1
@@ -411,10 +471,13 @@ class FedAsyncStrategy(HistoryMixin):
             return {job.node: job.report.time_s for job in wave}
         mine = {job.node for job in wave}
         others = [r for n, r in self._latest.items() if n not in mine]
-        believed = self.trust.believe(max(job.index for job in wave),
-                                      [*(job.report for job in wave), *others],
-                                      estimate_of=lambda n: (self._latest[n].time_s / self._latest[n].samples
-                                                             if n in mine and n in self._latest else None))
+        believed = self.trust.believe(
+            max(job.index for job in wave),
+            [*(job.report for job in wave), *others],
+            estimate_of=lambda n: (
+                self._latest[n].time_s / self._latest[n].samples if n in mine and n in self._latest else None
+            ),
+        )
         for job in wave:
             self._latest[job.node] = believed[job.node]
         return {job.node: believed[job.node].time_s for job in wave}
@@ -476,8 +539,14 @@ class FedAsyncStrategy(HistoryMixin):
         quotas = np.array([j.quota for j in mixed], dtype=float)
         stale = np.array([j.staleness for j in mixed], dtype=float)
         row = {
-            "round": r, "policy": FEDASYNC, "clients": len(mixed), "skipped": 0,
-            "makespan_s": t - t0, "cv_busy": cv, "active_j": seg_active, "idle_j": seg_idle,
+            "round": r,
+            "policy": FEDASYNC,
+            "clients": len(mixed),
+            "skipped": 0,
+            "makespan_s": t - t0,
+            "cv_busy": cv,
+            "active_j": seg_active,
+            "idle_j": seg_idle,
             "energy_j": seg_active + seg_idle,
             "clock": clock,
             "samples": int(sum(j.report.samples for j in mixed)),
@@ -485,25 +554,48 @@ class FedAsyncStrategy(HistoryMixin):
             "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
             "quota_max": float(quotas.max()) if len(quotas) else math.nan,
             "quota_sum": int(quotas.sum()),
-            "order": self.order, "timeline": clock if self.order == "virtual" else "wall",
-            "virtual_time_s": t if self.order == "virtual" else math.nan, "elapsed_s": t,
+            "order": self.order,
+            "timeline": clock if self.order == "virtual" else "wall",
+            "virtual_time_s": t if self.order == "virtual" else math.nan,
+            "elapsed_s": t,
             "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
-            "staleness_max": int(stale.max()) if len(stale) else 0, "model_version": self.mixer.version,
+            "staleness_max": int(stale.max()) if len(stale) else 0,
+            "model_version": self.mixer.version,
         }
         self._round_rows.append(row)
         self._segment_start = t
         energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
-        log(INFO, "[adaptive] round %s (fedasync, %s order, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
-             "| CV busy %.3f | %d updates mixed, staleness mean %.2f max %d", r, self.order, row["timeline"], self.budget,
-             row["makespan_s"], energy, cv, len(mixed), row["staleness_mean"], row["staleness_max"])
+        log(
+            INFO,
+            "[adaptive] round %s (fedasync, %s order, %s clock; round-equivalent of %d samples): makespan %.3f s | %s "
+            "| CV busy %.3f | %d updates mixed, staleness mean %.2f max %d",
+            r,
+            self.order,
+            row["timeline"],
+            self.budget,
+            row["makespan_s"],
+            energy,
+            cv,
+            len(mixed),
+            row["staleness_mean"],
+            row["staleness_max"],
+        )
 
     def _client_row(self, job: _Job, status: str) -> dict[str, Any]:
         r = job.report
         return {
-            "round": job.mixed_in or None, "node_id": job.node, "partition_id": r.partition_id if r else None,
-            "job": job.index, "quota": job.quota, "samples": r.samples if r else 0,
-            "start_s": job.start_s, "finish_s": job.finish_s, "time_s": r.time_s if r else math.nan,
+            "round": job.mixed_in or None,
+            "node_id": job.node,
+            "partition_id": r.partition_id if r else None,
+            "job": job.index,
+            "quota": job.quota,
+            "samples": r.samples if r else 0,
+            "start_s": job.start_s,
+            "finish_s": job.finish_s,
+            "time_s": r.time_s if r else math.nan,
             "energy_j": (math.nan if r is None or r.energy_j is None else r.energy_j),
-            "base_version": job.base_version, "staleness": job.staleness, "alpha_t": job.alpha_t,
+            "base_version": job.base_version,
+            "staleness": job.staleness,
+            "alpha_t": job.alpha_t,
             "status": status,
         }

@@ -17,9 +17,9 @@ clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks
   (``keys.SILO_RANK_KEYS``: one entry per rank, samples adding up to the silo's); a silo whose
   lists are invalid is skipped like any bad reply. A silo that replies with another number of
   ranks than the quotas it was sent (its ranks setting changed; it split evenly) is aggregated and
-  observed as usual and re-planned for its new k from the next round. Each rank's own compute time, energy and
-  samples feed the controller (with an equal share of the silo's reported idle watts); silo models are averaged by the inner strategy, weighted by
-  samples (or data size, see ``weighting``).
+  observed as usual and re-planned for its new k from the next round. Each rank's own compute time,
+  energy and samples feed the controller (with an equal share of the silo's reported idle watts);
+  silo models are averaged by the inner strategy, weighted by samples (or data size, see ``weighting``).
 - A silo round that started its ranks (``keys.COLD_START``) seeds ranks without an estimate; their
   first warm round replaces it (see ``observe_replies``). The rank split has no deadband unless
   one is given (``paper=True``: the paper's): re-splitting a silo's ranks moves no data.
@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -53,14 +54,13 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController, Report
-from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.state_file import StateFileError
 from flwr_adaptive.strategies.trust import CostTrust
 
-__all__ = ["HierarchicalAdaptiveStrategy", "RankReport", "parse_rank_reports", "aggregate_silo_metrics",
-           "rank_id"]
+__all__ = ["HierarchicalAdaptiveStrategy", "RankReport", "parse_rank_reports", "aggregate_silo_metrics", "rank_id"]
 
 
 def rank_id(silo: Hashable, rank: int) -> str:
@@ -83,8 +83,9 @@ class RankReport:
         return Report(time_s=self.time_s, energy_j=self.energy_j, samples=self.samples)
 
 
-def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_samples: int | None = None,
-                       max_ranks: int | None = None) -> list[RankReport]:
+def parse_rank_reports(
+    node_id: Hashable, metrics: Mapping[str, Any], silo_samples: int | None = None, max_ranks: int | None = None
+) -> list[RankReport]:
     """Validate a silo's per-rank lists (``keys.SILO_RANK_KEYS``).
 
     Raises
@@ -98,14 +99,18 @@ def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_sampl
     lists = {}
     for key in keys.SILO_RANK_KEYS:
         if key not in metrics:
-            raise ValueError(f"node {node_id}: per-rank telemetry {key!r} is missing; a silo client "
-                             "(flwr_adaptive.clients.silo.silo_train) sends it")
+            raise ValueError(
+                f"node {node_id}: per-rank telemetry {key!r} is missing; a silo client "
+                "(flwr_adaptive.clients.silo.silo_train) sends it"
+            )
         value = metrics[key]
         if not isinstance(value, list):
             raise ValueError(f"node {node_id}: per-rank telemetry {key!r} must be a list, got {value!r}")
         if max_ranks is not None and len(value) > max_ranks:
-            raise ValueError(f"node {node_id}: per-rank telemetry {key!r} has {len(value)} entries, more than "
-                             f"the {max_ranks} ranks this silo's budget can plan")
+            raise ValueError(
+                f"node {node_id}: per-rank telemetry {key!r} has {len(value)} entries, more than "
+                f"the {max_ranks} ranks this silo's budget can plan"
+            )
         for v in value:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"node {node_id}: per-rank telemetry {key!r} holds {v!r}; expected finite numbers")
@@ -121,14 +126,19 @@ def parse_rank_reports(node_id: Hashable, metrics: Mapping[str, Any], silo_sampl
             raise ValueError(f"node {node_id}: {key!r} must hold seconds >= 0, got {lists[key]}")
     energy = lists[keys.RANK_ENERGY_J]
     if any(e < 0 and e != keys.UNMEASURED_ENERGY for e in energy):
-        raise ValueError(f"node {node_id}: {keys.RANK_ENERGY_J!r} must hold joules >= 0 (or "
-                         f"{keys.UNMEASURED_ENERGY} for unmeasured), got {energy}")
+        raise ValueError(
+            f"node {node_id}: {keys.RANK_ENERGY_J!r} must hold joules >= 0 (or "
+            f"{keys.UNMEASURED_ENERGY} for unmeasured), got {energy}"
+        )
     if silo_samples is not None and sum(int(s) for s in samples) != silo_samples:
-        raise ValueError(f"node {node_id}: the ranks' samples {samples} add up to {sum(int(s) for s in samples)}, "
-                         f"not to the silo's {keys.SAMPLES!r} = {silo_samples}")
-    return [RankReport(rank=r, samples=int(s), time_s=float(t), energy_j=None if e < 0 else float(e),
-                       wait_s=float(w))
-            for r, (s, t, e, w) in enumerate(zip(samples, lists[keys.RANK_TIME_S], energy, lists[keys.RANK_WAIT_S]))]
+        raise ValueError(
+            f"node {node_id}: the ranks' samples {samples} add up to {sum(int(s) for s in samples)}, "
+            f"not to the silo's {keys.SAMPLES!r} = {silo_samples}"
+        )
+    return [
+        RankReport(rank=r, samples=int(s), time_s=float(t), energy_j=None if e < 0 else float(e), wait_s=float(w))
+        for r, (s, t, e, w) in enumerate(zip(samples, lists[keys.RANK_TIME_S], energy, lists[keys.RANK_WAIT_S]))
+    ]
 
 
 def aggregate_silo_metrics(records: list[RecordDict], weighting_metric_name: str) -> MetricRecord:
@@ -143,8 +153,9 @@ def aggregate_silo_metrics(records: list[RecordDict], weighting_metric_name: str
     weights = [float(m[weighting_metric_name]) for m in metric_records]
     total = sum(weights)
     factors = [w / total if total > 0 else 1.0 / len(weights) for w in weights]
-    order = sorted(range(len(metric_records)),
-                   key=lambda i: (float(metric_records[i].get(keys.PARTITION_ID, math.inf)), i))
+    order = sorted(
+        range(len(metric_records)), key=lambda i: (float(metric_records[i].get(keys.PARTITION_ID, math.inf)), i)
+    )
     out: dict[str, Any] = {}
     for i in order:
         for key, value in metric_records[i].items():
@@ -224,22 +235,40 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     #: Most ranks one silo may report (its per-rank lists are screened against it before they are read).
     max_silo_ranks_limit: int = 1024
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int, steps: int, policy: str = "time",
-                 min_rank_quota: int | None = None, deadband: float | None = None, slack: float | None = None,
-                 paper: bool = False, smoothing: float = 0.5,
-                 weighting: str = "samples", forget_after: int = 3, cost_clip: float = 100.0,
-                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        *,
+        budget: int,
+        steps: int,
+        policy: str = "time",
+        min_rank_quota: int | None = None,
+        deadband: float | None = None,
+        slack: float | None = None,
+        paper: bool = False,
+        smoothing: float = 0.5,
+        weighting: str = "samples",
+        forget_after: int = 3,
+        cost_clip: float = 100.0,
+        trust: CostTrust | bool = True,
+        state_dir: str | os.PathLike | None = None,
+        context: Context | None = None,
+    ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"steps must be an int >= 1 (optimizer steps per silo round), got {steps!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < steps:
-            raise ValueError(f"budget must be an int >= steps ({steps}): samples per silo and round, every "
-                             f"step needs at least one; got {budget!r}")
+            raise ValueError(
+                f"budget must be an int >= steps ({steps}): samples per silo and round, every "
+                f"step needs at least one; got {budget!r}"
+            )
         min_rank = int(steps) if min_rank_quota is None else min_rank_quota
         if isinstance(min_rank, bool) or not isinstance(min_rank, (int, np.integer)) or min_rank < 0:
             raise ValueError(f"min_rank_quota must be an int >= 0, got {min_rank_quota!r}")
         if min_rank > budget:
-            raise ValueError(f"min_rank_quota={min_rank} exceeds the silo budget of {budget} samples: no rank could "
-                             "train; lower min_rank_quota or raise the budget")
+            raise ValueError(
+                f"min_rank_quota={min_rank} exceeds the silo budget of {budget} samples: no rank could "
+                "train; lower min_rank_quota or raise the budget"
+            )
         self.steps = int(steps)
         self._ranks_of: dict[Hashable, int] = {}  # silo key -> k, from its last reply
         self._rank_plan: dict[Hashable, list[int]] = {}  # node id -> this round's rank quotas
@@ -253,30 +282,53 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             strategy = FedAvg(train_metrics_aggr_fn=aggregate_silo_metrics)
         if deadband is None and not paper:
             deadband = 0.0  # a held split costs every step of every round; a re-split costs nothing
-        super().__init__(strategy, budget=int(budget), policy=policy, deadband=deadband, slack=slack, paper=paper,
-                         min_quota=int(min_rank),
-                         allow_cycling=True, smoothing=smoothing, weighting=weighting, forget_after=forget_after,
-                         cost_clip=cost_clip, trust=trust, state_dir=state_dir, context=context)
+        super().__init__(
+            strategy,
+            budget=int(budget),
+            policy=policy,
+            deadband=deadband,
+            slack=slack,
+            paper=paper,
+            min_quota=int(min_rank),
+            allow_cycling=True,
+            smoothing=smoothing,
+            weighting=weighting,
+            forget_after=forget_after,
+            cost_clip=cost_clip,
+            trust=trust,
+            state_dir=state_dir,
+            context=context,
+        )
         from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
         if getattr(self.strategy, "train_metrics_aggr_fn", None) is aggregate_metricrecords:
             self.strategy.train_metrics_aggr_fn = aggregate_silo_metrics
-            log(INFO, "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
-                 "in length across silos)", type(self.strategy).__name__)
+            log(
+                INFO,
+                "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
+                "in length across silos)",
+                type(self.strategy).__name__,
+            )
 
     def summary(self) -> None:
         """Log the hierarchical settings, then the inner strategy's summary."""
-        log(INFO, "\t├──> Hierarchical adaptive allocation (HFL-DDP): policy=%s, budget=%d samples per silo and "
-             "round, split among the silo's ranks only; %d DDP steps per round, min_rank_quota=%d, weighting=%s",
-             self.policy, self.budget, self.steps, self._min_of(), self.weighting)
+        log(
+            INFO,
+            "\t├──> Hierarchical adaptive allocation (HFL-DDP): policy=%s, budget=%d samples per silo and "
+            "round, split among the silo's ranks only; %d DDP steps per round, min_rank_quota=%d, weighting=%s",
+            self.policy,
+            self.budget,
+            self.steps,
+            self._min_of(),
+            self.weighting,
+        )
         log(INFO, "\t├──> Inner strategy: %s", type(self.strategy).__name__)
         self.strategy.summary()
 
     # ------------------------------------------------------------------ overridable hooks
     def make_controller(self) -> AllocationController:
         """One controller over all ranks, one group per silo (groups are added as silos report)."""
-        return AllocationController.from_policy(self.policy, {}, groups={}, paper=self.paper,
-                                                **self._controller_kwargs)
+        return AllocationController.from_policy(self.policy, {}, groups={}, paper=self.paper, **self._controller_kwargs)
 
     def silo_budget(self, silo: Hashable) -> int:
         """Samples per round of ``silo`` (its partition id, or ``"node-<id>"`` when unknown): ``budget``."""
@@ -294,8 +346,14 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 continue  # its ranks have not reported yet (round 1 of a run): it splits evenly
             budget = self.silo_budget(silo)
             if k * self._min_of() > budget:
-                self._warn_once(f"small-{silo}", "[hfl] silo %s: %d ranks × min_rank_quota %d exceed its budget "
-                                "%d; it splits its budget evenly", silo, k, self._min_of(), budget)
+                self._warn_once(
+                    f"small-{silo}",
+                    "[hfl] silo %s: %d ranks × min_rank_quota %d exceed its budget %d; it splits its budget evenly",
+                    silo,
+                    k,
+                    self._min_of(),
+                    budget,
+                )
                 continue
             ids = [rank_id(silo, r) for r in range(k)]
             for rid in ids:
@@ -349,8 +407,11 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             first_cold = r.cold_start and not self._cold_before.get(silo, False)
             self._cold_before[silo] = r.cold_start
             # estimates from a start-up round are replaced by the next warm round (or start-up round)
-            replaced = [rid for rid in (rank_id(silo, k.rank) for k in ranks if k.samples > 0)
-                        if rid in self._cold_seeded] if first_cold or not r.cold_start else []
+            replaced = (
+                [rid for rid in (rank_id(silo, k.rank) for k in ranks if k.samples > 0) if rid in self._cold_seeded]
+                if first_cold or not r.cold_start
+                else []
+            )
             if replaced:
                 self.controller.forget(replaced)
             ok = True
@@ -377,8 +438,14 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 if r.idle_w is not None:  # one figure for the silo (screened: finite, >= 0), shared evenly
                     self.controller.set_idle_power(rid, r.idle_w / len(ranks))
             if kept:
-                log(INFO, "[hfl] round %s: silo %s started its ranks again; the start-up round is not observed for "
-                    "%s (their estimates are kept)", server_round, silo, ", ".join(kept))
+                log(
+                    INFO,
+                    "[hfl] round %s: silo %s started its ranks again; the start-up round is not observed for "
+                    "%s (their estimates are kept)",
+                    server_round,
+                    silo,
+                    ", ".join(kept),
+                )
             if ok:
                 accepted.append(r)
         return accepted
@@ -401,8 +468,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._cold_seeded = set(seeded)
 
     # ------------------------------------------------------------------ Message API
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """The base messages (one budget per silo) plus the step count and each silo's rank quotas."""
         messages = list(super().configure_train(server_round, arrays, config, grid))
         sent: dict[Hashable, list[int]] = {}
@@ -417,8 +485,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         self._rank_plan = sent  # what was sent: the replies are screened and recorded against it
         return messages
 
-    def screen_train_replies(self, server_round: int, replies: list[Message]
-                             ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
+    def screen_train_replies(
+        self, server_round: int, replies: list[Message]
+    ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
         """The base screening, then the per-rank lists of every kept reply."""
         kept, reports, skipped = super().screen_train_replies(server_round, replies)
         self._rank_reports = {}
@@ -427,8 +496,12 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         for msg, report in zip(kept, reports):
             metrics = next(iter(msg.content.metric_records.values()))
             try:
-                ranks = parse_rank_reports(report.node_id, metrics, report.samples,
-                                           max_ranks=self.max_silo_ranks(self._keys([report.node_id])[0]))
+                ranks = parse_rank_reports(
+                    report.node_id,
+                    metrics,
+                    report.samples,
+                    max_ranks=self.max_silo_ranks(self._keys([report.node_id])[0]),
+                )
             except ValueError as err:
                 skipped[report.node_id] = "invalid"
                 log(WARNING, "[hfl] round %s: %s; skipped", server_round, err)
@@ -438,17 +511,29 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 # Its ranks setting changed: it split evenly (flwr_adaptive.clients.silo.split_budget), so each
                 # rank's telemetry is still a good measurement; only the plan no longer applies.
                 self._replanned.add(report.node_id)
-                log(INFO, "[hfl] round %s: silo %s replied with %d ranks but was planned for %d; "
-                     "re-planning it for %d ranks from next round", server_round,
-                     self._keys([report.node_id])[0], len(ranks), len(plan), len(ranks))
+                log(
+                    INFO,
+                    "[hfl] round %s: silo %s replied with %d ranks but was planned for %d; "
+                    "re-planning it for %d ranks from next round",
+                    server_round,
+                    self._keys([report.node_id])[0],
+                    len(ranks),
+                    len(plan),
+                    len(ranks),
+                )
             self._rank_reports[report.node_id] = ranks
             out_msgs.append(msg)
             out_reports.append(report)
         return out_msgs, out_reports, skipped
 
     # ------------------------------------------------------------------ bookkeeping
-    def end_round(self, server_round: int, reports: Sequence[ClientReport],
-                  skipped: Mapping[Hashable, str], unobserved: Iterable[Hashable] = ()) -> dict[str, Any]:
+    def end_round(
+        self,
+        server_round: int,
+        reports: Sequence[ClientReport],
+        skipped: Mapping[Hashable, str],
+        unobserved: Iterable[Hashable] = (),
+    ) -> dict[str, Any]:
         """The base bookkeeping, plus one history row per rank."""
         for silo in self._keys(list(skipped)):  # after a failed round a cold reply is a start-up round
             if silo in self._cold_before:
@@ -456,17 +541,25 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         for r in reports:
             plan = None if r.node_id in self._replanned else self._rank_plan.get(r.node_id)
             for rank in self._rank_reports.get(r.node_id, []):
-                self._rank_rows.append({
-                    "round": server_round, "node_id": r.node_id, "partition_id": r.partition_id,
-                    "rank": rank.rank, "quota": None if plan is None else plan[rank.rank],
-                    "samples": rank.samples, "time_s": rank.time_s, "wait_s": rank.wait_s,
-                    "energy_j": np.nan if rank.energy_j is None else rank.energy_j,
-                    "clock": "virtual" if r.virtual_clock else "wall",
-                })
+                self._rank_rows.append(
+                    {
+                        "round": server_round,
+                        "node_id": r.node_id,
+                        "partition_id": r.partition_id,
+                        "rank": rank.rank,
+                        "quota": None if plan is None else plan[rank.rank],
+                        "samples": rank.samples,
+                        "time_s": rank.time_s,
+                        "wait_s": rank.wait_s,
+                        "energy_j": np.nan if rank.energy_j is None else rank.energy_j,
+                        "clock": "virtual" if r.virtual_clock else "wall",
+                    }
+                )
         return super().end_round(server_round, reports, skipped, unobserved)
 
-    def account(self, server_round: int, reports: Sequence[ClientReport],
-                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+    def account(
+        self, server_round: int, reports: Sequence[ClientReport], skipped: Mapping[Hashable, str]
+    ) -> dict[str, Any]:
         """The base figures plus the CV of the ranks' compute time inside each silo."""
         row = super().account(server_round, reports, skipped)
         cvs = {}
@@ -482,9 +575,17 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     def log_round(self, row: Mapping[str, Any]) -> None:
         """The base line, then one ``[hfl]`` line with the rank-time CV of every silo."""
         super().log_round(row)
-        per_silo = ", ".join(f"{silo}: {cv:.3f}" for silo, cv in sorted(self._rank_cv.items(), key=lambda kv: str(kv[0])))
-        log(INFO, "[hfl] round %s (%s clock): CV of rank compute time per silo {%s} (mean %.3f)",
-             row["round"], row["clock"], per_silo, row["rank_cv_mean"])
+        per_silo = ", ".join(
+            f"{silo}: {cv:.3f}" for silo, cv in sorted(self._rank_cv.items(), key=lambda kv: str(kv[0]))
+        )
+        log(
+            INFO,
+            "[hfl] round %s (%s clock): CV of rank compute time per silo {%s} (mean %.3f)",
+            row["round"],
+            row["clock"],
+            per_silo,
+            row["rank_cv_mean"],
+        )
 
     @property
     def rank_history(self):

@@ -28,8 +28,9 @@ import csv
 import io
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 __all__ = ["HistoryMixin", "ClientRows", "CLIENT_ROWS_IN_MEMORY"]
 
@@ -139,8 +140,10 @@ class HistoryMixin:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        for rows, target in ((self._round_rows, path),
-                             (self._client_rows, path.with_name(path.stem + "-clients" + path.suffix))):
+        for rows, target in (
+            (self._round_rows, path),
+            (self._client_rows, path.with_name(path.stem + "-clients" + path.suffix)),
+        ):
             if getattr(rows, "spilled", 0):  # some rows (maybe of this round) are in the spill file
                 frame = rows.frame()
                 new = frame[frame["round"] == server_round]

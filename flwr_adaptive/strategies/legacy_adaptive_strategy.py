@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from logging import WARNING
-from typing import Any, Hashable, Mapping
 
 from flwr.app import Context
 from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar, parameters_to_ndarrays
@@ -117,20 +117,51 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
 
     setup_api = "legacy"  # set-up errors name TelemetryClient, not @telemetry_train
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
-                 smoothing: float = 0.5, deadband: float | None = None, slack: float | None = None,
-                 paper: bool = False, weighting: str = "samples",
-                 allow_cycling: bool = False, min_quota: int = 1, forget_after: int = 3, cost_clip: float = 100.0,
-                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        *,
+        budget: int | None = None,
+        budget_per_node: int | None = None,
+        policy: str = "time",
+        smoothing: float = 0.5,
+        deadband: float | None = None,
+        slack: float | None = None,
+        paper: bool = False,
+        weighting: str = "samples",
+        allow_cycling: bool = False,
+        min_quota: int = 1,
+        forget_after: int = 3,
+        cost_clip: float = 100.0,
+        trust: CostTrust | bool = True,
+        state_dir: str | os.PathLike | None = None,
+        context: Context | None = None,
+    ) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
         if not isinstance(self.strategy, Strategy):
-            raise ValueError(f"strategy must be a flwr.server.strategy.Strategy, got "
-                             f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
-                             "flwr_adaptive.strategies.AdaptiveStrategy")
-        AdaptiveCore.__init__(self, budget, policy, budget_per_node=budget_per_node, smoothing=smoothing, deadband=deadband, slack=slack,
-                              paper=paper, weighting=weighting,
-                              allow_cycling=allow_cycling, min_quota=min_quota, forget_after=forget_after,
-                              cost_clip=cost_clip, trust=trust, state_dir=state_dir, context=context)
+            raise ValueError(
+                f"strategy must be a flwr.server.strategy.Strategy, got "
+                f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
+                "flwr_adaptive.strategies.AdaptiveStrategy"
+            )
+        AdaptiveCore.__init__(
+            self,
+            budget,
+            policy,
+            budget_per_node=budget_per_node,
+            smoothing=smoothing,
+            deadband=deadband,
+            slack=slack,
+            paper=paper,
+            weighting=weighting,
+            allow_cycling=allow_cycling,
+            min_quota=min_quota,
+            forget_after=forget_after,
+            cost_clip=cost_clip,
+            trust=trust,
+            state_dir=state_dir,
+            context=context,
+        )
 
     def __repr__(self) -> str:
         return f"LegacyAdaptiveStrategy({self.strategy!r}, budget={self.budget}, policy={self.policy!r})"
@@ -139,8 +170,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         """The inner strategy's initial parameters."""
         return self.strategy.initialize_parameters(client_manager)
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager
-                      ) -> list[tuple[ClientProxy, FitIns]]:
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, FitIns]]:
         """The inner strategy's ``FitIns``, one distinct copy per client with its quota."""
         try:
             connected = {node_id_of(proxy) for proxy in client_manager.all().values()}
@@ -156,8 +188,12 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         by_node: dict[Hashable, tuple[ClientProxy, FitIns]] = {}
         for proxy, ins in pairs:
             if node_id_of(proxy) in by_node:
-                log(WARNING, "[adaptive] round %s: client %s was sampled twice; it is sent one FitIns",
-                    server_round, node_id_of(proxy))
+                log(
+                    WARNING,
+                    "[adaptive] round %s: client %s was sampled twice; it is sent one FitIns",
+                    server_round,
+                    node_id_of(proxy),
+                )
                 continue
             by_node[node_id_of(proxy)] = (proxy, ins)
         chosen = self.participants(server_round, list(by_node))
@@ -166,14 +202,21 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         out = []
         for node, q in quotas.items():
             proxy, ins = by_node[node]
-            config = {**ins.config, keys.QUOTA: int(q), keys.ALLOW_CYCLING: self.allow_cycling,
-                      keys.ROUND: server_round}
+            config = {
+                **ins.config,
+                keys.QUOTA: int(q),
+                keys.ALLOW_CYCLING: self.allow_cycling,
+                keys.ROUND: server_round,
+            }
             out.append((proxy, FitIns(ins.parameters, config)))
         return out
 
-    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
-                      failures: list[tuple[ClientProxy, FitRes] | BaseException]
-                      ) -> tuple[Parameters | None, dict[str, Scalar]]:
+    def aggregate_fit(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        failures: list[tuple[ClientProxy, FitRes] | BaseException],
+    ) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Screen results, observe telemetry, set ``num_examples``, let the inner aggregate.
 
         Raises
@@ -189,9 +232,10 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
-        reweighted = [(proxy, replace(res, num_examples=int(weights[node_id_of(proxy)]),
-                                      metrics=user_metrics(res.metrics)))
-                      for proxy, res in kept]
+        reweighted = [
+            (proxy, replace(res, num_examples=int(weights[node_id_of(proxy)]), metrics=user_metrics(res.metrics)))
+            for proxy, res in kept
+        ]
         if reweighted:
             params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
             metrics = {**(metrics or {}), **telemetry_metrics(reports)}
@@ -201,9 +245,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
 
-    def setup_evidence(self, results: list[tuple[ClientProxy, FitRes]],
-                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
-                       ) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
+    def setup_evidence(
+        self, results: list[tuple[ClientProxy, FitRes]], failures: list[tuple[ClientProxy, FitRes] | BaseException]
+    ) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
         """What each result says about the client app's set-up (see ``SetupCheck.check_setup``)."""
         mistakes: dict[Hashable, str | None] = {}
         reasons: dict[Hashable, str] = {}
@@ -217,9 +261,12 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 mistakes[node_id_of(failure[0])], reasons[node_id_of(failure[0])] = CLIENT_SETUP, text
         return mistakes, reasons
 
-    def screen_fit_results(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
-                           failures: list[tuple[ClientProxy, FitRes] | BaseException]
-                           ) -> tuple[list[tuple[ClientProxy, FitRes]], list[ClientReport], dict[Hashable, str]]:
+    def screen_fit_results(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        failures: list[tuple[ClientProxy, FitRes] | BaseException],
+    ) -> tuple[list[tuple[ClientProxy, FitRes]], list[ClientReport], dict[Hashable, str]]:
         """Split results into usable ones (with reports) and skipped nodes (with a reason)."""
         skipped: dict[Hashable, str] = {}
         kept, reports = [], []
@@ -227,12 +274,20 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for proxy, res in results:
             node = node_id_of(proxy)
             if node not in self._assigned:
-                log(WARNING, "[adaptive] round %s: result from client %s that was not sent a quota "
-                     "this round: skipped", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: result from client %s that was not sent a quota this round: skipped",
+                    server_round,
+                    node,
+                )
                 continue
             if node in seen:
-                log(WARNING, "[adaptive] round %s: client %s returned more than one result; only its first "
-                    "counts", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: client %s returned more than one result; only its first counts",
+                    server_round,
+                    node,
+                )
                 continue
             seen.add(node)
             metrics = res.metrics if isinstance(res.metrics, Mapping) else {}
@@ -245,8 +300,13 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 continue
             if reason := self._arrays_problem(res):
                 skipped[node] = "invalid"
-                log(WARNING, "[adaptive] round %s: client %s: %s; skipped (its update would break or corrupt "
-                    "the average)", server_round, node, reason)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: client %s: %s; skipped (its update would break or corrupt the average)",
+                    server_round,
+                    node,
+                    reason,
+                )
                 continue
             kept.append((proxy, res))
             reports.append(report)
@@ -256,14 +316,23 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             else:
                 node = node_id_of(failure[0])
                 skipped[node] = "error"
-                log(WARNING, "[adaptive] round %s: client %s failed (%s); skipped", server_round,
-                     node, failure[1].status.message)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: client %s failed (%s); skipped",
+                    server_round,
+                    node,
+                    failure[1].status.message,
+                )
         answered = {node_id_of(p) for p, _ in results}
         for node in self._assigned:
             if node not in answered and node not in skipped:
                 skipped[node] = "no-reply"
-                log(WARNING, "[adaptive] round %s: no result from client %s (error or timeout); "
-                     "skipped", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: no result from client %s (error or timeout); skipped",
+                    server_round,
+                    node,
+                )
         return kept, reports, skipped
 
     def _arrays_problem(self, res: FitRes) -> str | None:
@@ -274,14 +343,18 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             return f"parameters cannot be decoded ({type(err).__name__}: {err})"
         return check_ndarrays(arrays, getattr(self, "_reference_layout", None))
 
-    def configure_evaluate(self, server_round: int, parameters: Parameters,
-                           client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
+    def configure_evaluate(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, EvaluateIns]]:
         """The inner strategy's evaluation instructions, unchanged."""
         return self.strategy.configure_evaluate(server_round, parameters, client_manager)
 
-    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
-                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]
-                           ) -> tuple[float | None, dict[str, Scalar]]:
+    def aggregate_evaluate(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, EvaluateRes]],
+        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
+    ) -> tuple[float | None, dict[str, Scalar]]:
         """The inner strategy's evaluation aggregate of the usable results.
 
         A client's second result is ignored; a result whose ``num_examples`` is not an int in
@@ -293,24 +366,41 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for proxy, res in results:
             node = node_id_of(proxy)
             if node in seen:
-                log(WARNING, "[adaptive] round %s: client %s returned more than one evaluation result; only "
-                    "its first counts", server_round, node)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: client %s returned more than one evaluation result; only its first counts",
+                    server_round,
+                    node,
+                )
                 continue
             seen.add(node)
             count = res.num_examples
-            reason = (check_weight("num_examples", count) if type(count) is int
-                      else f"num_examples must be an int, got {count!r}")
-            if reason is None and (isinstance(res.loss, bool) or not isinstance(res.loss, (int, float))
-                                   or not math.isfinite(res.loss)):
+            reason = (
+                check_weight("num_examples", count)
+                if type(count) is int
+                else f"num_examples must be an int, got {count!r}"
+            )
+            if reason is None and (
+                isinstance(res.loss, bool) or not isinstance(res.loss, (int, float)) or not math.isfinite(res.loss)
+            ):
                 reason = f"loss must be a finite number, got {res.loss!r}"
             if reason is not None:
-                log(WARNING, "[adaptive] round %s: evaluation result of client %s skipped (%s)",
-                    server_round, node, reason)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: evaluation result of client %s skipped (%s)",
+                    server_round,
+                    node,
+                    reason,
+                )
                 continue
             kept.append((proxy, res))
         if kept and not sum(res.num_examples for _, res in kept):
-            log(WARNING, "[adaptive] round %s: the evaluation results weigh 0 examples in total; no "
-                "evaluation aggregate this round", server_round)
+            log(
+                WARNING,
+                "[adaptive] round %s: the evaluation results weigh 0 examples in total; no "
+                "evaluation aggregate this round",
+                server_round,
+            )
             return None, {}
         return self.strategy.aggregate_evaluate(server_round, kept, failures)
 

@@ -41,16 +41,17 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Hashable, Mapping, Sequence
 from logging import INFO
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any
 
 from flwr.app import Context, Message
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.oort_selector import OortSelector, statistical_utility
-from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust
 
@@ -101,18 +102,40 @@ class OortStrategy(AdaptiveStrategy):
     uses_probation = False  # Oort splits equally among the selected: a retried node gets its share
     outlier_ratio = math.inf  # no cost estimate to protect: the selector times every arm itself
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, fraction: float = DEFAULT_FRACTION,
-                 selector: OortSelector | None = None, seed: int = 0, weighting: str = "samples",
-                 allow_cycling: bool = False, min_quota: int = 1, trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None,
-                 context: Context | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        *,
+        budget: int | None = None,
+        budget_per_node: int | None = None,
+        fraction: float = DEFAULT_FRACTION,
+        selector: OortSelector | None = None,
+        seed: int = 0,
+        weighting: str = "samples",
+        allow_cycling: bool = False,
+        min_quota: int = 1,
+        trust: CostTrust | bool = True,
+        state_dir: str | os.PathLike | None = None,
+        context: Context | None = None,
+    ) -> None:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must lie in (0, 1] (share of the nodes selected per round), got {fraction!r}")
         self.fraction = float(fraction)
         self.selector = selector if selector is not None else OortSelector(seed=seed)
         self._losses: dict[Hashable, float] = {}
         self._candidates = 0
-        super().__init__(strategy, budget=budget, budget_per_node=budget_per_node, policy="equal", weighting=weighting, allow_cycling=allow_cycling,
-                         min_quota=min_quota, trust=trust, state_dir=state_dir, context=context)
+        super().__init__(
+            strategy,
+            budget=budget,
+            budget_per_node=budget_per_node,
+            policy="equal",
+            weighting=weighting,
+            allow_cycling=allow_cycling,
+            min_quota=min_quota,
+            trust=trust,
+            state_dir=state_dir,
+            context=context,
+        )
 
     # ------------------------------------------------------------------ hooks
     def k_for(self, candidates: int) -> int:
@@ -127,8 +150,9 @@ class OortStrategy(AdaptiveStrategy):
             return []
         return self.selector.select(node_ids, self.k_for(len(node_ids)))
 
-    def screen_train_replies(self, server_round: int, replies: list[Message]
-                             ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
+    def screen_train_replies(
+        self, server_round: int, replies: list[Message]
+    ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
         """The adaptive screening, plus each reply's data size and each kept reply's training loss.
 
         The data size is registered from every reply that reports one, usable or not: a node
@@ -157,9 +181,13 @@ class OortStrategy(AdaptiveStrategy):
                 continue  # a probe (subclasses with probation): its few samples time the overhead only
             loss = self._losses.get(r.node_id)
             if loss is None:
-                self._warn_once("oort-loss", "[adaptive] oort: node %s reports no %r metric; its utility "
-                                "is its sample count (report the mean training loss for Oort's utility)",
-                                r.node_id, keys.TRAIN_LOSS)
+                self._warn_once(
+                    "oort-loss",
+                    "[adaptive] oort: node %s reports no %r metric; its utility "
+                    "is its sample count (report the mean training loss for Oort's utility)",
+                    r.node_id,
+                    keys.TRAIN_LOSS,
+                )
                 utility = float(r.samples)
             else:
                 utility = statistical_utility(r.samples, loss * loss)
@@ -167,8 +195,9 @@ class OortStrategy(AdaptiveStrategy):
         return accepted
 
     # ------------------------------------------------------------------ reporting
-    def account(self, server_round: int, reports: Sequence[ClientReport],
-                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+    def account(
+        self, server_round: int, reports: Sequence[ClientReport], skipped: Mapping[Hashable, str]
+    ) -> dict[str, Any]:
         """The round's figures, labelled ``oort``, with candidates and excluded counts."""
         row = super().account(server_round, reports, skipped)
         row["policy"] = OORT
@@ -188,8 +217,18 @@ class OortStrategy(AdaptiveStrategy):
     def summary(self) -> None:
         """Log the selection settings, then the adaptive strategy's summary."""
         s = self.selector
-        log(INFO, "\t├──> Oort-like selection: %.0f %% of the nodes per round, penalty alpha=%g, "
-             "T at the %g-th duration percentile, exploration %g (x%g per round, floor %g), pacer step %d "
-             "delta %g", 100 * self.fraction, s.round_penalty, s.round_threshold, s.exploration,
-             s.exploration_decay, s.exploration_min, s.pacer_step, s.pacer_delta)
+        log(
+            INFO,
+            "\t├──> Oort-like selection: %.0f %% of the nodes per round, penalty alpha=%g, "
+            "T at the %g-th duration percentile, exploration %g (x%g per round, floor %g), pacer step %d "
+            "delta %g",
+            100 * self.fraction,
+            s.round_penalty,
+            s.round_threshold,
+            s.exploration,
+            s.exploration_decay,
+            s.exploration_min,
+            s.pacer_step,
+            s.pacer_delta,
+        )
         super().summary()

@@ -31,8 +31,8 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
-from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
 from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
 from flwr_adaptive.strategies.static_profiling_strategy import STATIC, StaticProfilingStrategy
 from flwr_adaptive.strategies.trust import CostTrust
@@ -41,9 +41,16 @@ __all__ = ["POLICY_NAMES", "BASELINES", "LABELS", "PAPER_SUFFIX", "run_name", "p
 
 BASELINES = (STATIC, OORT, FEDASYNC)
 POLICY_NAMES = (*POLICIES, *BASELINES)
-LABELS = {"equal": "Equal", "time": "Time-only", "low-energy": "Low-energy", "energy": "Energy-only",
-          "min-energy": "Min-energy",
-          STATIC: "Static", OORT: "Oort-like", FEDASYNC: "FedAsync"}
+LABELS = {
+    "equal": "Equal",
+    "time": "Time-only",
+    "low-energy": "Low-energy",
+    "energy": "Energy-only",
+    "min-energy": "Min-energy",
+    STATIC: "Static",
+    OORT: "Oort-like",
+    FEDASYNC: "FedAsync",
+}
 
 #: A run of a paper's policy with ``paper=True`` is named ``<policy>-paper`` (files, tables).
 PAPER_SUFFIX = "-paper"
@@ -73,14 +80,31 @@ def parse_run_name(name: str) -> tuple[str, bool]:
     return name, False
 
 
-def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: int | None = None,
-                   strategy: Strategy | None = None, num_nodes: int = 1, seed: int = 0,
-                   oort_fraction: float = DEFAULT_FRACTION, fedasync_alpha: float = 0.6,
-                   fedasync_staleness: str = "polynomial", fedasync_order: str = "virtual", smoothing: float = 0.5, deadband: float | None = None,
-                   slack: float | None = None, paper: bool = False, weighting: str = "samples", allow_cycling: bool = False, min_quota: int = 1,
-                   forget_after: int = 3, cost_clip: float = 100.0, trust: CostTrust | bool = True,
-                   state_dir: str | os.PathLike | None = None,
-                   context: Context | None = None) -> Strategy | FedAsyncStrategy:
+def build_strategy(
+    policy: str,
+    *,
+    budget: int | None = None,
+    budget_per_node: int | None = None,
+    strategy: Strategy | None = None,
+    num_nodes: int = 1,
+    seed: int = 0,
+    oort_fraction: float = DEFAULT_FRACTION,
+    fedasync_alpha: float = 0.6,
+    fedasync_staleness: str = "polynomial",
+    fedasync_order: str = "virtual",
+    smoothing: float = 0.5,
+    deadband: float | None = None,
+    slack: float | None = None,
+    paper: bool = False,
+    weighting: str = "samples",
+    allow_cycling: bool = False,
+    min_quota: int = 1,
+    forget_after: int = 3,
+    cost_clip: float = 100.0,
+    trust: CostTrust | bool = True,
+    state_dir: str | os.PathLike | None = None,
+    context: Context | None = None,
+) -> Strategy | FedAsyncStrategy:
     """The strategy for ``policy`` (one of :data:`POLICY_NAMES`).
 
     Parameters
@@ -129,25 +153,51 @@ def build_strategy(policy: str, *, budget: int | None = None, budget_per_node: i
     """
     if policy not in POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
-    given = {"slack": slack is not None, "paper": paper is not False, "weighting": weighting != "samples", "min_quota": min_quota != 1,
-             "forget_after": forget_after != 3, "cost_clip": cost_clip != 100.0, "state_dir": bool(state_dir),
-             "context": context is not None}
+    given = {
+        "slack": slack is not None,
+        "paper": paper is not False,
+        "weighting": weighting != "samples",
+        "min_quota": min_quota != 1,
+        "forget_after": forget_after != 3,
+        "cost_clip": cost_clip != 100.0,
+        "state_dir": bool(state_dir),
+        "context": context is not None,
+    }
     ignored = [name for name in _UNUSED.get(policy, ()) if given[name]]
     if ignored:
-        raise ValueError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to policy {policy!r} (it would be ignored); "
-                         f"drop {' and '.join(ignored)} or choose a policy that uses it")
+        raise ValueError(
+            f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to policy {policy!r} "
+            "(it would be ignored); "
+            f"drop {' and '.join(ignored)} or choose a policy that uses it"
+        )
     if policy == FEDASYNC:
         if budget_per_node is not None:
-            raise ValueError("fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, "
-                             "not budget_per_node=")
-        return FedAsyncStrategy(budget=budget, alpha=fedasync_alpha, staleness=fedasync_staleness,
-                                allow_cycling=allow_cycling, min_nodes=num_nodes, order=fedasync_order, trust=trust)
-    common = dict(budget_per_node=budget_per_node, weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, trust=trust,
-                  state_dir=state_dir, context=context)
+            raise ValueError(
+                "fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, not budget_per_node="
+            )
+        return FedAsyncStrategy(
+            budget=budget,
+            alpha=fedasync_alpha,
+            staleness=fedasync_staleness,
+            allow_cycling=allow_cycling,
+            min_nodes=num_nodes,
+            order=fedasync_order,
+            trust=trust,
+        )
+    common = dict(
+        budget_per_node=budget_per_node,
+        weighting=weighting,
+        allow_cycling=allow_cycling,
+        min_quota=min_quota,
+        trust=trust,
+        state_dir=state_dir,
+        context=context,
+    )
     if policy == OORT:
         return OortStrategy(strategy, budget=budget, fraction=oort_fraction, seed=seed, **common)
     costs = dict(smoothing=smoothing, deadband=deadband, cost_clip=cost_clip)
     if policy == STATIC:
         return StaticProfilingStrategy(strategy, budget=budget, policy="time", **costs, **common)
-    return AdaptiveStrategy(strategy, budget=budget, policy=policy, slack=slack, paper=paper,
-                            forget_after=forget_after, **costs, **common)
+    return AdaptiveStrategy(
+        strategy, budget=budget, policy=policy, slack=slack, paper=paper, forget_after=forget_after, **costs, **common
+    )

@@ -26,8 +26,9 @@ O(number of keys) per reply, pure Python.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import MAX_IDLE_W, Report
@@ -104,16 +105,19 @@ class ClientReport:
 
 def _number(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> float:
     if key not in metrics:
-        raise ValueError(f"node {node_id}: telemetry key {key!r} is missing; wrap the client with "
-                         "flwr_adaptive.clients.telemetry (telemetry_train / TelemetryClient)")
+        raise ValueError(
+            f"node {node_id}: telemetry key {key!r} is missing; wrap the client with "
+            "flwr_adaptive.clients.telemetry (telemetry_train / TelemetryClient)"
+        )
     value = metrics[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"node {node_id}: telemetry {key!r} must be a number, got {value!r}")
     try:
         value = float(value)
     except OverflowError:  # an int beyond float range
-        raise ValueError(f"node {node_id}: telemetry {key!r} must be finite, got an integer of "
-                         f"{int(value).bit_length()} bits") from None
+        raise ValueError(
+            f"node {node_id}: telemetry {key!r} must be finite, got an integer of {int(value).bit_length()} bits"
+        ) from None
     if not math.isfinite(value):
         raise ValueError(f"node {node_id}: telemetry {key!r} must be finite, got {value!r}")
     return value
@@ -124,17 +128,20 @@ def _integer(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> int:
     if value != int(value):
         raise ValueError(f"node {node_id}: telemetry {key!r} must be a whole number, got {value!r}")
     if abs(value) > MAX_COUNT:
-        raise ValueError(f"node {node_id}: telemetry {key!r} = {value!r} is beyond the largest supported "
-                         f"count {MAX_COUNT}")
+        raise ValueError(
+            f"node {node_id}: telemetry {key!r} = {value!r} is beyond the largest supported count {MAX_COUNT}"
+        )
     return int(value)
 
 
 def _per_sample(node_id: NodeId, key: str, value: float, samples: int) -> None:
     per = value / samples
     if not MIN_PER_SAMPLE <= per <= MAX_PER_SAMPLE:
-        raise ValueError(f"node {node_id}: telemetry {key!r} = {value!r} for {samples} samples is "
-                         f"{per!r} per sample, outside the computable range [{MIN_PER_SAMPLE:g}, "
-                         f"{MAX_PER_SAMPLE:g}]")
+        raise ValueError(
+            f"node {node_id}: telemetry {key!r} = {value!r} for {samples} samples is "
+            f"{per!r} per sample, outside the computable range [{MIN_PER_SAMPLE:g}, "
+            f"{MAX_PER_SAMPLE:g}]"
+        )
 
 
 def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None) -> ClientReport:
@@ -165,9 +172,11 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
     elif quota is not None and samples > quota:
         # Budgets are exact (rounds × budget samples in all): a client may process fewer samples
         # than its quota (capped), never more.
-        raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} = {samples} exceeds the quota of "
-                         f"{quota} it was sent; the client must train on at most its quota "
-                         "(flwr_adaptive.clients.data.quota_data)")
+        raise ValueError(
+            f"node {node_id}: telemetry {keys.SAMPLES!r} = {samples} exceeds the quota of "
+            f"{quota} it was sent; the client must train on at most its quota "
+            "(flwr_adaptive.clients.data.quota_data)"
+        )
     time_s = _number(node_id, metrics, keys.TIME_S)
     if time_s <= 0:
         raise ValueError(f"node {node_id}: telemetry {keys.TIME_S!r} must be > 0, got {time_s!r}")
@@ -179,15 +188,19 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
             raise ValueError(f"node {node_id}: telemetry {key!r} must be >= 0, got {value!r}")
     energy = _number(node_id, metrics, keys.ENERGY_J)
     if energy < 0 and energy != keys.UNMEASURED_ENERGY:
-        raise ValueError(f"node {node_id}: telemetry {keys.ENERGY_J!r} must be >= 0 "
-                         f"(or {keys.UNMEASURED_ENERGY} for unmeasured), got {energy!r}")
+        raise ValueError(
+            f"node {node_id}: telemetry {keys.ENERGY_J!r} must be >= 0 "
+            f"(or {keys.UNMEASURED_ENERGY} for unmeasured), got {energy!r}"
+        )
     if energy > 0:
         _per_sample(node_id, keys.ENERGY_J, energy, samples)
     partition = _integer(node_id, metrics, keys.PARTITION_ID)
     idle_w = _number(node_id, metrics, keys.IDLE_W)
     if idle_w > MAX_IDLE_W:
-        raise ValueError(f"node {node_id}: telemetry {keys.IDLE_W!r} must be at most {MAX_IDLE_W:g} W (or -1 for "
-                         f"unknown), got {idle_w!r}: report the device's idle draw in watts")
+        raise ValueError(
+            f"node {node_id}: telemetry {keys.IDLE_W!r} must be at most {MAX_IDLE_W:g} W (or -1 for "
+            f"unknown), got {idle_w!r}: report the device's idle draw in watts"
+        )
     capped = _integer(node_id, metrics, keys.QUOTA_CAPPED)
     virtual = _integer(node_id, metrics, keys.VIRTUAL_CLOCK)
     cold = _integer(node_id, metrics, keys.COLD_START) if keys.COLD_START in metrics else 0

@@ -33,9 +33,10 @@ import json
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
@@ -55,8 +56,14 @@ _VERSION = 1
 class Checkpoint:
     """What a completed round leaves: round number, model, metrics so far, the app's extras."""
 
-    def __init__(self, server_round: int, num_rounds: int, arrays: ArrayRecord,
-                 metrics: Mapping[int, Mapping[str, Any]], extra: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        server_round: int,
+        num_rounds: int,
+        arrays: ArrayRecord,
+        metrics: Mapping[int, Mapping[str, Any]],
+        extra: Mapping[str, Any],
+    ) -> None:
         self.server_round = server_round
         self.num_rounds = num_rounds
         self.arrays = arrays
@@ -102,8 +109,11 @@ class ResumableRun:
                            evaluate_fn=evaluate)
     """
 
-    def __init__(self, state_dir: str | os.PathLike | None,
-                 on_round: Callable[[int, ArrayRecord, MetricRecord | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: str | os.PathLike | None,
+        on_round: Callable[[int, ArrayRecord, MetricRecord | None], None] | None = None,
+    ) -> None:
         self.state_dir = None if state_dir is None or str(state_dir) == "" else Path(state_dir)
         self.on_round = on_round
         self.resumed_from = 0  # the round the last start() resumed after (0: a fresh run)
@@ -120,17 +130,28 @@ class ResumableRun:
             meta = json.loads(run_path.read_text())
             data = model_path.read_bytes()
         except (OSError, ValueError) as err:
-            raise ValueError(f"checkpoint in {self.state_dir} is unreadable ({err}); delete {run_path} and "
-                             f"{model_path} to start the run afresh") from err
+            raise ValueError(
+                f"checkpoint in {self.state_dir} is unreadable ({err}); delete {run_path} and "
+                f"{model_path} to start the run afresh"
+            ) from err
         if meta.get("version") != _VERSION:
-            raise ValueError(f"checkpoint {run_path} has version {meta.get('version')!r}, this release reads "
-                             f"{_VERSION}; delete it to start afresh")
+            raise ValueError(
+                f"checkpoint {run_path} has version {meta.get('version')!r}, this release reads "
+                f"{_VERSION}; delete it to start afresh"
+            )
         if hashlib.sha256(data).hexdigest() != meta.get("model_sha256"):
-            raise ValueError(f"{model_path} does not match {run_path} (a different run's model?); delete both "
-                             "to start the run afresh")
+            raise ValueError(
+                f"{model_path} does not match {run_path} (a different run's model?); delete both "
+                "to start the run afresh"
+            )
         arrays = _arrays_from_bytes(data, list(meta["names"]))
-        return Checkpoint(int(meta["round"]), int(meta["num_rounds"]), arrays,
-                          {int(k): v for k, v in meta.get("metrics", {}).items()}, meta.get("extra", {}))
+        return Checkpoint(
+            int(meta["round"]),
+            int(meta["num_rounds"]),
+            arrays,
+            {int(k): v for k, v in meta.get("metrics", {}).items()},
+            meta.get("extra", {}),
+        )
 
     def save(self, server_round: int, num_rounds: int, arrays: ArrayRecord) -> None:
         """Write the checkpoint of a completed round (model first, then the JSON naming it)."""
@@ -141,16 +162,30 @@ class ResumableRun:
         # syncs the folder for both.
         self.state_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(self.state_dir / MODEL_FILE, data, sync_dir=False)
-        meta = {"version": _VERSION, "round": int(server_round), "num_rounds": int(num_rounds), "names": names,
-                "model_sha256": hashlib.sha256(data).hexdigest(), "saved_at": time.time(),
-                "metrics": {str(k): v for k, v in self.metrics.items()}, "extra": self.extra}
+        meta = {
+            "version": _VERSION,
+            "round": int(server_round),
+            "num_rounds": int(num_rounds),
+            "names": names,
+            "model_sha256": hashlib.sha256(data).hexdigest(),
+            "saved_at": time.time(),
+            "metrics": {str(k): v for k, v in self.metrics.items()},
+            "extra": self.extra,
+        }
         write_atomic(self.state_dir / RUN_FILE, json.dumps(meta))
 
     # ------------------------------------------------------------------ the loop
-    def start(self, strategy: Strategy, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3,
-              timeout: float = 3600, train_config: ConfigRecord | None = None,
-              evaluate_config: ConfigRecord | None = None,
-              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+    def start(
+        self,
+        strategy: Strategy,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
         """Run rounds ``k+1..num_rounds`` (``k``: the checkpoint's round, else 0); see the module doc.
 
         Parameters are ``Strategy.start``'s; ``evaluate_fn`` is called for round 0 only on a fresh
@@ -163,18 +198,31 @@ class ResumableRun:
         arrays, done = initial_arrays, 0
         checkpoint = self.load()
         if checkpoint is not None and checkpoint.num_rounds != num_rounds:
-            raise ValueError(f"the checkpoint in {self.state_dir} is of a run of {checkpoint.num_rounds} rounds "
-                             f"(round {checkpoint.server_round} done), this run asks for {num_rounds}: run with "
-                             f"num-server-rounds={checkpoint.num_rounds} to resume it, or delete "
-                             f"{self.state_dir / RUN_FILE} to start afresh")
+            raise ValueError(
+                f"the checkpoint in {self.state_dir} is of a run of {checkpoint.num_rounds} rounds "
+                f"(round {checkpoint.server_round} done), this run asks for {num_rounds}: run with "
+                f"num-server-rounds={checkpoint.num_rounds} to resume it, or delete "
+                f"{self.state_dir / RUN_FILE} to start afresh"
+            )
         if checkpoint is not None and checkpoint.finished:
-            log(INFO, "[adaptive] the checkpoint in %s is of a finished run (%d rounds): starting a new run from "
-                "the initial model", self.state_dir, checkpoint.num_rounds)
+            log(
+                INFO,
+                "[adaptive] the checkpoint in %s is of a finished run (%d rounds): starting a new run from "
+                "the initial model",
+                self.state_dir,
+                checkpoint.num_rounds,
+            )
         elif checkpoint is not None:
             arrays, done = checkpoint.arrays, checkpoint.server_round
             self.metrics, self.extra = checkpoint.metrics, checkpoint.extra
-            log(WARNING, "[adaptive] resuming the run from its checkpoint in %s: round %d of %d was the last "
-                "completed; the model of that round is loaded", self.state_dir, done, num_rounds)
+            log(
+                WARNING,
+                "[adaptive] resuming the run from its checkpoint in %s: round %d of %d was the last "
+                "completed; the model of that round is loaded",
+                self.state_dir,
+                done,
+                num_rounds,
+            )
         self.resumed_from = done
         log(INFO, "Starting %s strategy (rounds %d..%d):", type(strategy).__name__, done + 1, num_rounds)
         strategy.summary()
@@ -189,7 +237,8 @@ class ResumableRun:
             log(INFO, "")
             log(INFO, "[ROUND %s/%s]", current_round, num_rounds)
             replies = grid.send_and_receive(
-                messages=strategy.configure_train(current_round, arrays, train_config, grid), timeout=timeout)
+                messages=strategy.configure_train(current_round, arrays, train_config, grid), timeout=timeout
+            )
             new_arrays, train_metrics = strategy.aggregate_train(current_round, replies)
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays

@@ -30,8 +30,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from flwr_adaptive.strategies.state_file import write_atomic
 
@@ -56,11 +57,17 @@ class RunSummary:
         The run config the ServerApp used (JSON types).
     """
 
-    def __init__(self, out_dir: str | os.PathLike | None, policy: str, task: str,
-                 config: Mapping[str, Any]) -> None:
+    def __init__(self, out_dir: str | os.PathLike | None, policy: str, task: str, config: Mapping[str, Any]) -> None:
         self.path = None if out_dir is None else Path(out_dir) / f"summary-{policy}.json"
-        self.data: dict[str, Any] = {"policy": policy, "status": "started", "task": task, "rounds": [],
-                                     "config": dict(config), "pid": os.getpid(), "host": socket.gethostname()}
+        self.data: dict[str, Any] = {
+            "policy": policy,
+            "status": "started",
+            "task": task,
+            "rounds": [],
+            "config": dict(config),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
         self.write()
 
     def add_round(self, server_round: int, metrics: Mapping[str, Any]) -> None:
@@ -89,7 +96,7 @@ class RunSummary:
         self.write()
 
     @contextlib.contextmanager
-    def guard(self) -> Iterator["RunSummary"]:
+    def guard(self) -> Iterator[RunSummary]:
         """Mark the summary ``"failed"`` when the block raises (also SystemExit/KeyboardInterrupt)."""
         try:
             yield self
@@ -109,10 +116,12 @@ class RunSummary:
             self.data["rounds_trained"] = int(trained_rounds)
         if trained_rounds == 0:
             self.data["status"] = "failed"
-            self.data["error"] = ("no reply was aggregated in any round: the model is the initial one. Check "
-                                  "the server log for skipped replies; a round timeout shorter than a "
-                                  "round's training, clients that fail, or no connected node are the usual "
-                                  "causes")
+            self.data["error"] = (
+                "no reply was aggregated in any round: the model is the initial one. Check "
+                "the server log for skipped replies; a round timeout shorter than a "
+                "round's training, clients that fail, or no connected node are the usual "
+                "causes"
+            )
         else:
             self.data["status"] = "finished" if done else "incomplete"
         self.write()

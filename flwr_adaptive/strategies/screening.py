@@ -35,14 +35,24 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from flwr_adaptive.strategies.reports import MAX_COUNT
 
-__all__ = ["ArrayLayout", "array_layout", "ndarray_layout", "check_arrays", "check_ndarrays", "check_weight",
-           "harmonize_metrics", "metric_kind", "describe_removed"]
+__all__ = [
+    "ArrayLayout",
+    "array_layout",
+    "ndarray_layout",
+    "check_arrays",
+    "check_ndarrays",
+    "check_weight",
+    "harmonize_metrics",
+    "metric_kind",
+    "describe_removed",
+]
 
 ArrayLayout = dict[str, tuple[tuple[int, ...], str]]  # array name -> (shape, dtype)
 
@@ -71,8 +81,10 @@ def _layout_reason(layout: ArrayLayout, reference: ArrayLayout) -> str | None:
     for name, (shape, dtype) in layout.items():
         if (shape, dtype) != reference[name]:
             want_shape, want_dtype = reference[name]
-            return (f"array {name!r} has shape {shape} and dtype {dtype}, the model's has shape "
-                    f"{want_shape} and dtype {want_dtype}")
+            return (
+                f"array {name!r} has shape {shape} and dtype {dtype}, the model's has shape "
+                f"{want_shape} and dtype {want_dtype}"
+            )
     return None
 
 
@@ -140,8 +152,9 @@ def _finite_metric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_lists: bool = True
-                      ) -> dict[str, list[int]]:
+def harmonize_metrics(
+    contents: Sequence[Any], required: Iterable[str], strict_lists: bool = True
+) -> dict[str, list[int]]:
     """Make the kept replies' records consistent for aggregation, in place.
 
     Keeps, in every reply's single ``MetricRecord``, the keys that every reply carries with a
@@ -161,8 +174,9 @@ def harmonize_metrics(contents: Sequence[Any], required: Iterable[str], strict_l
     views = [split_records(c) for c in contents]  # one pass per reply instead of a view per access
     records = [m[0][1] for _, m in views]
     required = set(required)
-    kinds: list[dict[str, Any]] = [{k: metric_kind(v, strict_lists) for k, v in r.items() if _finite_metric(v)}
-                                   for r in records]
+    kinds: list[dict[str, Any]] = [
+        {k: metric_kind(v, strict_lists) for k, v in r.items() if _finite_metric(v)} for r in records
+    ]
     common = set(kinds[0])
     for k in kinds[1:]:
         common &= set(k)
@@ -189,6 +203,5 @@ def describe_removed(removed: Mapping[str, list[int]], nodes: Sequence[Hashable]
     parts = []
     for key, idx in sorted(removed.items()):
         who = [str(nodes[i]) for i in idx]
-        parts.append(f"{key!r} (node{'s' if len(who) > 1 else ''} {', '.join(who[:5])}"
-                     f"{'…' if len(who) > 5 else ''})")
+        parts.append(f"{key!r} (node{'s' if len(who) > 1 else ''} {', '.join(who[:5])}{'…' if len(who) > 5 else ''})")
     return "; ".join(parts)

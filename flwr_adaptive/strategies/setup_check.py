@@ -26,34 +26,48 @@ One pass over the first round's replies' metric keys; nothing after the first ro
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 from flwr_adaptive import keys
 
-__all__ = ["SetupError", "SetupCheck", "setup_mistake", "NO_TELEMETRY", "NO_QUOTA_DATA", "CLIENT_SETUP",
-           "CLIENT_SETUP_MARK"]
+__all__ = [
+    "SetupError",
+    "SetupCheck",
+    "setup_mistake",
+    "NO_TELEMETRY",
+    "NO_QUOTA_DATA",
+    "CLIENT_SETUP",
+    "CLIENT_SETUP_MARK",
+]
 
 NO_TELEMETRY = "no-telemetry"
 NO_QUOTA_DATA = "no-quota-data"
 CLIENT_SETUP = "client-setup"
 CLIENT_SETUP_MARK = keys.SETUP_ERROR_MARK
 
-_MESSAGE_WRAP = ("wrap the ClientApp's train function with @telemetry_train, on the line directly BELOW "
-                 "@app.train() (decorators apply bottom-up: above it, Flower registers the unwrapped "
-                 "function):\n\n"
-                 "    from flwr_adaptive.clients import quota_data, telemetry_train\n\n"
-                 "    @app.train()\n"
-                 "    @telemetry_train          # or @telemetry_train(meter=...)\n"
-                 "    def train(msg, context):\n"
-                 "        ...\n")
-_LEGACY_WRAP = ("wrap the NumPyClient in client_fn with TelemetryClient:\n\n"
-                "    from flwr_adaptive.clients import TelemetryClient, quota_data\n\n"
-                "    def client_fn(context):\n"
-                "        ...\n"
-                "        return TelemetryClient(FlowerClient(...), context).to_client()\n")
-_QUOTA_DATA = ("call quota_data where the client builds its training data, so that it trains on exactly "
-               "its quota:\n\n"
-               "    trainloader = quota_data(trainloader)   # a DataLoader, dataset, array or list\n")
+_MESSAGE_WRAP = (
+    "wrap the ClientApp's train function with @telemetry_train, on the line directly BELOW "
+    "@app.train() (decorators apply bottom-up: above it, Flower registers the unwrapped "
+    "function):\n\n"
+    "    from flwr_adaptive.clients import quota_data, telemetry_train\n\n"
+    "    @app.train()\n"
+    "    @telemetry_train          # or @telemetry_train(meter=...)\n"
+    "    def train(msg, context):\n"
+    "        ...\n"
+)
+_LEGACY_WRAP = (
+    "wrap the NumPyClient in client_fn with TelemetryClient:\n\n"
+    "    from flwr_adaptive.clients import TelemetryClient, quota_data\n\n"
+    "    def client_fn(context):\n"
+    "        ...\n"
+    "        return TelemetryClient(FlowerClient(...), context).to_client()\n"
+)
+_QUOTA_DATA = (
+    "call quota_data where the client builds its training data, so that it trains on exactly "
+    "its quota:\n\n"
+    "    trainloader = quota_data(trainloader)   # a DataLoader, dataset, array or list\n"
+)
 FIXES = {
     ("message", NO_TELEMETRY): _MESSAGE_WRAP,
     ("legacy", NO_TELEMETRY): _LEGACY_WRAP,
@@ -95,8 +109,9 @@ class SetupCheck:
     setup_api: str = "message"
     _setup_checked: bool = False
 
-    def check_setup(self, server_round: int, mistakes: Mapping[Hashable, str | None],
-                    reasons: Mapping[Hashable, str] | None = None) -> None:
+    def check_setup(
+        self, server_round: int, mistakes: Mapping[Hashable, str | None], reasons: Mapping[Hashable, str] | None = None
+    ) -> None:
         """Raise if every reply of the first round with replies shows the same set-up mistake."""
         if self._setup_checked or not mistakes:
             return
@@ -109,11 +124,17 @@ class SetupCheck:
         shown = ", ".join(map(str, nodes[:5])) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
         if kind == CLIENT_SETUP:
             reason = next(iter((reasons or {}).values()), "")
-            raise SetupError(f"round {server_round}: the ClientApp could not be loaded or set up on any node "
-                             f"({shown}), so nothing can be trained. The client said (in deployment the "
-                             f"SuperNode's log has the full traceback):\n{reason}")
-        what = {NO_TELEMETRY: "carried no telemetry (no 'samples', 'time-s', ... in its metrics)",
-                NO_QUOTA_DATA: "trained on more samples than its quota and reported no local data size "
-                               "(quota_data was not called)"}[kind]
-        raise SetupError(f"round {server_round}: the reply of every node ({shown}) {what}, so no update could "
-                         f"be used and the model would never train. Fix: {FIXES[(self.setup_api, kind)]}")
+            raise SetupError(
+                f"round {server_round}: the ClientApp could not be loaded or set up on any node "
+                f"({shown}), so nothing can be trained. The client said (in deployment the "
+                f"SuperNode's log has the full traceback):\n{reason}"
+            )
+        what = {
+            NO_TELEMETRY: "carried no telemetry (no 'samples', 'time-s', ... in its metrics)",
+            NO_QUOTA_DATA: "trained on more samples than its quota and reported no local data size "
+            "(quota_data was not called)",
+        }[kind]
+        raise SetupError(
+            f"round {server_round}: the reply of every node ({shown}) {what}, so no update could "
+            f"be used and the model would never train. Fix: {FIXES[(self.setup_api, kind)]}"
+        )

@@ -45,9 +45,11 @@ def check_state_dir(folder: str | os.PathLike) -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        raise ValueError(f"state_dir {str(path)!r} is not a writable folder ({err.strerror or err}); "
-                         "pass a folder this process may write to, or state_dir=None to keep no state "
-                         "file") from None
+        raise ValueError(
+            f"state_dir {str(path)!r} is not a writable folder ({err.strerror or err}); "
+            "pass a folder this process may write to, or state_dir=None to keep no state "
+            "file"
+        ) from None
     return path
 
 
@@ -107,11 +109,14 @@ def read_state(path: str | os.PathLike, what_to_do: str) -> dict[str, Any] | Non
     try:
         state = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise StateFileError(f"state file {str(path)!r} is not valid JSON (truncated or overwritten: {err}); "
-                             f"{what_to_do}") from None
+        raise StateFileError(
+            f"state file {str(path)!r} is not valid JSON (truncated or overwritten: {err}); {what_to_do}"
+        ) from None
     if not isinstance(state, dict):
-        raise StateFileError(f"state file {str(path)!r} holds a JSON {type(state).__name__}, not the "
-                             f"strategy's state object; {what_to_do}")
+        raise StateFileError(
+            f"state file {str(path)!r} holds a JSON {type(state).__name__}, not the "
+            f"strategy's state object; {what_to_do}"
+        )
     return state
 
 

@@ -22,7 +22,8 @@ As the adaptive strategy; after round 1 the controller only validates reports.
 from __future__ import annotations
 
 import os
-from typing import Any, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
@@ -81,35 +82,65 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     Frozen estimates never expire (no ``forget_after``).
     """
 
-    def __init__(self, strategy: Strategy | None = None, *, budget: int | None = None, budget_per_node: int | None = None, policy: str = "time",
-                 profile_rounds: int = 1, smoothing: float = 0.5, deadband: float | None = None, weighting: str = "samples",
-                 allow_cycling: bool = False, min_quota: int = 1, cost_clip: float = 100.0,
-                 trust: CostTrust | bool = True, state_dir: str | os.PathLike | None = None, context: Context | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        *,
+        budget: int | None = None,
+        budget_per_node: int | None = None,
+        policy: str = "time",
+        profile_rounds: int = 1,
+        smoothing: float = 0.5,
+        deadband: float | None = None,
+        weighting: str = "samples",
+        allow_cycling: bool = False,
+        min_quota: int = 1,
+        cost_clip: float = 100.0,
+        trust: CostTrust | bool = True,
+        state_dir: str | os.PathLike | None = None,
+        context: Context | None = None,
+    ) -> None:
         weighted = [p for p, v in POLICIES.items() if v.objective == "weighted" and (v.w_time or v.w_energy)]
         if policy not in weighted:
-            raise ValueError(f"StaticProfilingStrategy needs cost weights: policy must be one of "
-                             f"{', '.join(weighted)}, got {policy!r}")
+            raise ValueError(
+                f"StaticProfilingStrategy needs cost weights: policy must be one of "
+                f"{', '.join(weighted)}, got {policy!r}"
+            )
         if isinstance(profile_rounds, bool) or not isinstance(profile_rounds, int) or profile_rounds < 1:
             raise ValueError(f"profile_rounds must be an int >= 1, got {profile_rounds!r}")
         self.profile_rounds = profile_rounds
-        super().__init__(strategy, budget=budget, budget_per_node=budget_per_node, policy=policy, smoothing=smoothing, deadband=deadband,
-                         weighting=weighting, allow_cycling=allow_cycling, min_quota=min_quota, cost_clip=cost_clip,
-                         trust=trust, state_dir=state_dir, context=context)
+        super().__init__(
+            strategy,
+            budget=budget,
+            budget_per_node=budget_per_node,
+            policy=policy,
+            smoothing=smoothing,
+            deadband=deadband,
+            weighting=weighting,
+            allow_cycling=allow_cycling,
+            min_quota=min_quota,
+            cost_clip=cost_clip,
+            trust=trust,
+            state_dir=state_dir,
+            context=context,
+        )
 
     def make_controller(self) -> StaticProfilingController:
         """A controller that freezes its estimates after ``profile_rounds`` reported rounds."""
         weights = POLICIES[self.policy]
         kwargs = {k: v for k, v in self._controller_kwargs.items() if k != "forget_after"}
-        return StaticProfilingController(self.budget, profile_rounds=self.profile_rounds,
-                                         w_time=weights.w_time, w_energy=weights.w_energy, **kwargs)
+        return StaticProfilingController(
+            self.budget, profile_rounds=self.profile_rounds, w_time=weights.w_time, w_energy=weights.w_energy, **kwargs
+        )
 
     @property
     def frozen(self) -> bool:
         """True once the split no longer follows telemetry."""
         return self.controller.frozen
 
-    def account(self, server_round: int, reports: Sequence[ClientReport],
-                skipped: Mapping[Hashable, str]) -> dict[str, Any]:
+    def account(
+        self, server_round: int, reports: Sequence[ClientReport], skipped: Mapping[Hashable, str]
+    ) -> dict[str, Any]:
         """The adaptive strategy's round figures, labelled ``static``."""
         row = super().account(server_round, reports, skipped)
         row["policy"] = STATIC
@@ -121,6 +152,10 @@ class StaticProfilingStrategy(AdaptiveStrategy):
 
         from flwr_adaptive.strategies.core import log
 
-        log(INFO, "\t├──> Static profiling: split fixed after %d profiled round(s) (%s weights)",
-             self.profile_rounds, self.policy)
+        log(
+            INFO,
+            "\t├──> Static profiling: split fixed after %d profiled round(s) (%s weights)",
+            self.profile_rounds,
+            self.policy,
+        )
         super().summary()

@@ -22,7 +22,8 @@ O(replies × keys) per round.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.reports import ClientReport

@@ -40,9 +40,9 @@ O(R log R) per round for R reports (a sort per rule), one dict entry per node.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from logging import WARNING
-from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -90,17 +90,24 @@ class CostTrust:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
                 raise ValueError(f"{name} must be a number >= 1 (inf turns the rule off), got {value!r}")
-        if isinstance(self.evidence_min_s, bool) or not isinstance(self.evidence_min_s, (int, float)) \
-                or not self.evidence_min_s >= 0:
+        if (
+            isinstance(self.evidence_min_s, bool)
+            or not isinstance(self.evidence_min_s, (int, float))
+            or not self.evidence_min_s >= 0
+        ):
             raise ValueError(f"evidence_min_s must be seconds >= 0, got {self.evidence_min_s!r}")
         for name in ("min_group", "strikes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
-    def believe(self, server_round: int, reports: Sequence[ClientReport],
-                observed_s: Mapping[Hashable, float] | None = None,
-                estimate_of: Callable[[Hashable], float | None] | None = None) -> dict[Hashable, ClientReport]:
+    def believe(
+        self,
+        server_round: int,
+        reports: Sequence[ClientReport],
+        observed_s: Mapping[Hashable, float] | None = None,
+        estimate_of: Callable[[Hashable], float | None] | None = None,
+    ) -> dict[Hashable, ClientReport]:
         """``{node_id: the report as the server believes it}`` (the same object when believed).
 
         Parameters
@@ -120,18 +127,43 @@ class CostTrust:
         if estimate_of is not None and math.isfinite(self.max_drop):
             for node, r in list(out.items()):
                 prev = estimate_of(node)
-                if prev is not None and math.isfinite(prev) and prev > 0 and r.time_s / r.samples < prev / self.max_drop:
+                if (
+                    prev is not None
+                    and math.isfinite(prev)
+                    and prev > 0
+                    and r.time_s / r.samples < prev / self.max_drop
+                ):
                     out[node] = replace(r, time_s=prev / self.max_drop * r.samples)
-                    self._say("drop", node, "[adaptive] round %s: node %s claims %.3g s per sample, more than %g× "
-                              "below its estimate %.3g: its cost may fall by at most %g× per round", server_round,
-                              node, r.time_s / r.samples, self.max_drop, prev, self.max_drop)
+                    self._say(
+                        "drop",
+                        node,
+                        "[adaptive] round %s: node %s claims %.3g s per sample, more than %g× "
+                        "below its estimate %.3g: its cost may fall by at most %g× per round",
+                        server_round,
+                        node,
+                        r.time_s / r.samples,
+                        self.max_drop,
+                        prev,
+                        self.max_drop,
+                    )
         return out
 
     # ------------------------------------------------------------------ rules
-    def _evidence(self, server_round: int, reports: Sequence[ClientReport], observed_s: Mapping[Hashable, float],
-                  out: dict[Hashable, ClientReport]) -> None:
-        timed = [r for r in reports if not r.virtual_clock and r.node_id in observed_s
-                 and math.isfinite(observed_s[r.node_id]) and observed_s[r.node_id] > 0]
+    def _evidence(
+        self,
+        server_round: int,
+        reports: Sequence[ClientReport],
+        observed_s: Mapping[Hashable, float],
+        out: dict[Hashable, ClientReport],
+    ) -> None:
+        timed = [
+            r
+            for r in reports
+            if not r.virtual_clock
+            and r.node_id in observed_s
+            and math.isfinite(observed_s[r.node_id])
+            and observed_s[r.node_id] > 0
+        ]
         if len(timed) < self.min_group + 1:
             return
         overhead = float(np.median([observed_s[r.node_id] - r.time_s for r in timed]))
@@ -141,9 +173,18 @@ class CostTrust:
             self._strikes[r.node_id] = self._strikes.get(r.node_id, 0) + 1 if suspect else 0
             if self._strikes[r.node_id] >= self.strikes:
                 out[r.node_id] = replace(r, time_s=implied)
-                self._say("evidence", r.node_id, "[adaptive] round %s: node %s claims %.3g s but the server observed "
-                          "%.3g s beyond the common overhead, %d rounds running: it is timed by the server's "
-                          "observation", server_round, r.node_id, r.time_s, implied, self._strikes[r.node_id])
+                self._say(
+                    "evidence",
+                    r.node_id,
+                    "[adaptive] round %s: node %s claims %.3g s but the server observed "
+                    "%.3g s beyond the common overhead, %d rounds running: it is timed by the server's "
+                    "observation",
+                    server_round,
+                    r.node_id,
+                    r.time_s,
+                    implied,
+                    self._strikes[r.node_id],
+                )
 
     def _plausible(self, server_round: int, out: dict[Hashable, ClientReport], what: str) -> None:
         if not math.isfinite(self.plausible_range):
@@ -159,9 +200,18 @@ class CostTrust:
                     out[node] = replace(r, time_s=float(others) * r.samples)
                 else:
                     out[node] = replace(r, energy_j=float(others) * r.samples)
-                self._say(f"implausible-{what}", node, "[adaptive] round %s: node %s claims %.3g %s per sample, "
-                          "below 1/%g of the other nodes' median %.3g: not believed, it is taken at that median",
-                          server_round, node, value, "s" if what == "time" else "J", self.plausible_range, others)
+                self._say(
+                    f"implausible-{what}",
+                    node,
+                    "[adaptive] round %s: node %s claims %.3g %s per sample, "
+                    "below 1/%g of the other nodes' median %.3g: not believed, it is taken at that median",
+                    server_round,
+                    node,
+                    value,
+                    "s" if what == "time" else "J",
+                    self.plausible_range,
+                    others,
+                )
 
     def _say(self, rule: str, node: Hashable, msg: str, *args: object) -> None:
         if (rule, node) not in self._said:
@@ -193,5 +243,7 @@ def resolve_trust(trust: CostTrust | bool) -> CostTrust | None:
         return None
     if isinstance(trust, CostTrust):
         return trust
-    raise ValueError(f"trust must be True (the default rules), False (believe every claim) or "
-                     f"flwr_adaptive.strategies.CostTrust(...) to tune them, got {trust!r}")
+    raise ValueError(
+        f"trust must be True (the default rules), False (believe every claim) or "
+        f"flwr_adaptive.strategies.CostTrust(...) to tune them, got {trust!r}"
+    )

@@ -24,13 +24,14 @@ O(world) per round plus one ``allocate``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from flwr_adaptive.clients.ddp.worker import RankTelemetry, RoundPlan
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive.schedule import step_makespan
-from flwr_adaptive.clients.ddp.worker import RankTelemetry, RoundPlan
 
 __all__ = ["DDP_POLICIES", "ddp_controller", "equal_quotas", "RoundDriver", "round_summary"]
 
@@ -86,10 +87,20 @@ class RoundDriver:
         Passed to :func:`ddp_controller` (e.g. ``deadband``, ``smoothing``).
     """
 
-    def __init__(self, world: int, budget: int, steps: int, policy: str = "time",
-                 slowdowns: Sequence[float] | None = None, active_watts: Sequence[float | None] | None = None,
-                 seed: int = 0, ema_smoothing: float = 0.5, controller: AllocationController | None = None,
-                 idle_watts: Sequence[float | None] | None = None, **controller_kwargs: Any) -> None:
+    def __init__(
+        self,
+        world: int,
+        budget: int,
+        steps: int,
+        policy: str = "time",
+        slowdowns: Sequence[float] | None = None,
+        active_watts: Sequence[float | None] | None = None,
+        seed: int = 0,
+        ema_smoothing: float = 0.5,
+        controller: AllocationController | None = None,
+        idle_watts: Sequence[float | None] | None = None,
+        **controller_kwargs: Any,
+    ) -> None:
         if policy not in DDP_POLICIES:
             raise ValueError(f"policy must be one of {DDP_POLICIES}, got {policy!r}")
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
@@ -97,8 +108,9 @@ class RoundDriver:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be an int >= 1, got {steps!r}")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < steps:
-            raise ValueError(f"budget must be an int >= steps ({steps}), got {budget!r}: "
-                             "every step needs at least one sample")
+            raise ValueError(
+                f"budget must be an int >= steps ({steps}), got {budget!r}: every step needs at least one sample"
+            )
         self.world, self.budget, self.steps, self.policy = world, budget, steps, policy
         self.slowdowns = None if slowdowns is None else [float(s) for s in slowdowns]
         self.active_watts = None if active_watts is None else list(active_watts)
@@ -110,13 +122,15 @@ class RoundDriver:
         self.controller = controller
         if controller is None and policy in POLICIES and policy != "equal":
             min_quota = controller_kwargs.get("min_quota", steps)
-            need = (world * min_quota if isinstance(min_quota, int)
-                    else sum(int(min_quota.get(r, 0)) for r in self.ranks))
+            need = (
+                world * min_quota if isinstance(min_quota, int) else sum(int(min_quota.get(r, 0)) for r in self.ranks)
+            )
             if budget < need:
                 raise ValueError(
                     f"budget {budget} cannot give each of the {world} ranks min_quota {min_quota!r} "
                     f"(default: one sample per step, steps={steps}): it needs budget >= {need}; raise the "
-                    "budget, lower steps, or pass a smaller min_quota (the worker handles empty batches)")
+                    "budget, lower steps, or pass a smaller min_quota (the worker handles empty batches)"
+                )
             self.controller = ddp_controller(budget, steps, policy, **controller_kwargs)
         if idle_watts is not None:
             if len(idle_watts) != world:
@@ -136,9 +150,14 @@ class RoundDriver:
         """The next round's plan (identical for every rank)."""
         self.round += 1
         return RoundPlan(
-            quotas=self.quotas(), steps=self.steps, start=self.position, seed=self.seed,
-            slowdowns=self.slowdowns, active_watts=self.active_watts,
-            balancing="ema" if self.policy == "ema" else "schedule", ema_smoothing=self.ema_smoothing,
+            quotas=self.quotas(),
+            steps=self.steps,
+            start=self.position,
+            seed=self.seed,
+            slowdowns=self.slowdowns,
+            active_watts=self.active_watts,
+            balancing="ema" if self.policy == "ema" else "schedule",
+            ema_smoothing=self.ema_smoothing,
         )
 
     def observe(self, telemetry: Sequence[RankTelemetry]) -> None:

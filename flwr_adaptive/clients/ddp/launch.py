@@ -31,9 +31,10 @@ import datetime
 import multiprocessing as mp
 import os
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,8 +46,9 @@ __all__ = ["LocalDDPGroup", "DDPRoundResult", "run_ddp_round"]
 _HOST = "127.0.0.1"
 
 
-def _rank_main(rank: int, world: int, port: int, spec: WorkerSpec, backend: str, timeout_s: float,
-               clock: str, conn: Connection) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, spec: WorkerSpec, backend: str, timeout_s: float, clock: str, conn: Connection
+) -> None:
     """Body of one spawned rank: join the group, build the rank, serve commands until "stop"."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -117,8 +119,9 @@ class LocalDDPGroup:
     ...     telemetry = group.run_round(RoundPlan(quotas=[500] * 4, steps=10))
     """
 
-    def __init__(self, spec: WorkerSpec, world: int, backend: str | None = None, timeout_s: float = 60.0,
-                 clock: str = "auto") -> None:
+    def __init__(
+        self, spec: WorkerSpec, world: int, backend: str | None = None, timeout_s: float = 60.0, clock: str = "auto"
+    ) -> None:
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise ValueError(f"world must be an int >= 1, got {world!r}")
         if not timeout_s > 0:
@@ -137,9 +140,12 @@ class LocalDDPGroup:
         try:
             for rank in range(world):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_rank_main, name=f"ddp-rank-{rank}", daemon=True,
-                                   args=(rank, world, self._store.port, spec, self.backend, self.timeout_s, clock,
-                                         child))
+                proc = ctx.Process(
+                    target=_rank_main,
+                    name=f"ddp-rank-{rank}",
+                    daemon=True,
+                    args=(rank, world, self._store.port, spec, self.backend, self.timeout_s, clock, child),
+                )
                 proc.start()
                 child.close()
                 self._conns.append(parent)
@@ -174,8 +180,7 @@ class LocalDDPGroup:
             if dead:
                 code = self._procs[dead[0]].exitcode
                 self.close()
-                raise RuntimeError(f"DDP rank {dead[0]} exited during {what} (exit code {code}); "
-                                   "the group is stopped")
+                raise RuntimeError(f"DDP rank {dead[0]} exited during {what} (exit code {code}); the group is stopped")
         return results
 
     def _command(self, command: str, arg: Any = None, what: str | None = None) -> list[Any]:
@@ -219,7 +224,7 @@ class LocalDDPGroup:
             conn.close()
         self._conns, self._procs = [], []
 
-    def __enter__(self) -> "LocalDDPGroup":
+    def __enter__(self) -> LocalDDPGroup:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -238,11 +243,22 @@ class DDPRoundResult:
     state: dict[str, torch.Tensor] | None
 
 
-def run_ddp_round(spec: WorkerSpec, quotas: Sequence[int], steps: int, *, state: dict[str, torch.Tensor] | None = None,
-                  start: int = 0, seed: int = 0, slowdowns: Sequence[float] | None = None,
-                  active_watts: Sequence[float | None] | None = None, balancing: str = "schedule",
-                  backend: str | None = None, timeout_s: float = 60.0, clock: str = "auto",
-                  return_state: bool = True) -> DDPRoundResult:
+def run_ddp_round(
+    spec: WorkerSpec,
+    quotas: Sequence[int],
+    steps: int,
+    *,
+    state: dict[str, torch.Tensor] | None = None,
+    start: int = 0,
+    seed: int = 0,
+    slowdowns: Sequence[float] | None = None,
+    active_watts: Sequence[float | None] | None = None,
+    balancing: str = "schedule",
+    backend: str | None = None,
+    timeout_s: float = 60.0,
+    clock: str = "auto",
+    return_state: bool = True,
+) -> DDPRoundResult:
     """Start ``len(quotas)`` local ranks, train one round with these per-rank quotas, stop.
 
     Parameters
@@ -266,9 +282,15 @@ def run_ddp_round(spec: WorkerSpec, quotas: Sequence[int], steps: int, *, state:
     return_state : bool
         Read the trained weights back from rank 0.
     """
-    plan = RoundPlan(quotas=[int(q) for q in quotas], steps=steps, start=start, seed=seed,
-                     slowdowns=None if slowdowns is None else list(slowdowns),
-                     active_watts=None if active_watts is None else list(active_watts), balancing=balancing)
+    plan = RoundPlan(
+        quotas=[int(q) for q in quotas],
+        steps=steps,
+        start=start,
+        seed=seed,
+        slowdowns=None if slowdowns is None else list(slowdowns),
+        active_watts=None if active_watts is None else list(active_watts),
+        balancing=balancing,
+    )
     plan.validate(len(plan.quotas))
     with LocalDDPGroup(spec, len(plan.quotas), backend=backend, timeout_s=timeout_s, clock=clock) as group:
         if state is not None:

@@ -32,7 +32,7 @@ import json
 import os
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,9 @@ def load_task(ref: str) -> WorkerSpec:
         raise ValueError(f"--task must look like 'package.module:factory', got {ref!r}")
     spec = getattr(importlib.import_module(module_name), attr)()
     if not isinstance(spec, WorkerSpec):
-        raise ValueError(f"--task {ref!r} returned {type(spec).__name__}, expected a flwr_adaptive.clients.ddp.worker.WorkerSpec")
+        raise ValueError(
+            f"--task {ref!r} returned {type(spec).__name__}, expected a flwr_adaptive.clients.ddp.worker.WorkerSpec"
+        )
     return spec
 
 
@@ -64,7 +66,9 @@ def _floats(text: str) -> list[float]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (see the module docstring)."""
     p = argparse.ArgumentParser(prog="torchrun ... -m flwr_adaptive.clients.ddp", description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="flwr_adaptive.clients.ddp.toy:cnn_task", help="module:factory returning a WorkerSpec")
+    p.add_argument(
+        "--task", default="flwr_adaptive.clients.ddp.toy:cnn_task", help="module:factory returning a WorkerSpec"
+    )
     p.add_argument("--policy", default="time", choices=DDP_POLICIES)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--budget", type=int, default=4000, help="samples per round over all ranks")
@@ -75,10 +79,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoothing", type=float, default=0.5, help="controller EMA weight of the newest round")
     p.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
-    p.add_argument("--meter", default="auto", choices=["auto", "hardware", "none"],
-                   help="energy per rank: 'hardware' reads the rank's own counter (NVML on its GPU); 'auto' (default) "
-                        "does so when every rank has a GPU of its own (nccl), else leaves energy to --slowdowns' "
-                        "emulated watts or unmeasured")
+    p.add_argument(
+        "--meter",
+        default="auto",
+        choices=["auto", "hardware", "none"],
+        help="energy per rank: 'hardware' reads the rank's own counter (NVML on its GPU); 'auto' (default) "
+        "does so when every rank has a GPU of its own (nccl), else leaves energy to --slowdowns' "
+        "emulated watts or unmeasured",
+    )
     p.add_argument("--json", default=None, help="rank 0 writes every round's telemetry here")
     args = p.parse_args(argv)
     if args.rounds < 1:
@@ -90,8 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the rounds on this rank; returns the exit status."""
     args = parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        print("flwr_adaptive.clients.ddp must be started by torchrun (RANK / WORLD_SIZE are not set); for one host "
-              "without torchrun use flwr_adaptive.clients.ddp.launch.LocalDDPGroup", file=sys.stderr)
+        print(
+            "flwr_adaptive.clients.ddp must be started by torchrun (RANK / WORLD_SIZE are not set); for one host "
+            "without torchrun use flwr_adaptive.clients.ddp.launch.LocalDDPGroup",
+            file=sys.stderr,
+        )
         return 2
     torch.set_num_threads(1)
     backend = args.backend or default_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -108,11 +119,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker = DDPRank(spec, device=device)
         driver = None
         if rank == 0:
-            driver = RoundDriver(world, args.budget, args.steps, policy=args.policy, slowdowns=args.slowdowns,
-                                 seed=args.seed, deadband=args.deadband,
-                                 smoothing=args.smoothing)
-            print(f"[ddp_run] {world} ranks, backend {backend}, policy {args.policy}; compute on the "
-                  f"{worker.clock} clock (× emulated slowdown), waits and round time on the wall clock", flush=True)
+            driver = RoundDriver(
+                world,
+                args.budget,
+                args.steps,
+                policy=args.policy,
+                slowdowns=args.slowdowns,
+                seed=args.seed,
+                deadband=args.deadband,
+                smoothing=args.smoothing,
+            )
+            print(
+                f"[ddp_run] {world} ranks, backend {backend}, policy {args.policy}; compute on the "
+                f"{worker.clock} clock (× emulated slowdown), waits and round time on the wall clock",
+                flush=True,
+            )
         log = []
         for r in range(1, args.rounds + 1):
             box = [driver.plan() if driver else None]
@@ -125,14 +146,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 driver.observe(gathered)
                 summary = round_summary(gathered)
                 joules = [t.energy_j for t in gathered]
-                energy = (f"  energy {sum(joules):.1f} J (ranks' meters)" if all(j is not None for j in joules)
-                          else "")
-                print(f"[ddp_run] round {r}: quotas {summary['quotas']}  compute CV {summary['compute_cv']:.3f} "
-                      f"({summary['clock']} clock)  sync-wait share {summary['wait_share']:.1%} (wall)  makespan "
-                      f"Σ_s max_i t {summary['makespan_s']:.3f} s ({summary['clock']} clock)  round "
-                      f"{summary['wall_s']:.3f} s (wall){energy}", flush=True)
-                log.append({"round": r, "plan": vars(plan), "summary": summary,
-                            "telemetry": [t.to_dict() for t in gathered], "time": time.time()})
+                energy = f"  energy {sum(joules):.1f} J (ranks' meters)" if all(j is not None for j in joules) else ""
+                print(
+                    f"[ddp_run] round {r}: quotas {summary['quotas']}  compute CV {summary['compute_cv']:.3f} "
+                    f"({summary['clock']} clock)  sync-wait share {summary['wait_share']:.1%} (wall)  makespan "
+                    f"Σ_s max_i t {summary['makespan_s']:.3f} s ({summary['clock']} clock)  round "
+                    f"{summary['wall_s']:.3f} s (wall){energy}",
+                    flush=True,
+                )
+                log.append(
+                    {
+                        "round": r,
+                        "plan": vars(plan),
+                        "summary": summary,
+                        "telemetry": [t.to_dict() for t in gathered],
+                        "time": time.time(),
+                    }
+                )
         if rank == 0 and args.json:
             with open(args.json, "w") as fh:
                 json.dump({"world": world, "backend": backend, "policy": args.policy, "rounds": log}, fh)

@@ -10,7 +10,8 @@ the trusted-domain setting — or one partition, for a silo), its ``collate`` an
 ``(name, source, options)``.
 
 The zero-argument factories (``mnist``, ``weather``, ``sentiment``) are what ``--task`` of
-``flwr_adaptive.clients.ddp.run`` and ``experiments.ddp_benchmark`` takes, e.g. ``--task flwr_adaptive.clients.ddp.tasks:mnist``.
+``flwr_adaptive.clients.ddp.run`` and ``experiments.ddp_benchmark`` takes, e.g.
+``--task flwr_adaptive.clients.ddp.tasks:mnist``.
 
 Cost
 ----
@@ -71,9 +72,19 @@ def _optimizer(name: str, source: str, options: tuple, lr: float | None, params:
     return task.make_optimizer(holder, task.default_lr if lr is None else float(lr))
 
 
-def task_spec(name: str, *, source: str = "offline", partition_id: int | None = None, num_partitions: int = 1,
-              partitioner: str = "iid", alpha: float = 0.5, partition_seed: int = 42, lr: float | None = None,
-              seed: int = 0, **options: Any) -> WorkerSpec:
+def task_spec(
+    name: str,
+    *,
+    source: str = "offline",
+    partition_id: int | None = None,
+    num_partitions: int = 1,
+    partitioner: str = "iid",
+    alpha: float = 0.5,
+    partition_seed: int = 42,
+    lr: float | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> WorkerSpec:
     """A DDP worker spec for one of the project's tasks.
 
     Parameters

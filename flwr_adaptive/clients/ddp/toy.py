@@ -19,7 +19,9 @@ from flwr_adaptive.clients.ddp.worker import WorkerSpec
 __all__ = ["cnn_task", "mlp_task", "tiny_task", "make_cnn", "make_mlp", "make_classification"]
 
 
-def make_mlp(dim: int, hidden: int, classes: int, depth: int = 2, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+def make_mlp(
+    dim: int, hidden: int, classes: int, depth: int = 2, dtype: torch.dtype = torch.float32
+) -> torch.nn.Module:
     """``depth`` hidden layers of ``hidden`` units with tanh, then a linear classifier."""
     layers: list[torch.nn.Module] = []
     width = dim
@@ -33,9 +35,14 @@ def make_mlp(dim: int, hidden: int, classes: int, depth: int = 2, dtype: torch.d
 def make_cnn(channels: int = 16, classes: int = 10, side: int = 28) -> torch.nn.Module:
     """Two 3×3 conv + max-pool blocks and a linear classifier (≈ 20k parameters at 28×28)."""
     return torch.nn.Sequential(
-        torch.nn.Conv2d(1, channels, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(channels, 2 * channels, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(2 * channels * (side // 4) ** 2, classes),
+        torch.nn.Conv2d(1, channels, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(channels, 2 * channels, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(2 * channels * (side // 4) ** 2, classes),
     )
 
 
@@ -44,8 +51,9 @@ def _images(n: int, side: int, classes: int, seed: int) -> tuple[torch.Tensor, t
     return x.view(n, 1, side, side), y
 
 
-def make_classification(n: int, dim: int, classes: int, seed: int = 0,
-                        dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def make_classification(
+    n: int, dim: int, classes: int, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Gaussian inputs labelled by a fixed random linear teacher (learnable, deterministic)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, dim, generator=g, dtype=torch.float64)
@@ -54,8 +62,9 @@ def make_classification(n: int, dim: int, classes: int, seed: int = 0,
     return x.to(dtype), y
 
 
-def cnn_task(n: int = 4096, side: int = 28, channels: int = 16, classes: int = 10, seed: int = 0,
-             lr: float = 0.02) -> WorkerSpec:
+def cnn_task(
+    n: int = 4096, side: int = 28, channels: int = 16, classes: int = 10, seed: int = 0, lr: float = 0.02
+) -> WorkerSpec:
     """A small CNN on 28×28 single-channel images: the DDP benchmark's default task.
 
     Convolutions give much compute per parameter (≈ 0.2 ms per sample forward + backward on one
@@ -72,8 +81,9 @@ def cnn_task(n: int = 4096, side: int = 28, channels: int = 16, classes: int = 1
     )
 
 
-def mlp_task(dim: int = 256, hidden: int = 512, classes: int = 10, depth: int = 2, n: int = 8192,
-             seed: int = 0, lr: float = 0.05) -> WorkerSpec:
+def mlp_task(
+    dim: int = 256, hidden: int = 512, classes: int = 10, depth: int = 2, n: int = 8192, seed: int = 0, lr: float = 0.05
+) -> WorkerSpec:
     """A wider MLP (≈ 400k parameters): communication-heavy next to ``cnn_task``."""
     return WorkerSpec(
         model_fn=partial(make_mlp, dim, hidden, classes, depth),
@@ -84,8 +94,15 @@ def mlp_task(dim: int = 256, hidden: int = 512, classes: int = 10, depth: int = 
     )
 
 
-def tiny_task(n: int = 64, dim: int = 6, hidden: int = 8, classes: int = 3, seed: int = 0,
-              lr: float = 0.1, dtype: torch.dtype = torch.float64) -> WorkerSpec:
+def tiny_task(
+    n: int = 64,
+    dim: int = 6,
+    hidden: int = 8,
+    classes: int = 3,
+    seed: int = 0,
+    lr: float = 0.1,
+    dtype: torch.dtype = torch.float64,
+) -> WorkerSpec:
     """A tiny float64 MLP for exact equivalence tests (float64 keeps the tolerance tight)."""
     return WorkerSpec(
         model_fn=partial(make_mlp, dim, hidden, classes, 1, dtype),

@@ -47,18 +47,18 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from flwr_adaptive._logging import logger as log
 from flwr_adaptive.controller import Report
 from flwr_adaptive.ema_batching import EmaBatchSizer
 from flwr_adaptive.schedule import IndexStream, batch_schedule, loss_scales, step_makespan
-from flwr_adaptive._logging import logger as log
-
 
 __all__ = [
     "BALANCING",
@@ -97,7 +97,10 @@ def default_backend(ranks_per_host: int = 1) -> str:
         _WARNED_GPUS.add((gpus, ranks_per_host))
         log.warning(
             "%d ranks on this host but %d visible GPU(s): NCCL needs one GPU per rank, so the ranks run "
-            "gloo on the CPUs; give the process more GPUs or pass backend= explicitly", ranks_per_host, gpus)
+            "gloo on the CPUs; give the process more GPUs or pass backend= explicitly",
+            ranks_per_host,
+            gpus,
+        )
     return "gloo"
 
 
@@ -132,7 +135,7 @@ def relative_slowdowns(profiles: Sequence[Any]) -> tuple[list[float], list[float
     fastest device then runs at host speed); otherwise they are used as they are. ``active_w``
     is read where the profile has it.
     """
-    raw = [float(getattr(p, "slowdown")) for p in profiles]
+    raw = [float(p.slowdown) for p in profiles]
     if not raw or min(raw) <= 0 or not all(math.isfinite(s) for s in raw):
         raise ValueError(f"profiles need finite slowdowns > 0, got {raw}")
     fastest = min(min(raw), 1.0)
@@ -236,15 +239,19 @@ class RoundPlan:
         if isinstance(self.steps, bool) or not isinstance(self.steps, (int, np.integer)) or self.steps < 1:
             raise ValueError(f"steps must be an int >= 1, got {self.steps!r}")
         if sum(quotas) < self.steps:
-            raise ValueError(f"the round's budget Σ quotas = {sum(quotas)} is below steps = {self.steps}: every "
-                             f"step needs at least one sample somewhere; lower steps or raise the budget")
+            raise ValueError(
+                f"the round's budget Σ quotas = {sum(quotas)} is below steps = {self.steps}: every "
+                f"step needs at least one sample somewhere; lower steps or raise the budget"
+            )
         if self.slowdowns is not None:
             if len(self.slowdowns) != world:
                 raise ValueError(f"slowdowns has {len(self.slowdowns)} entries for {world} ranks")
             bad = [s for s in self.slowdowns if not (isinstance(s, (int, float)) and math.isfinite(s) and s >= 1)]
             if bad:
-                raise ValueError(f"slowdowns must be finite numbers >= 1 (sleeping cannot speed a rank up), got "
-                                 f"{bad}; divide by the fastest (see relative_slowdowns)")
+                raise ValueError(
+                    f"slowdowns must be finite numbers >= 1 (sleeping cannot speed a rank up), got "
+                    f"{bad}; divide by the fastest (see relative_slowdowns)"
+                )
         if self.active_watts is not None and len(self.active_watts) != world:
             raise ValueError(f"active_watts has {len(self.active_watts)} entries for {world} ranks")
         if self.balancing not in BALANCING:
@@ -325,8 +332,10 @@ class GradientAllReduce:
         self.params = [p for p in params if p.requires_grad]
         dtypes = {p.dtype for p in self.params}
         if len(dtypes) > 1:
-            raise ValueError(f"trainable parameters have dtypes {sorted(map(str, dtypes))}; the DDP worker "
-                             "all-reduces one flat buffer: cast the model to one dtype")
+            raise ValueError(
+                f"trainable parameters have dtypes {sorted(map(str, dtypes))}; the DDP worker "
+                "all-reduces one flat buffer: cast the model to one dtype"
+            )
         dtype = dtypes.pop() if dtypes else torch.float32
         device = self.params[0].device if self.params else torch.device("cpu")
         self.world = world
@@ -342,7 +351,7 @@ class GradientAllReduce:
         offset = 0
         for p in self.params:
             n = p.numel()
-            view = self.buffer[offset:offset + n]
+            view = self.buffer[offset : offset + n]
             if p.grad is None:
                 view.zero_()
             else:
@@ -350,20 +359,20 @@ class GradientAllReduce:
             offset += n
         values = torch.as_tensor(np.asarray(extra, dtype=np.float64))
         if self._tail_inline:
-            self.buffer[self.numel:] = values.to(self.buffer.dtype)
+            self.buffer[self.numel :] = values.to(self.buffer.dtype)
             dist.all_reduce(self.buffer, op=dist.ReduceOp.SUM)
-            summed = self.buffer[self.numel:].double().cpu().numpy()
+            summed = self.buffer[self.numel :].double().cpu().numpy()
         else:
             self.tail.copy_(values)
             dist.all_reduce(self.buffer, op=dist.ReduceOp.SUM)
             dist.all_reduce(self.tail, op=dist.ReduceOp.SUM)
             summed = self.tail.cpu().numpy()
-        grads = self.buffer[:self.numel]
+        grads = self.buffer[: self.numel]
         grads.div_(self.world)
         offset = 0
         for p in self.params:
             n = p.numel()
-            avg = grads[offset:offset + n].view_as(p)
+            avg = grads[offset : offset + n].view_as(p)
             if p.grad is None:
                 p.grad = avg.clone()
             else:
@@ -379,13 +388,15 @@ def _load_data(data: Any, device: torch.device) -> tuple[tuple[torch.Tensor, ...
     if isinstance(data, (tuple, list)) and data and all(isinstance(t, torch.Tensor) for t in data):
         lengths = {len(t) for t in data}
         if len(lengths) != 1 or len(data) < 2:
-            raise ValueError(f"data must be (inputs..., targets) tensors of one length, got lengths "
-                             f"{[len(t) for t in data]}")
+            raise ValueError(
+                f"data must be (inputs..., targets) tensors of one length, got lengths {[len(t) for t in data]}"
+            )
         return tuple(t.to(device) for t in data), None, lengths.pop()
     if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
         return None, data, len(data)
-    raise ValueError(f"data must be a tuple of tensors, a map-style Dataset or a callable returning one; "
-                     f"got {type(data).__name__}")
+    raise ValueError(
+        f"data must be a tuple of tensors, a map-style Dataset or a callable returning one; got {type(data).__name__}"
+    )
 
 
 class DDPRank:
@@ -407,9 +418,15 @@ class DDPRank:
         Injected clocks and sleep (tests use fakes so expected values are exact).
     """
 
-    def __init__(self, spec: WorkerSpec, device: torch.device | None = None, clock: str = "auto",
-                 compute_clock: Callable[[], float] | None = None, wall_clock: Callable[[], float] | None = None,
-                 sleep: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        device: torch.device | None = None,
+        clock: str = "auto",
+        compute_clock: Callable[[], float] | None = None,
+        wall_clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DDPRank needs torch.distributed.init_process_group() first")
         self.rank = dist.get_rank()
@@ -424,11 +441,15 @@ class DDPRank:
         self.compute_clock = compute_clock or (time.process_time if clock == "process" else self.wall_clock)
         self.sleep = sleep or time.sleep
         if (spec.loss_fn is None) == (spec.batch_loss_fn is None):
-            raise ValueError("WorkerSpec needs exactly one of loss_fn (outputs, targets) and batch_loss_fn "
-                             "(model, batch), both summing per-sample losses")
+            raise ValueError(
+                "WorkerSpec needs exactly one of loss_fn (outputs, targets) and batch_loss_fn "
+                "(model, batch), both summing per-sample losses"
+            )
         if getattr(spec.loss_fn, "reduction", "sum") != "sum":
-            raise ValueError(f"loss_fn has reduction={spec.loss_fn.reduction!r}; the DDP worker needs the sum of "
-                             "per-sample losses (it scales by world / B_s itself): pass reduction='sum'")
+            raise ValueError(
+                f"loss_fn has reduction={spec.loss_fn.reduction!r}; the DDP worker needs the sum of "
+                "per-sample losses (it scales by world / B_s itself): pass reduction='sum'"
+            )
         self.spec = spec
         torch.manual_seed(spec.seed)
         self.model = spec.model_fn().to(self.device)
@@ -518,8 +539,18 @@ class DDPRank:
             self.ema = EmaBatchSizer(world, smoothing=plan.ema_smoothing)
         stream = IndexStream(self.dataset_size, seed=plan.seed, start=plan.start, shuffle=plan.shuffle)
         global_batches = schedule.sum(axis=0)
-        tel = RankTelemetry(rank=rank, world=world, steps=0, samples=0, time_s=0.0, energy_j=None,
-                            wait_s=0.0, wall_s=0.0, clock=self.clock, slowdown=slowdown)
+        tel = RankTelemetry(
+            rank=rank,
+            world=world,
+            steps=0,
+            samples=0,
+            time_s=0.0,
+            energy_j=None,
+            wait_s=0.0,
+            wall_s=0.0,
+            clock=self.clock,
+            slowdown=slowdown,
+        )
         step_compute = np.zeros((world, plan.steps))
         loss_sum = 0.0
         joules: float | None = 0.0 if self.meter is not None else None

@@ -113,7 +113,5 @@ def get_task(name: str, source: str = "auto", **options: Any) -> Task:
     try:
         cls = TASKS[name]
     except KeyError:
-        raise ValueError(
-            f"task {name!r} is not known; use one of {', '.join(sorted(TASKS))}"
-        ) from None
+        raise ValueError(f"task {name!r} is not known; use one of {', '.join(sorted(TASKS))}") from None
     return cls(source, **options)

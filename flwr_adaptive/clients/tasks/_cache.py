@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -51,9 +51,7 @@ def _read(path: Path) -> dict[str, np.ndarray] | None:
         return None
 
 
-def cached_arrays(
-    name: str, build: Callable[[], Mapping[str, np.ndarray]]
-) -> tuple[dict[str, np.ndarray], bool]:
+def cached_arrays(name: str, build: Callable[[], Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], bool]:
     """Load the arrays called ``name`` from the cache, building and storing them on a miss.
 
     Parameters

