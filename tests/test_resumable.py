@@ -159,3 +159,35 @@ def test_the_summary_carries_a_checkpoint_of_an_unfinished_run_and_ignores_a_fin
     assert resumed.resume_from(unfinished) == 2 and resumed.data["resumed_from"] == 2
     assert [r["round"] for r in resumed.data["rounds"]] == [0, 1, 2]
     assert resumed.data["rounds"][1]["loss"] == 1.5 and resumed.data["status"] == "running"
+
+
+def test_a_disk_full_in_one_round_costs_one_error_line_and_the_next_round_checkpoints(
+    tmp_path, flower_identity, monkeypatch, caplog
+):
+    import os
+
+    # Prepare: fsync fails with ENOSPC while round 2 is checkpointed (evaluate_fn runs just before)
+    real_fsync, full = os.fsync, {"on": False}
+
+    def fsync(fd):
+        if full["on"]:
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    def evaluate(server_round, arrays):
+        full["on"] = server_round == 2
+        return MetricRecord({"w": float(arrays.to_numpy_ndarrays()[0][0])})
+
+    grid = StepGrid()
+    # Execute
+    result = ResumableRun(tmp_path).start(_strategy(), grid, ArrayRecord([np.zeros(3)]), num_rounds=3,
+                                          evaluate_fn=evaluate)
+    # Assert: every round ran, one error line for round 2, round 3's checkpoint is the one on disk
+    assert grid.rounds == [1, 1, 2, 2, 3, 3]
+    np.testing.assert_array_equal(result.arrays.to_numpy_ndarrays()[0], np.full(3, 3.0))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "round 2" in errors[0] and "No space left" in errors[0]
+    assert json.loads((tmp_path / RUN_FILE).read_text())["round"] == 3
+    assert sorted(os.listdir(tmp_path)) == sorted([MODEL_FILE, RUN_FILE])

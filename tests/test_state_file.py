@@ -195,3 +195,67 @@ def test_a_corrupt_state_in_the_serverapp_context_is_dropped_with_a_warning(capl
     assert any("not valid JSON" in line for line in sup.adaptive_lines(caplog))
     q = play(s, 1)
     assert sum(q.values()) == BUDGET
+
+
+# --------------------------------------------------------------------------- the disk fills
+def _disk_full_during(monkeypatch):
+    """Every file's fsync fails with ENOSPC while the returned flag is on: what a full disk does
+    to a file system with delayed allocation (ext4, XFS), where the data meets the disk at fsync."""
+    real_fsync = os.fsync
+    full = {"on": False}
+
+    def fsync(fd):
+        if full["on"]:
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return full
+
+
+def test_a_disk_that_fills_while_the_state_is_written_costs_one_error_line_and_the_run_goes_on(
+    tmp_path, monkeypatch, caplog
+):
+    # Prepare: an honest round 1 is saved; then the disk is full for round 2
+    s = strategy(tmp_path)
+    play(s, 1)
+    before = (tmp_path / STATE_FILE).read_text()
+    full = _disk_full_during(monkeypatch)
+    full["on"] = True
+    caplog.clear()
+    # Execute: round 2 writes into the full disk, round 3 after space was freed
+    q2 = play(s, 2)
+    during = (tmp_path / STATE_FILE).read_text()
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    full["on"] = False
+    q3 = play(s, 3)
+    # Assert: round 2 completed (its history row, its split exact), one error line naming the file,
+    # the old state file untouched and no temporary file left; round 3 wrote the state again
+    assert sum(q2.values()) == sum(q3.values()) == BUDGET
+    assert list(s.history["round"]) == [1, 2, 3]
+    assert len(errors) == 1 and str(tmp_path / STATE_FILE) in errors[0].getMessage()
+    assert "No space left" in errors[0].getMessage()
+    assert during == before and json.loads(during)["rounds"] == 1
+    assert json.loads((tmp_path / STATE_FILE).read_text())["rounds"] == 3
+    assert sorted(os.listdir(tmp_path)) == [STATE_FILE]
+    assert any("again" in r.getMessage() for r in caplog.records if r.levelname == "INFO")
+
+
+def test_a_disk_full_for_many_rounds_logs_each_failed_write_and_keeps_the_context_copy(tmp_path, monkeypatch, caplog):
+    from flwr.app import Context, RecordDict
+
+    from flwr_adaptive.strategies.core import CONTEXT_STATE_KEY
+
+    # Prepare: state in a folder and in the ServerApp context; the disk is full from the start
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    s = strategy(tmp_path, context=context)
+    full = _disk_full_during(monkeypatch)
+    full["on"] = True
+    caplog.clear()
+    # Execute
+    for rnd in (1, 2, 3):
+        play(s, rnd)
+    # Assert: one error line per failed write, no file, and the context holds round 3's state
+    assert sum(r.levelname == "ERROR" for r in caplog.records) == 3
+    assert not (tmp_path / STATE_FILE).exists() and os.listdir(tmp_path) == []
+    assert json.loads(context.state[CONTEXT_STATE_KEY]["json"])["rounds"] == 3

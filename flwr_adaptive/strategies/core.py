@@ -37,7 +37,8 @@ Contract
   probation (that probe is not observed: a few samples measure overhead, not cost per sample).
 - After each round: one log line (makespan, energy, CV of busy time, min/median/max quota), one
   history row, one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
-  the ServerApp ``context.state`` so that a restarted ServerApp resumes it.
+  the ServerApp ``context.state`` so that a restarted ServerApp resumes it. A state write that
+  fails (disk full) is one error line and is tried again next round: the run goes on.
 
 Cost
 ----
@@ -65,7 +66,7 @@ from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.state_file import StateFileError, check_state_dir, read_state, set_aside, write_atomic
+from flwr_adaptive.strategies.state_file import StateFileError, check_state_dir, read_state, set_aside, write_or_log
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
@@ -838,16 +839,21 @@ class AdaptiveCore(HistoryMixin):
             raise StateFileError(f"the controller fails on the saved state ({type(err).__name__}: {err})") from None
 
     def save_state(self) -> None:
-        """Write the state to ``state_dir`` (atomically and durably) and/or the ServerApp context."""
+        """Write the state to ``state_dir`` (atomically and durably) and/or the ServerApp context.
+
+        A file write that fails (disk full…) is one error line, never an exception: the round's
+        aggregate is the run's, the state file keeps the last round written and the next round
+        writes it again (``state_file.write_or_log``). The context copy is kept either way.
+        """
         if self.state_path is None and self.context is None:
             return
         text = json.dumps(self.state_dict())
-        if self.state_path is not None:
-            write_atomic(self.state_path, text)
         if self.context is not None:
             from flwr.app import ConfigRecord
 
             self.context.state[CONTEXT_STATE_KEY] = ConfigRecord({"json": text})
+        if self.state_path is not None:
+            write_or_log(self.state_path, text, f"the strategy state after {self._rounds_done} rounds")
 
     def _resume(self) -> None:
         """Resume from the ServerApp context, else from ``state_dir``; set aside what cannot be used.

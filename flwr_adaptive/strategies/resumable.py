@@ -12,9 +12,12 @@ round writes a checkpoint under ``state_dir``:
 
 Both are written to a temporary file and renamed into place (a crash leaves the old or the new
 checkpoint, never half of one); the JSON is written last and names the model file's digest, so a
-model file that does not match its JSON is refused. A ServerApp started with the same
-``state_dir`` (and the same ``num_rounds``) loads the model and continues at the next round with
-the true round numbers (the strategy, the clients' configs and ``evaluate_fn`` see rounds
+model file that does not match its JSON is refused. A write that fails (disk full) is one error
+line and the run goes on; the next round writes both again (a restart in between resumes from the
+last checkpoint written, or refuses a model file that its JSON does not name, with the fix).
+A ServerApp started with the same ``state_dir`` (and the same ``num_rounds``) loads the model and
+continues at the next round with the true round numbers (the strategy, the clients' configs and
+``evaluate_fn`` see rounds
 ``k+1..num_rounds``); the strategy's own state (the adaptive controller) is resumed by the
 strategy from the same folder. A checkpoint of a run that finished all its rounds is not resumed:
 the new run starts from ``initial_arrays`` (the controller state is still the strategy's to
@@ -44,7 +47,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from flwr_adaptive.strategies.core import log
-from flwr_adaptive.strategies.state_file import write_atomic
+from flwr_adaptive.strategies.state_file import write_or_log
 
 __all__ = ["ResumableRun", "Checkpoint", "MODEL_FILE", "RUN_FILE"]
 
@@ -154,14 +157,23 @@ class ResumableRun:
         )
 
     def save(self, server_round: int, num_rounds: int, arrays: ArrayRecord) -> None:
-        """Write the checkpoint of a completed round (model first, then the JSON naming it)."""
+        """Write the checkpoint of a completed round (model first, then the JSON naming it).
+
+        Never raises for a failed write (``state_file.write_or_log``): the run matters more than
+        its checkpoint.
+        """
         if self.state_dir is None:
             return
         data, names = _arrays_to_bytes(arrays)
         # The model file is valid only with the JSON written next, which names its digest and
         # syncs the folder for both.
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.state_dir / MODEL_FILE, data, sync_dir=False)
+        what = f"the checkpoint of round {server_round}"
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # write_or_log below says why the folder cannot be written
+        if not write_or_log(self.state_dir / MODEL_FILE, data, what, sync_dir=False):
+            return  # the old JSON still names the old model file, which is intact
         meta = {
             "version": _VERSION,
             "round": int(server_round),
@@ -172,7 +184,7 @@ class ResumableRun:
             "metrics": {str(k): v for k, v in self.metrics.items()},
             "extra": self.extra,
         }
-        write_atomic(self.state_dir / RUN_FILE, json.dumps(meta))
+        write_or_log(self.state_dir / RUN_FILE, json.dumps(meta), what)
 
     # ------------------------------------------------------------------ the loop
     def start(

@@ -9,6 +9,11 @@ Contract
   renames it over the target and ``fsync``s the folder: after it returns the new file survives a
   power cut; a crash at any point leaves either the old or the new file, never a mix. When a
   step fails the temporary file is removed and the error re-raised.
+- :func:`write_or_log` is :func:`write_atomic` for the files written after every round: a write
+  that fails (disk full, folder removed, read-only remount) logs one error line naming the file
+  and the error and returns ``False``; the old file is intact and the caller writes again after
+  its next round (a line says when a write succeeds again). A run never stops because its state
+  could not be saved: it stops being resumable at the last round saved, and says so.
 - :func:`read_state` returns the parsed JSON object, ``None`` when there is no file, or raises
   :class:`StateFileError` naming the file when it is empty, truncated, not JSON or not an object.
 - :func:`set_aside` renames a file that cannot be used to ``<name>.bad-<UTC time>`` (kept for
@@ -26,10 +31,15 @@ import json
 import os
 import tempfile
 import time
+from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StateFileError", "check_state_dir", "write_atomic", "read_state", "set_aside"]
+from flwr_adaptive._logging import logger
+
+__all__ = ["StateFileError", "check_state_dir", "write_atomic", "write_or_log", "read_state", "set_aside"]
+
+_FAILED: set[str] = set()  # files whose last write_or_log failed (a success then says so once)
 
 
 class StateFileError(ValueError):
@@ -86,6 +96,42 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, sync_dir: bool =
         raise
     if sync_dir:
         _fsync_dir(path.parent)
+
+
+def write_or_log(path: str | os.PathLike, data: str | bytes, what: str, *, sync_dir: bool = True) -> bool:
+    """:func:`write_atomic`, with an ``OSError`` logged (one error line) instead of raised.
+
+    Parameters
+    ----------
+    what : str
+        What the file holds and when it is written again, for the log line (e.g. "the controller
+        state after round 3").
+
+    Returns
+    -------
+    bool
+        Whether the file now holds ``data``. On ``False`` the previous file is unchanged and no
+        temporary file is left (:func:`write_atomic`'s guarantee).
+    """
+    key = str(path)
+    try:
+        write_atomic(path, data, sync_dir=sync_dir)
+    except OSError as err:
+        _FAILED.add(key)
+        logger.log(
+            ERROR,
+            "[adaptive] could not write %s to %s (%s): the previous file is kept and the write is tried "
+            "again after the next round; free space on that disk or fix the folder, else a restart resumes "
+            "from the last state written",
+            what,
+            key,
+            err.strerror or err,
+        )
+        return False
+    if key in _FAILED:
+        _FAILED.discard(key)
+        logger.log(INFO, "[adaptive] wrote %s to %s again", what, key)
+    return True
 
 
 def read_state(path: str | os.PathLike, what_to_do: str) -> dict[str, Any] | None:
