@@ -53,6 +53,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import (
@@ -173,6 +174,14 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             context=context,
         )
 
+    #: Seconds ``configure_train`` waits for the nodes the inner strategy needs (its
+    #: ``min_available_nodes`` / ``min_train_nodes``) before the run fails with
+    #: :class:`~flwr_adaptive.strategies.node_wait.NodeWaitError` (Flower's own wait never ends);
+    #: a progress line at least every 30 s meanwhile. Set it on the instance to change it.
+    node_wait_s: float = DEFAULT_NODE_WAIT_S
+    #: What the operator should pass to get the nodes (in the progress lines and the error).
+    node_wait_hint: str = "start more SuperNodes, or lower the inner strategy's min_available_nodes / min_train_nodes"
+
     #: Metric keys removed from each kept reply before the inner strategy aggregates the metrics
     #: (:mod:`flwr_adaptive.strategies.train_metrics`); their aggregate is added under named keys.
     stripped_metric_keys: frozenset = STRIPPED_KEYS
@@ -204,7 +213,18 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The inner strategy's messages, each with its own ConfigRecord carrying its quota."""
+        """The inner strategy's messages, each with its own ConfigRecord carrying its quota.
+
+        First waits (at most ``node_wait_s``) for the nodes the inner strategy needs, so that its
+        own endless wait never starts (see :mod:`flwr_adaptive.strategies.node_wait`).
+        """
+        wait_for_nodes(
+            grid,
+            nodes_needed(self.strategy),
+            timeout_s=self.node_wait_s,
+            hint=self.node_wait_hint,
+            what=f"round {server_round}",
+        )
         messages = self._one_per_node(
             server_round, list(self.strategy.configure_train(server_round, arrays, config, grid))
         )

@@ -73,6 +73,7 @@ from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.history import HistoryMixin
+from flwr_adaptive.strategies.node_wait import wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
@@ -354,17 +355,14 @@ class FedAsyncStrategy(HistoryMixin):
         return boundary
 
     # ------------------------------------------------------------------ jobs
+    #: What the operator should pass to get ``min_nodes`` nodes (progress lines and the error).
+    node_wait_hint: str = "start more SuperNodes or lower min_nodes"
+
     def _wait_for_nodes(self) -> list[Hashable]:
-        deadline = time.monotonic() + self.wait_s
-        while len(nodes := sorted(self._grid.get_node_ids())) < self.min_nodes:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"fedasync: only {len(nodes)} of min_nodes={self.min_nodes} nodes connected "
-                    f"within {self.wait_s:.0f} s; start more SuperNodes or lower min_nodes"
-                )
-            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes), self.min_nodes)
-            time.sleep(1.0)
-        return nodes
+        nodes = wait_for_nodes(
+            self._grid, self.min_nodes, timeout_s=self.wait_s, hint=self.node_wait_hint, what="fedasync"
+        )
+        return sorted(nodes)
 
     def _new_job(self, node: Hashable, start_s: float) -> _Job | None:
         """The node's next job starting at ``start_s``, or ``None`` when no samples are left."""

@@ -22,6 +22,9 @@ export them as ``app``) that run hierarchical federated learning on one of the p
   ``-ranks.csv`` (per rank) and ``summary-<policy>.json`` (``<policy>-paper`` with ``paper = true``), whose ``"status"`` is
   ``"finished"`` only when every round ran (``flwr run`` exits 0 even when a run failed).
 
+A round with fewer than ``num-silos`` connected SuperNodes for ``node-wait`` seconds (default 20)
+fails the run with the fix in one line, never an endless wait.
+
 Run config keys: :data:`DEFAULTS` (the same as ``pyproject.toml``); ``audit-dir`` logs the sample
 ids every rank read (:func:`flwr_adaptive.clients.silo.audit_reads`).
 
@@ -63,7 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "task": "mnist", "smoothing": 0.5, "deadband": -1.0, "slack": -1.0, "paper": False,
     "weighting": "samples", "seed": 0, "lr": 0.0,
     "timeout": 600.0, "rank-timeout": 30.0, "backend": "auto", "keep-alive": True, "drift-round": 0,
-    "drift-factor": 2.0, "spread": "testbed", "out-dir": "", "state-dir": "", "audit-dir": "",
+    "drift-factor": 2.0, "spread": "testbed", "out-dir": "", "state-dir": "", "audit-dir": "", "node-wait": 20.0,
 }
 
 SPREADS = ("testbed", "wide")
@@ -224,6 +227,12 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
             smoothing=float(cfg["smoothing"]), deadband=policy_default(cfg["deadband"]),
             slack=policy_default(cfg["slack"]), paper=bool(cfg["paper"]), weighting=str(cfg["weighting"]),
             state_dir=cfg["state-dir"] or None)
+        # a round short of silos fails the run after node-wait seconds with the fix, never hangs
+        strategy.node_wait_s = float(cfg["node-wait"])
+        strategy.node_wait_hint = (
+            f"apps/hfl runs num-silos={n} silos, one per SuperNode: run with --federation-config "
+            f"\"num-supernodes={n}\" (simulation) or start {n} SuperNodes, or pass -c \"num-silos=2\" for Flower's "
+            "default local federation of 2; -c \"node-wait=<s>\" waits longer")
         apps.strategy = strategy
         model = task.make_model(seed=int(cfg["seed"]))
 

@@ -6,7 +6,9 @@ client), both appended after every round, and ``summary-<policy>.json`` (``<poli
 ``paper = true``), rewritten after every round, whose ``"status"`` is ``"finished"`` only when every round ran (``flwr run`` exits 0 even
 when a run failed, so callers check that file; ``"failed"`` carries the error, and a ServerApp
 killed outright leaves ``"running"`` at its last round). Rounds wait for ``min-nodes`` connected
-nodes (default: half of ``num-clients``) and go on without nodes that left. A negative
+nodes (default: half of ``num-clients``) and go on without nodes that left; a round that has
+fewer for ``node-wait`` seconds (default 20) fails the run with the fix in one line (Flower's
+default local federation has 2 nodes: ``-c "num-clients=2"``). A negative
 ``deadband`` or ``slack`` (the defaults) means the policy's own default.
 
 With ``state-dir``: the controller state and, for the synchronous policies, the global model,
@@ -29,7 +31,7 @@ from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.registry import run_name
 from flwr_adaptive.strategies.resumable import ResumableRun
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
-from pma_app.task import DEFAULTS, load_task, min_nodes, run_config
+from pma_app.task import DEFAULTS, load_task, min_nodes, node_wait_hint, run_config
 
 app = ServerApp()
 
@@ -67,6 +69,12 @@ def run(grid: Grid, cfg: dict, summary: RunSummary, out_dir: Path | None, policy
         deadband=policy_default(cfg["deadband"]), slack=policy_default(cfg["slack"]),
         paper=bool(cfg["paper"]), weighting=str(cfg["weighting"]),
         allow_cycling=bool(cfg["allow-cycling"]), state_dir=cfg["state-dir"] or None)
+    # a round short of nodes fails the run after node-wait seconds with the fix, never hangs
+    strategy.node_wait_hint = node_wait_hint(cfg)
+    if policy == "fedasync":
+        strategy.wait_s = float(cfg["node-wait"])
+    else:
+        strategy.node_wait_s = float(cfg["node-wait"])
     model = task.make_model(seed=int(cfg["seed"]))
     last = [time.perf_counter()]
 

@@ -33,14 +33,14 @@ from flwr_adaptive.devices import get_testbed
 from flwr_adaptive.energy import EmulatedMeter, Meter, SleepEmulatedMeter, auto_meter
 
 __all__ = ["DEFAULTS", "CLOCKS", "CPU_CLOCK", "run_config", "load_task", "load_partition", "node_meter",
-           "device_meter", "min_nodes", "in_simulation", "warm_up"]
+           "device_meter", "min_nodes", "node_wait_hint", "in_simulation", "warm_up"]
 
 DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 10, "budget": 2200, "task": "mnist", "num-clients": 11,
     "smoothing": 0.5, "deadband": -1.0, "slack": -1.0, "paper": False, "weighting": "samples", "allow-cycling": True, "jitter": 0.05,
     "seed": 0, "lr": 0.0, "timeout": 600.0, "out-dir": "", "state-dir": "", "clock": "auto", "min-nodes": 0,
     "oort-fraction": 0.6, "fedasync-alpha": 0.6, "fedasync-staleness": "polynomial",
-    "fedasync-order": "virtual",
+    "fedasync-order": "virtual", "node-wait": 20.0,
 }
 """The run config keys of ``pyproject.toml`` with their defaults (a test keeps the two equal)."""
 
@@ -137,6 +137,14 @@ def min_nodes(cfg: Mapping[str, Any]) -> int:
     if explicit > 0:
         return explicit
     return max(1, math.ceil(int(cfg["num-clients"]) / 2))
+
+
+def node_wait_hint(cfg: Mapping[str, Any]) -> str:
+    """The one-line fix when fewer than ``min_nodes(cfg)`` nodes connect (see ``node-wait``)."""
+    clients, waits = int(cfg["num-clients"]), min_nodes(cfg)
+    return (f"apps/pma expects {clients} nodes (num-clients) and each round waits for {waits} (min-nodes): run with "
+            f"--federation-config \"num-supernodes={clients}\" (simulation) or start {clients} SuperNodes, or pass "
+            f"-c \"num-clients=2\" for Flower's default local federation of 2; -c \"node-wait=<s>\" waits longer")
 
 
 @functools.lru_cache(maxsize=4)
