@@ -120,6 +120,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
         The ServerApp context: the state is also kept in ``context.state``.
+    history_path : str or Path, optional
+        CSV to which every round's history row is appended as the round ends (its per-client
+        rows go to ``<stem>-clients.csv`` beside it); a fresh run starts the files anew, a
+        resumed one continues them. Needs no call after the last round (the legacy API's loop
+        is Flower's); ``save_history(path)`` writes the same tables on demand.
 
     Examples
     --------
@@ -147,6 +152,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         trust: CostTrust | bool = True,
         state_dir: str | os.PathLike | None = None,
         context: Context | None = None,
+        history_path: str | os.PathLike | None = None,
     ) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
         if not isinstance(self.strategy, Strategy):
@@ -173,6 +179,12 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             state_dir=state_dir,
             context=context,
         )
+        if history_path is not None and not isinstance(history_path, (str, os.PathLike)):
+            raise ValueError(
+                f"history_path must be a CSV file path (str or pathlib.Path), got {type(history_path).__name__} "
+                f"{history_path!r}; pass e.g. history_path='history.csv', or None"
+            )
+        self.history_path = history_path
 
     #: Seconds ``configure_train`` waits for the nodes the inner strategy needs (its
     #: ``min_available_nodes`` / ``min_train_nodes``) before the run fails with
@@ -382,26 +394,32 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             if node in answered:
                 log(
                     WARNING,
-                    "[adaptive] round %s: node %s replied more than once; only its first reply counts",
+                    "[adaptive] round %s: %s replied more than once; only its first reply counts",
                     server_round,
-                    node,
+                    self.who(node),
                 )
                 continue
             answered.add(node)
             self._note_arrival(node, msg)
             if msg.has_error():
                 skipped[node] = "error"
-                log(WARNING, "[adaptive] round %s: node %s failed: %s; skipped", server_round, node, msg.error.reason)
+                log(
+                    WARNING,
+                    "[adaptive] round %s: %s failed: %s; skipped",
+                    server_round,
+                    self.who(node),
+                    msg.error.reason,
+                )
                 continue
             array_items, metric_items = split_records(msg.content)  # one pass, no record views
             if len(array_items) != 1 or len(metric_items) != 1:
                 skipped[node] = "invalid"
                 log(
                     WARNING,
-                    "[adaptive] round %s: node %s replied with %d ArrayRecords and %d "
+                    "[adaptive] round %s: %s replied with %d ArrayRecords and %d "
                     "MetricRecords (expected 1 and 1); skipped",
                     server_round,
-                    node,
+                    self.who(node),
                     len(array_items),
                     len(metric_items),
                 )
@@ -421,7 +439,10 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             if node not in answered:
                 skipped[node] = "no-reply"
                 log(
-                    WARNING, "[adaptive] round %s: no reply from node %s (timeout or lost); skipped", server_round, node
+                    WARNING,
+                    "[adaptive] round %s: no reply from %s (timeout or lost); skipped",
+                    server_round,
+                    self.who(node),
                 )
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
@@ -475,9 +496,9 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             skipped[report.node_id] = "invalid"
             log(
                 WARNING,
-                "[adaptive] round %s: node %s: %s; skipped (its update would break or corrupt the average)",
+                "[adaptive] round %s: %s: %s; skipped (its update would break or corrupt the average)",
                 server_round,
-                report.node_id,
+                self.who(report.node_id),
                 reason,
             )
         return kept

@@ -35,8 +35,10 @@ Contract
   its next round (unless the class sets ``uses_probation = False``): it gets ``probe_quota()``
   (the minimum quota) and its share is re-split among the others; its next good reply ends the
   probation (that probe is not observed: a few samples measure overhead, not cost per sample).
-- After each round: one log line (makespan, energy, CV of busy time, min/median/max quota), one
-  history row, one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
+- After each round: one log line (makespan, energy, CV of busy time, min/median/max quota and,
+  with at most ``quota_line_max_nodes`` nodes, every quota by partition; lines about one node
+  name its partition once known, ``who()``), one history row (appended to ``history_path``
+  when set), one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
   the ServerApp ``context.state`` so that a restarted ServerApp resumes it. A state write that
   fails (disk full) is one error line and is tried again next round: the run goes on.
 
@@ -55,6 +57,7 @@ import os
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -400,6 +403,13 @@ class AdaptiveCore(HistoryMixin):
         ):
             self._partition_of[node_id] = int(value)
 
+    def who(self, node_id: Hashable) -> str:
+        """How a line about one node names it: ``"partition 3 (node <id>)"`` once its partition is
+        known (what the operator configured, first; the node id after it matches Flower's own
+        lines, but is random and changes on restart), else ``"node <id>"``."""
+        part = self._partition_of.get(node_id)
+        return f"node {node_id}" if part is None else f"partition {part} (node {node_id})"
+
     def partition_of(self, node_id: Hashable) -> int | None:
         """The partition id ``node_id`` reported this run (``None``: not known yet)."""
         return self._partition_of.get(node_id)
@@ -532,14 +542,14 @@ class AdaptiveCore(HistoryMixin):
         if over:
             log(
                 WARNING,
-                "[adaptive] round %s: %d client(s) (node %s, ...) trained on more samples than their "
+                "[adaptive] round %s: %d client(s) (%s, ...) trained on more samples than their "
                 "quota and report no local data size: quota_data is not applied to their training data. "
                 "Their updates are aggregated with at most their quota's weight and their cost is not "
                 "measured; call quota_data(trainloader) where the client builds its training data "
                 "(see docs/integration.md)",
                 server_round,
                 len(over),
-                over[0].node_id,
+                self.who(over[0].node_id),
             )
         other = {n: why for n, why in self._held.items() if why != "over-quota"}
         if other:
@@ -547,7 +557,7 @@ class AdaptiveCore(HistoryMixin):
                 INFO,
                 "[adaptive] round %s: not taken as cost estimates (aggregated all the same): %s",
                 server_round,
-                ", ".join(f"node {n} ({why})" for n, why in list(other.items())[:10]),
+                ", ".join(f"{self.who(n)} ({why})" for n, why in list(other.items())[:10]),
             )
         capped = [r for r in reports if r.capped]
         if capped:
@@ -653,7 +663,9 @@ class AdaptiveCore(HistoryMixin):
         self._probation -= {r.node_id for r in reports}
         if self.uses_probation:
             self._probation |= set(skipped)
+        self._round_skipped = dict(skipped)  # the round line shows each skipped node's reason
         self.log_round(row)
+        self.save_history_rows(server_round)
         self.save_state()
         return row
 
@@ -730,7 +742,7 @@ class AdaptiveCore(HistoryMixin):
         log(
             WARNING if short[0] else INFO,
             "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | "
-            "CV busy %.3f | quota min/median/max %g/%g/%g | %d clients, %d skipped%s",
+            "CV busy %.3f | quota min/median/max %g/%g/%g | %d clients, %d skipped%s%s",
             row["round"],
             row["policy"],
             row["clock"],
@@ -742,8 +754,59 @@ class AdaptiveCore(HistoryMixin):
             row["quota_max"],
             row["clients"],
             row["skipped"],
+            self.quota_listing(),
             shortfall,
         )
+
+    #: Up to this many nodes the round line lists every quota by partition; above, its
+    #: min/median/max summary is all.
+    quota_line_max_nodes: int = 20
+
+    def quota_listing(self) -> str:
+        """The round's quotas by partition for the round line (``""`` above ``quota_line_max_nodes``).
+
+        Ordered by partition id (nodes whose partition is not known yet last, by node id); a
+        skipped node's reason is shown beside its quota.
+        """
+        if not self._assigned or len(self._assigned) > self.quota_line_max_nodes:
+            return ""
+        skipped = getattr(self, "_round_skipped", {})
+
+        def order(node: Hashable) -> tuple:
+            part = self._partition_of.get(node)
+            return (part is None, part if part is not None else 0, str(node))
+
+        items = []
+        for node in sorted(self._assigned, key=order):
+            why = skipped.get(node)
+            part = self._partition_of.get(node)
+            name = f"node {node}" if part is None else f"partition {part}"  # the ids: in the history
+            items.append(f"{name}: {self._assigned[node]}" + (f" ({why})" if why else ""))
+        return " | quotas " + ", ".join(items)
+
+    #: CSV the round's history rows are appended to after every round (and its ``-clients``
+    #: file beside it); ``None``: kept in memory only (``save_history`` writes them on demand).
+    #: The legacy API's round loop belongs to Flower, so this is where it saves its history.
+    history_path: str | os.PathLike | None = None
+
+    def save_history_rows(self, server_round: int) -> None:
+        """Append this round's rows to ``history_path`` (a fresh run first clears old files).
+
+        A run that resumed saved state continues the files of the run it resumes; a fresh run
+        (no state resumed) starts them anew, so two runs never mix in one file.
+        """
+        if self.history_path is None:
+            return
+        path = Path(self.history_path)
+        if not getattr(self, "_history_started", False):
+            self._history_started = True
+            if not getattr(self, "_resumed_rounds", 0):
+                for old in (path, path.with_name(path.stem + "-clients" + path.suffix)):
+                    old.unlink(missing_ok=True)
+        try:
+            self.append_history(path, server_round)
+        except OSError as err:  # a full disk must not stop training: the rows stay in memory
+            log(WARNING, "[adaptive] round %s: history not written to %s (%s); kept in memory", server_round, path, err)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -906,6 +969,7 @@ class AdaptiveCore(HistoryMixin):
                 raise ValueError(f"{err} (state file {where})") from None
         else:
             return
+        self._resumed_rounds = self._rounds_done  # a history_path is continued, not cleared
         log(INFO, "[adaptive] resumed controller state after %d rounds (%s)", self._rounds_done, where)
 
     # ------------------------------------------------------------------ helpers

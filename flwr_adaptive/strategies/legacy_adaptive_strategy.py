@@ -106,6 +106,11 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
         The ServerApp context: the state is also kept in ``context.state``.
+    history_path : str or Path, optional
+        CSV to which every round's history row is appended as the round ends (its per-client
+        rows go to ``<stem>-clients.csv`` beside it); a fresh run starts the files anew, a
+        resumed one continues them. Needs no call after the last round (the legacy API's loop
+        is Flower's); ``save_history(path)`` writes the same tables on demand.
 
     Examples
     --------
@@ -136,6 +141,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         trust: CostTrust | bool = True,
         state_dir: str | os.PathLike | None = None,
         context: Context | None = None,
+        history_path: str | os.PathLike | None = None,
     ) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
         if not isinstance(self.strategy, Strategy):
@@ -162,6 +168,12 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             state_dir=state_dir,
             context=context,
         )
+        if history_path is not None and not isinstance(history_path, (str, os.PathLike)):
+            raise ValueError(
+                f"history_path must be a CSV file path (str or pathlib.Path), got {type(history_path).__name__} "
+                f"{history_path!r}; pass e.g. history_path='history.csv', or None"
+            )
+        self.history_path = history_path
 
     def __repr__(self) -> str:
         return f"LegacyAdaptiveStrategy({self.strategy!r}, budget={self.budget}, policy={self.policy!r})"
@@ -284,9 +296,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             if node in seen:
                 log(
                     WARNING,
-                    "[adaptive] round %s: client %s returned more than one result; only its first counts",
+                    "[adaptive] round %s: %s returned more than one result; only its first counts",
                     server_round,
-                    node,
+                    self.who(node),
                 )
                 continue
             seen.add(node)
@@ -302,9 +314,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 skipped[node] = "invalid"
                 log(
                     WARNING,
-                    "[adaptive] round %s: client %s: %s; skipped (its update would break or corrupt the average)",
+                    "[adaptive] round %s: %s: %s; skipped (its update would break or corrupt the average)",
                     server_round,
-                    node,
+                    self.who(node),
                     reason,
                 )
                 continue
@@ -318,9 +330,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 skipped[node] = "error"
                 log(
                     WARNING,
-                    "[adaptive] round %s: client %s failed (%s); skipped",
+                    "[adaptive] round %s: %s failed (%s); skipped",
                     server_round,
-                    node,
+                    self.who(node),
                     failure[1].status.message,
                 )
         answered = {node_id_of(p) for p, _ in results}
@@ -329,9 +341,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 skipped[node] = "no-reply"
                 log(
                     WARNING,
-                    "[adaptive] round %s: no result from client %s (error or timeout); skipped",
+                    "[adaptive] round %s: no result from %s (error or timeout); skipped",
                     server_round,
-                    node,
+                    self.who(node),
                 )
         return kept, reports, skipped
 
