@@ -183,6 +183,41 @@ def test_gain_deadband_keeps_a_split_within_the_band_and_releases_beyond():
     assert ctrl.allocate(ids)["p"] < 450
 
 
+def _moves_under_jitter(ctrl_of, jitter, seeds=range(6), rounds=30, settle=10):
+    """Split changes after ``settle`` rounds on four affine devices whose times jitter (seeded)."""
+    ids, a, b = ["a", "b", "c", "d"], np.full(4, 0.5), np.array([0.01, 0.02, 0.03, 0.04])
+    moves = 0
+    for seed in seeds:
+        splits = play(ctrl_of(), ids, a, b, np.ones(4), rounds, jitter=jitter, rng=np.random.default_rng(seed))
+        moves += sum(not np.array_equal(splits[i], splits[i - 1]) for i in range(settle, rounds))
+    return moves
+
+
+def test_gain_deadband_noise_floor_holds_a_split_that_jitter_alone_would_move():
+    # Prepare: the named policies' gain deadband is max(2 %, the noise floor), the floor being
+    # 3 × the median relative scatter of the recent times / √window (5 % jitter: ≈ 6 %). Seeded
+    # jitter, so the counts are exact (no machine noise): measured 6 moves in 6 × 20 settled
+    # rounds with the floor, 31 with the floor removed (band 2 % only), ~120 with no deadband.
+    # Execute
+    default = _moves_under_jitter(lambda: AllocationController.from_policy("time", 1000), 0.05)
+    no_band = _moves_under_jitter(lambda: AllocationController.from_policy("time", 1000, deadband=0.0), 0.05)
+    # Assert: the floor holds the split in most rounds (a limit halfway to the floor-free count)
+    assert default <= 15 < no_band
+
+
+def test_gain_deadband_noise_floor_is_zero_on_noise_free_devices_so_a_small_change_is_followed():
+    # Prepare: noise-free affine devices t = 0.5 + b·n; the default policy (gain deadband 2 %)
+    ids, a, b = ["a", "b", "c", "d"], np.full(4, 0.5), np.array([0.01, 0.02, 0.03, 0.04])
+    ctrl = AllocationController.from_policy("time", 1000)
+    # Execute: converge, then the slowest device becomes 6 % slower (below the 30 % drift trigger)
+    before = play(ctrl, ids, a, b, np.ones(4), 8)[-1]
+    after = play(ctrl, ids, a, b * [1, 1, 1, 1.06], np.ones(4), 8)[-1]
+    # Assert: the exact equal-time split (0.5 + 0.01·480 = 0.5 + 0.04·120), then the new one
+    # (a floor that did not vanish without jitter would hold an earlier, worse split instead)
+    assert before.tolist() == [480, 240, 160, 120]
+    assert after.tolist() == [484, 241, 161, 114]
+
+
 # ----------------------------------------------------------------------------- min-energy
 def test_min_energy_without_energy_figures_is_the_minimum_makespan():
     ids = ["a", "b", "c"]

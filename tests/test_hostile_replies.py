@@ -510,6 +510,33 @@ def test_plausibility_and_growth_cap_bound_a_liars_claim():
         CostTrust(plausible_range=0.5)
 
 
+@pytest.mark.parametrize("what", ["time", "energy"])
+def test_plausible_range_boundary_is_one_quarter_of_the_others_median(what):
+    from dataclasses import replace
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    # Prepare: docs/security.md: a per-sample cost below the other nodes' median divided by
+    # plausible_range (4) is not believed. The others claim 0.2, 0.3, 0.25 s per 100 samples
+    # (median 0.25): the bound for node 4 is 0.0625 s. Claims 0.8 % either side of it.
+    def claims(fourth):
+        out = [_claim(1, 0.2), _claim(2, 0.3), _claim(3, 0.25), _claim(4, fourth)]
+        if what == "energy":  # the same rule on joules; times all equal so only energy can be held
+            out = [replace(c, time_s=0.25, energy_j=c.time_s) for c in out]
+        return out
+
+    def believed(fourth):
+        trust = AdaptiveStrategy(budget=10).trust  # the strategy's default rules
+        got = trust.believe(1, claims(fourth))[4]
+        return got.time_s if what == "time" else got.energy_j
+
+    # Execute / Assert: just inside (0.063 s, 1/3.97 of the median) and at the bound: believed as
+    # claimed; just outside (0.062 s, 1/4.03): taken at the others' median
+    assert believed(0.063) == 0.063
+    assert believed(0.0625) == 0.0625
+    assert believed(0.062) == pytest.approx(0.25)
+
+
 def test_the_message_strategy_reads_the_arrival_time_the_superlink_stamps():
     from datetime import datetime, timezone
 
