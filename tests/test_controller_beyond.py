@@ -352,7 +352,7 @@ def test_a_fixed_cost_seen_at_moving_quotas_is_not_taken_for_drift_before_its_li
         ctrl.allocate(["fixed", "plain"])
     # Assert: no drift, and the three points identify the line (noise-free: exact)
     assert ctrl.drift_count == 0
-    a, b, *_ = ctrl._affine_estimates(ctrl._slots(["fixed"]))
+    a, b, *_ = ctrl._store.affine_estimates(ctrl._slots(["fixed"]))
     assert (float(a[0]), float(b[0])) == pytest.approx((1.83, 0.00284), rel=1e-6)
     # Execute: a real step change, 2× slower near the last quota
     ctrl.observe("fixed", Report(time_s=2 * (1.83 + 0.00284 * 2400), samples=2400))

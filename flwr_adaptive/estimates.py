@@ -1,0 +1,416 @@
+"""The per-participant estimate store of the allocation controller: slots, EMA, affine history, drift, ageing.
+
+Contract
+--------
+One slot per participant ever registered (and not dropped), arrays indexed by slot:
+
+- ``tau`` / ``eps``: the smoothed seconds / joules per sample (the paper's EMA), NaN = no
+  estimate. Each recorded report is one EMA step ``x̂ ← α·x + (1 − α)·x̂``, in the order
+  ``observe`` was called; a participant's first report initialises.
+- ``unanswered``: positive quotas given since the participant last reported. An estimate whose
+  participant left ``forget_after`` of them unanswered is stale: :meth:`EstimateStore.fresh`
+  forgets it (the participant is new again).
+- ``lo`` / ``hi``: each participant's ``[min_quota, max_quota]``, from the controller's bounds.
+- ``hist`` / ``fit`` (only with affine costs or drift detection, grown lazily): the last
+  ``estimation.WINDOW`` observations ``(samples, seconds, joules)`` and the last identified line
+  ``(a, b, c, d)`` of ``t = a + b·n``, ``e = c + d·n``. A report far from what the model predicts
+  (``drift``) rescales the participant's history at once instead of being smoothed in.
+
+How estimates age: by their participant's own history, not by server rounds. An estimate is
+dropped (the participant is treated as new again and gets the median cost) once the participant was
+given a positive quota ``forget_after`` times in a row without reporting. A node that is sampled
+every tenth round and reports each time keeps its estimate; a node that stops answering loses it
+after ``forget_after`` unanswered quotas. With every participant in every round this is the same
+rule as counting rounds since the last report. Participants that leave for good are dropped
+with :meth:`AllocationController.forget` or :meth:`AllocationController.prune`; slots without an
+estimate are dropped by ``allocate`` on its own, so the state stays linear in the participants
+that have an estimate or are in the current split.
+
+Reports are recorded in O(1) by the controller's ``observe`` (``pending`` / ``pending_new``)
+and applied by :meth:`EstimateStore.flush`, all participants seen for the first time registered
+together. :meth:`EstimateStore.model` turns the estimates into each participant's affine time and
+energy with the unknowns filled and the clipping rules applied (what the split and the solver
+use). The store knows nothing about budgets, groups or the current split: the controller owns
+those and renumbers its split when slots are dropped (:meth:`EstimateStore.drop` returns the map).
+
+Cost
+----
+``flush``: vectorised, O(R) for R recorded reports (one layer per repeat of a participant),
+plus one concatenate per array for new participants. ``model`` and ``noise_floor``: O(P·WINDOW)
+for P participants. Dropping slots: O(S) for S slots.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from flwr_adaptive import estimation
+from flwr_adaptive.limits import ParticipantId
+
+__all__ = ["EstimateStore", "weighted_affine"]
+
+Bounds = Callable[[list[ParticipantId]], tuple[np.ndarray, np.ndarray]]
+
+
+class EstimateStore:
+    """Per-participant cost estimates, kept in slot-indexed arrays.
+
+    Parameters
+    ----------
+    bounds : callable
+        ``bounds(ids) -> (lo, hi)``: the int64 ``[min_quota, max_quota]`` of newly registered ids.
+    smoothing, forget_after, cost_clip, cost_model, drift
+        As for ``AllocationController`` (already validated there).
+    """
+
+    #: Per-slot arrays (first axis = slot): attribute → (dtype, value of a new slot, shape of one
+    #: slot's entry). Registration, rollback and pruning go through this table, so an array
+    #: listed here always has one row per participant. ``lo``/``hi`` come from the bounds.
+    SLOT_ARRAYS: dict[str, tuple[Any, Any, tuple[int, ...]]] = {
+        "tau": (float, math.nan, ()),
+        "eps": (float, math.nan, ()),
+        "unanswered": (np.int64, 0, ()),
+    }
+    #: Per-slot arrays kept only by some options (``hist``/``fit``: affine costs, drift): empty
+    #: while unused, else grown to one row per participant by ``grow_model`` when needed.
+    LAZY_SLOT_ARRAYS: dict[str, tuple[int, ...]] = {"hist": (estimation.WINDOW, 3), "fit": (4,)}
+
+    def __init__(
+        self,
+        bounds: Bounds,
+        smoothing: float,
+        forget_after: int,
+        cost_clip: float,
+        cost_model: str,
+        drift: float | None,
+    ) -> None:
+        self.bounds = bounds
+        self.smoothing = smoothing
+        self.forget_after = forget_after
+        self.cost_clip = cost_clip
+        self.cost_model = cost_model
+        self.drift = drift
+        self.drift_count = 0  # observations flagged as a step change so far (not saved in the state)
+        self.index: dict[ParticipantId, int] = {}
+        self.ids: list[ParticipantId] = []
+        self.tau = np.empty(0)  # smoothed seconds per sample, NaN = no estimate
+        self.eps = np.empty(0)  # smoothed joules per sample, NaN = no estimate
+        # positive quotas given since the last report: the age of an estimate (see forget_after)
+        self.unanswered = np.empty(0, dtype=np.int64)
+        self.lo = np.empty(0, dtype=np.int64)
+        self.hi = np.empty(0, dtype=np.int64)
+        self.pending: list[tuple[int, float, float, int]] = []  # (slot, time, energy, samples)
+        # reports of participants without a slot yet, registered together at the next flush
+        self.pending_new: list[tuple[ParticipantId, float, float, int]] = []
+        self.slot_cache: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))
+        # Beyond the paper (cost_model="affine", drift, min-energy): grown lazily to len(ids).
+        self.hist = np.empty((0, estimation.WINDOW, 3))  # last (samples, seconds, joules), NaN = none
+        self.fit = np.empty((0, 4))  # last identified (a, b, c, d) of t = a + b·n, e = c + d·n
+
+    # ------------------------------------------------------------------ slots
+    def slots(self, participants: list[ParticipantId]) -> np.ndarray:
+        """Slot of each participant, registering new ones (cached for an unchanged list)."""
+        cached_ids, cached_slots = self.slot_cache
+        if participants == cached_ids:
+            return cached_slots
+        index = self.index
+        new = [p for p in dict.fromkeys(participants) if p not in index]
+        if new:
+            self.register(new)
+        slots = np.fromiter(map(index.__getitem__, participants), dtype=np.int64, count=len(participants))
+        self.slot_cache = (list(participants), slots)
+        return slots
+
+    def register(self, new: list[ParticipantId]) -> None:
+        """Give every id of ``new`` (valid, distinct, unregistered) a slot: one concatenate per array."""
+        lo, hi = self.bounds(new)
+        start = len(self.ids)
+        self.index.update(zip(new, range(start, start + len(new))))
+        self.ids.extend(new)
+        for name, (dtype, fill, shape) in self.SLOT_ARRAYS.items():
+            grown = np.full((len(new), *shape), fill, dtype=dtype)
+            setattr(self, name, np.concatenate([getattr(self, name), grown]))
+        self.lo = np.concatenate([self.lo, lo])
+        self.hi = np.concatenate([self.hi, hi])
+
+    def truncate(self, count: int) -> None:
+        """Undo the registrations after the first ``count`` slots (a refused call changes nothing)."""
+        if len(self.ids) == count:
+            return
+        for p in self.ids[count:]:
+            del self.index[p]
+        del self.ids[count:]
+        for name in (*self.SLOT_ARRAYS, *self.LAZY_SLOT_ARRAYS, "lo", "hi"):
+            setattr(self, name, getattr(self, name)[:count])
+        self.reset_cache()
+
+    def reset_cache(self) -> None:
+        self.slot_cache = ([], np.empty(0, dtype=np.int64))
+
+    def drop(self, dead: np.ndarray) -> np.ndarray:
+        """Remove the slots where ``dead`` (a mask over slots) is true; renumber the others.
+
+        Pending reports must be flushed first. Returns the new slot of every old slot (-1 for a
+        dropped one), so that the owner can renumber what it keeps by slot.
+        """
+        if any(len(getattr(self, name)) for name in self.LAZY_SLOT_ARRAYS):
+            self.grow_model()  # one row per participant before rows are dropped
+        keep = np.flatnonzero(~dead)
+        renumber = np.full(len(self.ids), -1, dtype=np.int64)
+        renumber[keep] = np.arange(len(keep))
+        self.ids = [self.ids[i] for i in keep.tolist()]
+        self.index = dict(zip(self.ids, range(len(self.ids))))
+        for name in (*self.SLOT_ARRAYS, "lo", "hi"):
+            setattr(self, name, getattr(self, name)[keep])
+        for name in self.LAZY_SLOT_ARRAYS:
+            if len(getattr(self, name)):
+                setattr(self, name, getattr(self, name)[keep])
+        self.reset_cache()
+        return renumber
+
+    # ------------------------------------------------------------------ reports
+    def flush(self) -> None:
+        """Register the new participants together, then apply the recorded reports as EMA steps in call order."""
+        if self.pending_new:
+            new = [p for p in dict.fromkeys(r[0] for r in self.pending_new) if p not in self.index]
+            if new:
+                self.register(new)
+            index = self.index
+            self.pending.extend((index[p], t, e, n) for p, t, e, n in self.pending_new)
+            self.pending_new = []
+        if not self.pending:
+            return
+        count = 4 * len(self.pending)
+        obs = np.fromiter(itertools.chain.from_iterable(self.pending), dtype=float, count=count).reshape(-1, 4)
+        self.pending = []
+        slots = obs[:, 0].astype(np.int64)
+        tau_obs = obs[:, 1] / obs[:, 3]
+        eps_obs = obs[:, 2] / obs[:, 3]
+        if np.bincount(slots).max() == 1:
+            layers = [slice(None)]
+        else:
+            # A participant observed k times is updated in k layers; within a layer slots are unique.
+            order = np.argsort(slots, kind="stable")
+            sorted_slots = slots[order]
+            first = np.r_[True, sorted_slots[1:] != sorted_slots[:-1]]
+            group_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+            layer = np.empty(len(order), dtype=np.int64)
+            layer[order] = np.arange(len(order)) - group_start
+            layers = [layer == k for k in range(int(layer.max()) + 1)]
+        a = self.smoothing
+        tracks_history = self.cost_model == "affine" or self.drift is not None
+        if tracks_history:
+            self.grow_model()
+        for sel in layers:
+            s = slots[sel]
+            if tracks_history:
+                self.record(s, obs[sel, 3], obs[sel, 1], obs[sel, 2])
+            for est, new_obs in ((self.tau, tau_obs[sel]), (self.eps, eps_obs[sel])):
+                old = est[s]
+                updated = np.where(np.isnan(old), new_obs, a * new_obs + (1.0 - a) * old)
+                est[s] = np.where(np.isnan(new_obs), old, updated)
+        self.unanswered[slots] = 0
+
+    def fresh(self, slots: np.ndarray, forget: bool = True) -> np.ndarray:
+        """Mask of participants with a fresh estimate; stale ones (``forget_after``) are forgotten.
+
+        An estimate is stale once its participant left ``forget_after`` positive quotas in a
+        row unanswered (its own history, not server rounds).
+        """
+        stale = self.unanswered[slots] >= self.forget_after
+        if not forget:
+            return ~np.isnan(self.tau[slots]) & ~stale
+        if stale.any():
+            gone = slots[stale]
+            self.forget_model(gone)
+            self.tau[gone] = np.nan
+            self.eps[gone] = np.nan
+            self.unanswered[gone] = 0
+        return ~np.isnan(self.tau[slots])
+
+    def estimates(self) -> dict[ParticipantId, tuple[float, float | None]]:
+        """Smoothed ``(seconds per sample, joules per sample)`` of every participant with an estimate."""
+        self.flush()
+        out = {}
+        for pid, slot in self.index.items():
+            tau, eps = self.tau[slot], self.eps[slot]
+            if not np.isnan(tau):
+                out[pid] = (float(tau), None if np.isnan(eps) else float(eps))
+        return out
+
+    def term(self, values: np.ndarray, known: np.ndarray, name: str) -> np.ndarray:
+        """Each participant's ratio of ``values`` to their median, clipped to ``cost_clip``."""
+        if not known.any():
+            return np.ones(len(values))
+        v = values[known]
+        if np.isnan(v).any():
+            raise ValueError(
+                f"{name} is unmeasured for some participants but its weight is > 0: "
+                "report energy_j from every participant or use a policy with w_energy=0"
+            )
+        med = float(np.median(v))
+        if not med > 0:
+            raise ValueError(
+                f"median {name} per sample is {med!r} (must be > 0 to normalise); "
+                f"check the reports or set its weight to 0"
+            )
+        ratio = np.ones(len(values))
+        ratio[known] = np.clip(v / med, 1.0 / self.cost_clip, self.cost_clip)
+        return ratio  # participants without an estimate get the median (ratio 1)
+
+    def weighted_cost(self, slots: np.ndarray, known: np.ndarray, w_time: float, w_energy: float) -> np.ndarray:
+        """The paper's cost ``c_i = w_t·τ̂_i/median(τ̂) + w_e·ε̂_i/median(ε̂)`` (1 when both weights are 0)."""
+        cost = np.zeros(len(slots))
+        if w_time > 0:
+            cost += w_time * self.term(self.tau[slots], known, "time")
+        if w_energy > 0:
+            cost += w_energy * self.term(self.eps[slots], known, "energy")
+        if w_time == 0 and w_energy == 0:
+            cost += 1.0
+        return cost
+
+    # ------------------------------------------------------------------ beyond the paper: estimation
+    def grow_model(self) -> None:
+        """Extend the history and fit arrays to every registered participant."""
+        grow = len(self.ids) - len(self.hist)
+        if grow > 0:
+            self.hist = np.concatenate([self.hist, np.full((grow, estimation.WINDOW, 3), np.nan)])
+            self.fit = np.concatenate([self.fit, np.full((grow, 4), np.nan)])
+
+    def predict(self, s: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds and joules that participants ``s`` are expected to need for ``n`` samples."""
+        fit = self.fit[s]
+        use_fit = self.cost_model == "affine"
+        t = np.where(use_fit & ~np.isnan(fit[:, 1]), fit[:, 0] + fit[:, 1] * n, self.tau[s] * n)
+        e = np.where(use_fit & ~np.isnan(fit[:, 3]), fit[:, 2] + fit[:, 3] * n, self.eps[s] * n)
+        return t, e
+
+    def record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
+        """Detect a step change, then append one observation to each of ``s`` (slots unique)."""
+        if self.drift is not None:
+            pred_t, pred_e = self.predict(s, n)
+            last_n = self.hist[s, -1, 0]
+            # Without a fitted line, judge against the last observation's cost per sample: the EMA
+            # mixes observations at other quotas, and a fixed cost makes their per-sample costs
+            # differ (a device with a 40 % fixed share measured at 600 and then 2,000 samples
+            # looks 25 % "faster" at 2,300 than its EMA says, with no drift at all).
+            no_line = (self.cost_model != "affine") | np.isnan(self.fit[s, 1])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pred_t = np.where(no_line & ~np.isnan(last_n), self.hist[s, -1, 1] / last_n * n, pred_t)
+                pred_e = np.where(no_line & ~np.isnan(last_n), self.hist[s, -1, 2] / last_n * n, pred_e)
+            # Far from the last quota a prediction extrapolates (a fixed cost, or a fitted line's
+            # noise, looks like drift there): only judge observations near the quota measured last.
+            near = np.abs(n / last_n - 1.0) <= 0.25
+            jump = near & (estimation.drifted(t, pred_t, self.drift) | estimation.drifted(e, pred_e, self.drift))
+            if jump.any():
+                j = s[jump]
+                scale_t = (t / pred_t)[jump]
+                scale_e = np.where(np.isfinite(e / pred_e), e / pred_e, 1.0)[jump]
+                self.hist[j, :, 1] *= scale_t[:, None]
+                self.hist[j, :, 2] *= scale_e[:, None]
+                self.fit[j, 0:2] *= scale_t[:, None]
+                self.fit[j, 2:4] *= scale_e[:, None]
+                self.tau[j] = np.nan  # the EMA restarts from this observation
+                self.eps[j] = np.nan
+                self.drift_count += int(jump.sum())
+        self.hist[s, :-1] = self.hist[s, 1:]
+        self.hist[s, -1] = np.stack([n, t, e], axis=1)
+
+    def forget_model(self, gone: np.ndarray) -> None:
+        """Drop the history and fits of participants whose estimate is dropped."""
+        if len(self.hist):
+            gone = gone[gone < len(self.hist)]
+            self.hist[gone] = np.nan
+            self.fit[gone] = np.nan
+
+    def affine_estimates(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(a, b, c, d)`` per participant from its window; the last identified line re-levelled
+        when the window does not identify one, the per-sample estimate before that."""
+        self.grow_model()
+        hist = self.hist[slots]
+        n, t, e = hist[..., 0], hist[..., 1], hist[..., 2]
+        out = []
+        for col, y, per_sample in ((0, t, self.tau[slots]), (2, e, self.eps[slots])):
+            a, b, identified, _ = estimation.fit_affine(n, y)
+            stored_a, stored_b = self.fit[slots, col], self.fit[slots, col + 1]
+            has_stored = ~np.isnan(stored_b)
+            filled = ~(np.isnan(n) | np.isnan(y))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                level = np.where(filled, y, 0.0).sum(axis=1) / np.where(
+                    filled, stored_a[:, None] + stored_b[:, None] * n, 0.0
+                ).sum(axis=1)
+            relevel = ~identified & has_stored & np.isfinite(level) & (level > 0)
+            a = np.where(identified, a, np.where(relevel, stored_a * level, 0.0))
+            b = np.where(identified, b, np.where(relevel, stored_b * level, per_sample))
+            keep = identified | relevel
+            self.fit[slots[keep], col] = a[keep]
+            self.fit[slots[keep], col + 1] = b[keep]
+            out += [a, b]
+        return tuple(out)
+
+    def noise_floor(self, slots: np.ndarray) -> float:
+        """The predicted gain that jitter alone produces: 3 × the median relative scatter of the
+        participants' recent times around their model, over √(window); capped at 0.1."""
+        if not len(self.hist):
+            return 0.0  # no history kept (cost_model="per-sample" without drift detection)
+        self.grow_model()
+        hist = self.hist[slots]
+        noise = estimation.fit_affine(hist[..., 0], hist[..., 1])[3]
+        if not np.isfinite(noise).any():
+            return 0.0
+        return min(0.1, 3.0 * float(np.nanmedian(noise)) / math.sqrt(estimation.WINDOW))
+
+    def model(self, slots: np.ndarray, known: np.ndarray, budget_total: int) -> tuple[np.ndarray, ...]:
+        """Time ``a + b·n`` and active energy ``c + d·n`` of each participant (``d`` NaN: no energy
+        figures anywhere), with the unknowns and the clipping rules of the weighted cost."""
+        if self.cost_model == "affine":
+            a, b, c, d = self.affine_estimates(slots)
+        else:
+            a, b = np.zeros(len(slots)), self.tau[slots].copy()
+            c, d = np.zeros(len(slots)), self.eps[slots].copy()
+        a, b, c, d = (np.where(known, x, np.nan) for x in (a, b, c, d))
+        med_b = float(np.nanmedian(b[known]))
+        if not med_b > 0:
+            raise ValueError(f"median time per sample is {med_b!r} (must be > 0); check the reports")
+        b = np.clip(np.where(known, b, med_b), med_b / self.cost_clip, med_b * self.cost_clip)
+        share = med_b * budget_total / max(len(slots), 1)  # the median participant's equal-share time
+        a = np.clip(np.where(known, a, float(np.nanmedian(a[known]))), 0.0, self.cost_clip * share)
+        measured = known & ~np.isnan(d)
+        if not measured.any():
+            return a, b, c, np.full(len(slots), np.nan)
+        power = float(np.median(d[measured] / b[measured]))  # watts of the median participant
+        if not power >= 0:
+            raise ValueError(f"median active power is {power!r} W (must be >= 0); check energy_j")
+        d = np.where(measured, d, power * b)
+        c = np.where(measured, c, power * a)
+        d = np.clip(d, power * b / self.cost_clip, power * b * self.cost_clip)
+        c = np.clip(c, 0.0, power * a * self.cost_clip + power * share)
+        return a, b, c, d
+
+
+def weighted_affine(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, w_time: float, w_energy: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted cost of affine models as ``A_i + B_i·n``: each term over its median per-sample cost."""
+    A, B = np.zeros(len(a)), np.zeros(len(a))
+    if w_time > 0:
+        scale = float(np.median(b))
+        A, B = A + w_time * a / scale, B + w_time * b / scale
+    if w_energy > 0:
+        if np.isnan(d).any():
+            raise ValueError(
+                "energy is unmeasured for some participants but w_energy > 0: report "
+                "energy_j from every participant or use a policy with w_energy=0"
+            )
+        scale = float(np.median(d))
+        if not scale > 0:
+            raise ValueError(
+                f"median energy per sample is {scale!r} (must be > 0 to normalise); check the reports or set w_energy=0"
+            )
+        A, B = A + w_energy * c / scale, B + w_energy * d / scale
+    return A, B
