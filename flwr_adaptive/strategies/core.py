@@ -274,7 +274,7 @@ class AdaptiveCore(HistoryMixin):
             probation = []  # nobody healthy to take the share: everyone tries again, observed
             self._probation -= set(node_ids)
         known = any(n in self._partition_of for n in node_ids)
-        ids = self._keys(node_ids) if known else node_ids
+        ids = self._inherit_vacancies(server_round, node_ids, self._keys(node_ids)) if known else node_ids
         caps = [probe if n in probation else (self._caps.get(k) if known else None) for n, k in zip(node_ids, ids)]
         if all(c is not None for c in caps) and self.budget > sum(caps):
             split = self._all_local_data(node_ids, caps, server_round)
@@ -302,6 +302,42 @@ class AdaptiveCore(HistoryMixin):
         for n in quotas:
             self._last_trained[n] = server_round
         return quotas
+
+    def _inherit_vacancies(self, server_round: int, node_ids: list[Hashable], ids: list[Hashable]) -> list[Hashable]:
+        """Give a node of unknown partition the slot of a partition whose node is gone.
+
+        A SuperNode restarted with the same ``partition-id`` comes back under a new node id, and
+        its partition is known only from its first reply. Until then it is keyed by the
+        partition that lost its node (committed in the controller's split, not keyed by any node
+        of this round, its owner gone or released), so everyone else keeps their quota and it
+        gets what its partition had: no equal round, no re-split for a restart. Several newcomers
+        take the vacant partitions in order (node id ↔ partition id); newcomers beyond them keep
+        their provisional ``"node-<id>"`` slot. Its reply then keys it by what it reports
+        (``_keys``): the same partition is taken over, another one is its own.
+        """
+        new = [i for i, k in enumerate(ids) if type(k) is str and node_ids[i] not in self._replied]
+        if not new:
+            return ids
+        taken = set(ids)
+        vacant = sorted(
+            p
+            for p in self.controller.current
+            if type(p) is int and p not in taken and (self._owner.get(p) is None or self._owner[p] in self._unavailable)
+        )
+        if not vacant:
+            return ids
+        out = list(ids)
+        for i, part in zip(sorted(new, key=lambda i: str(node_ids[i])), vacant):
+            out[i] = part
+            log(
+                INFO,
+                "[adaptive] round %s: node %s (partition not known yet) trains with the quota of "
+                "partition %s, whose node is gone, until its reply names its partition",
+                server_round,
+                node_ids[i],
+                part,
+            )
+        return out
 
     def _with_provisional_caps(self, node_ids: list[Hashable], caps: list[int | None]) -> list[int | None]:
         """Cap the nodes that never replied at a provisional data size (cycling off).
@@ -817,10 +853,19 @@ class AdaptiveCore(HistoryMixin):
             "budget": self.budget,
             "rounds": self._rounds_done,
             "controller": self.controller.state_dict(),
+            # node id -> partition: a resumed ServerApp (or one behind a SuperLink restarted on
+            # its database: node ids survive) keys its first round by partition, not equally
+            "partitions": [[n, p] for n, p in self._partition_of.items() if isinstance(n, (int, str))],
+            # partition -> local data size (cycling off): the same bounds, so the split is held
+            "caps": [[k, c] for k, c in self._caps.items() if type(k) is int],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state_dict()`` output (node ids are not part of it: they change).
+        """Resume from ``state_dict()`` output.
+
+        The node id → partition map is restored too: nodes that kept their id (a resumed
+        ServerApp, a SuperLink restarted on its database) are keyed by partition from the first
+        round; a node id that changed is simply unknown until its reply.
 
         Raises
         ------
@@ -852,9 +897,39 @@ class AdaptiveCore(HistoryMixin):
             controller.load_state_dict(copy.deepcopy(state["controller"]))
         except Exception as err:  # noqa: BLE001 - any malformed field: the state is unusable
             raise StateFileError(f"the controller state cannot be loaded ({type(err).__name__}: {err})") from None
+        partitions = self._saved_partitions(state.get("partitions", []))
+        caps = self._saved_partitions(state.get("caps", []), what="partition data size")
+        if any(c < 1 for c in caps.values()):
+            raise StateFileError(f"a saved partition data size is < 1: {caps}")
         self._check_controller(controller)
         self.controller = controller
         self._rounds_done = rounds
+        self._partition_of.update(partitions)
+        self._caps.update(caps)
+        self._sizes = None
+
+    @staticmethod
+    def _saved_partitions(pairs: Any, what: str = "node partition") -> dict[Hashable, int]:
+        """The saved ``[[node id, partition id], ...]`` (``StateFileError`` when malformed).
+
+        Also reads the saved ``[[partition id, data size], ...]`` (``what`` names it in errors).
+        """
+        if not isinstance(pairs, list):
+            raise StateFileError(f"the saved {what}s are not a list of [id, int] pairs: {pairs!r:.200}")
+        out: dict[Hashable, int] = {}
+        for pair in pairs:
+            if (
+                not isinstance(pair, list)
+                or len(pair) != 2
+                or isinstance(pair[0], bool)
+                or not isinstance(pair[0], (int, str))
+                or isinstance(pair[1], bool)
+                or not isinstance(pair[1], int)
+                or pair[1] < 0
+            ):
+                raise StateFileError(f"a saved {what} {pair!r:.200} is not [id (int or str), int >= 0]")
+            out[pair[0]] = pair[1]
+        return out
 
     def _check_controller(self, controller: AllocationController) -> None:
         """Refuse a loaded controller whose numbers cannot be computed with (``StateFileError``).
