@@ -12,7 +12,9 @@ Contract
 - ``aggregate_train`` screens the replies **before** delegating (see
   :mod:`flwr_adaptive.strategies.screening`): a reply with an error, without exactly one
   ArrayRecord and one MetricRecord, with invalid telemetry, or whose arrays differ from the model
-  sent (names, shapes, dtypes) or hold NaN/inf is logged and skipped (the inner FedAvg would raise
+  sent (names, shapes, dtypes) or hold NaN/inf, or that is too large to screen (metric keys,
+  list lengths, array bytes against the model sent: checked on sizes before any value is read)
+  is logged and skipped (the inner FedAvg would raise
   on it, or average NaN into the model, and ``Strategy.start`` does not catch it); a second reply
   of the same node is ignored; metric keys that not every kept reply sends alike are left out of
   the metric average (never the reply). Replies are attributed by ``reply_to`` (Flower's
@@ -63,6 +65,8 @@ from flwr_adaptive.strategies.screening import (
     check_weight,
     describe_removed,
     harmonize_metrics,
+    record_sizes,
+    size_reason,
 )
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
@@ -425,6 +429,15 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 )
                 continue
             metrics = metric_items[0][1]
+            if reason := size_reason(
+                metrics,
+                record_sizes(array_items[0][1]),
+                getattr(self, "_reference_layout", None),
+                self.lists_sized_elsewhere,
+            ):
+                skipped[node] = "invalid"
+                log(WARNING, "[adaptive] round %s: node %s: %s; skipped unread", server_round, node, reason)
+                continue
             self._records_of[id(msg)] = (array_items[0][1], metrics)
             self.note_partition(node, metrics)
             try:
@@ -503,6 +516,10 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             )
         return kept
 
+    #: Metric keys whose lists a subclass bounds by length itself before reading them (the size
+    #: screen counts each as one value): HFL's per-rank lists.
+    lists_sized_elsewhere: frozenset = frozenset()
+
     #: Whether list metrics must have one length across replies (Flower's default metric average
     #: zips them strictly); the hierarchical strategy's per-rank lists differ in length.
     strict_metric_lists: bool = True
@@ -570,6 +587,15 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                     server_round,
                     node,
                     msg.error.reason if msg.has_error() else "expected one MetricRecord",
+                )
+                continue
+            if reason := size_reason(next(iter(msg.content.metric_records.values()))):
+                log(
+                    WARNING,
+                    "[adaptive] round %s: evaluation reply of node %s skipped unread (%s)",
+                    server_round,
+                    node,
+                    reason,
                 )
                 continue
             if weight_key is not None:

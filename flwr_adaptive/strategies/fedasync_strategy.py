@@ -43,7 +43,8 @@ left: FedAsync's only idle time is at the end), so totals compare with synchrono
 says which ``order`` and which ``timeline`` clock (``virtual``/``wall``; ``virtual_time_s`` is
 NaN on the wall clock, ``elapsed_s`` always set) produced it.
 
-A failed job (error reply, timeout, invalid telemetry or arrays) is logged; its samples go back to
+A failed job (error reply, timeout, invalid telemetry or arrays, a reply too large to screen:
+``screening.size_reason``) is logged; its samples go back to
 the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
 the rest of the run (in ``"arrival"`` order its samples go to nodes that had run out of work). A
 bad client never stops the run.
@@ -75,6 +76,7 @@ from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.node_wait import wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.screening import record_sizes, size_reason
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
@@ -238,6 +240,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._config = dict(train_config or {})
         self._names = list(initial_arrays.keys())
         self._model = [initial_arrays[k].numpy() for k in self._names]
+        self._layout = {k: (tuple(m.shape), str(m.dtype)) for k, m in zip(self._names, self._model)}
         self._queue = VirtualClockQueue()
         self._jobs: list[_Job] = []
         self._inflight: dict[Hashable, _Job] = {}
@@ -443,8 +446,11 @@ class FedAsyncStrategy(HistoryMixin):
         content = reply.content
         if len(content.array_records) != 1 or len(content.metric_records) != 1:
             return "invalid: expected one ArrayRecord and one MetricRecord"
+        metrics = next(iter(content.metric_records.values()))
+        if reason := size_reason(metrics, record_sizes(next(iter(content.array_records.values()))), self._layout):
+            return f"invalid: {reason}"
         try:
-            report = parse_report(job.node, next(iter(content.metric_records.values())), job.quota)
+            report = parse_report(job.node, metrics, job.quota)
         except ValueError as err:
             return f"invalid: {err}"
         record = next(iter(content.array_records.values()))

@@ -232,6 +232,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
 
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
     strict_metric_lists = False  # per-rank lists differ in length across silos (aggregate_silo_metrics)
+    lists_sized_elsewhere = frozenset(keys.SILO_RANK_KEYS)  # bounded by the silo's plannable ranks
     #: Most ranks one silo may report (its per-rank lists are screened against it before they are read).
     max_silo_ranks_limit: int = 1024
 

@@ -44,7 +44,7 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout
+from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 from flwr_adaptive.strategies.trust import CostTrust
@@ -303,6 +303,15 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 continue
             seen.add(node)
             metrics = res.metrics if isinstance(res.metrics, Mapping) else {}
+            tensors = getattr(res.parameters, "tensors", None)
+            if reason := size_reason(
+                metrics,
+                None if tensors is None else {str(i): len(t) for i, t in enumerate(tensors)},
+                getattr(self, "_reference_layout", None),
+            ):
+                skipped[node] = "invalid"
+                log(WARNING, "[adaptive] round %s: client %s: %s; skipped unread", server_round, node, reason)
+                continue
             self.note_partition(node, metrics)
             try:
                 report = parse_report(node, metrics, self.assigned_quota(node))

@@ -22,20 +22,30 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   them, so an extra key sent by a majority never gets the minority skipped. Records are renamed to
   one name per kind, as Flower's consistency check requires.
 
+- :func:`size_reason` runs first, on the wire shapes alone: how many metric keys, how long each
+  list (or string), how many arrays and how many bytes each holds against the model sent. A
+  reply beyond :data:`MAX_METRIC_KEYS` keys or :data:`MAX_METRIC_VALUES` values, or with an
+  array of more bytes than the model's array (plus a ``.npy`` header), is skipped before any
+  value is looked at: a 10,000,000-entry list costs one ``len``, not a pass over its entries.
+
 Every function returns a reason (a short string for the log line) or ``None``; none raises on
 hostile input.
 
 Cost
 ----
-One pass over each reply's arrays (``Array.numpy()`` once, as the inner aggregation does anyway)
-and O(replies × keys) for the metrics.
+:func:`size_reason`: O(keys) ``len`` calls per reply, at most :data:`MAX_METRIC_KEYS` (one
+``len`` of the record first), and one ``len`` per array: no element is read. Then one pass over
+each kept reply's arrays (``Array.numpy()`` once, as the inner aggregation does anyway) and
+O(replies × values) for the metrics, values bounded by :data:`MAX_METRIC_VALUES` per reply. The
+reply itself was deserialised by Flower before the strategy sees it (its size is bounded by the
+transport's message limit); screening adds no copy of it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +53,10 @@ import numpy as np
 from flwr_adaptive.strategies.reports import MAX_COUNT
 
 __all__ = [
+    "MAX_METRIC_KEYS",
+    "MAX_METRIC_VALUES",
+    "size_reason",
+    "record_sizes",
     "ArrayLayout",
     "array_layout",
     "ndarray_layout",
@@ -55,6 +69,82 @@ __all__ = [
 ]
 
 ArrayLayout = dict[str, tuple[tuple[int, ...], str]]  # array name -> (shape, dtype)
+
+#: Most metric keys one reply may carry. The telemetry is a dozen keys and a train function's own
+#: metrics a handful; 1,024 leaves room for per-class metrics while bounding the pure-Python
+#: passes over a reply's keys (100,000 keys took seconds per round).
+MAX_METRIC_KEYS = 1024
+#: Most metric values one reply may carry, every list entry (and, legacy API, every character of
+#: a str or byte of a bytes) counted. Below it the values are screened one by one in pure Python
+#: (about half a microsecond each), so 11 replies at the limit cost ~40 ms per round; a
+#: 10,000,000-entry list took over a second. HFL's per-rank lists are bounded by their own rule.
+MAX_METRIC_VALUES = 8192
+#: Bytes an array's ``.npy`` serialisation may hold beyond its values: the header (a few hundred
+#: bytes for any shape a model has).
+NPY_HEADER_SLACK = 4096
+
+
+def _nbytes(shape: tuple[int, ...], dtype: str) -> int | None:
+    try:
+        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def record_sizes(record: Any) -> dict[str, int]:
+    """``{array name: bytes on the wire}`` of a Flower ``ArrayRecord`` (no array is decoded)."""
+    return {str(name): len(arr.data) for name, arr in record.items()}
+
+
+def size_reason(
+    metrics: Any,
+    array_bytes: Mapping[str, int] | None = None,
+    reference: ArrayLayout | None = None,
+    sized_elsewhere: Collection[str] = (),
+) -> str | None:
+    """Why a reply is too large to screen value by value, or ``None``; reads sizes only.
+
+    Parameters
+    ----------
+    metrics : Mapping
+        The reply's metrics (a ``MetricRecord``, a ``ConfigRecord``-like mapping or legacy
+        ``FitRes.metrics``).
+    array_bytes : mapping, optional
+        ``{array name: serialised bytes}`` (:func:`record_sizes`; legacy: each tensor's length).
+    reference : dict, optional
+        Layout of the model the server sent: each array may hold its values' bytes plus a
+        ``.npy`` header, and there may be no more arrays than the model has.
+    sized_elsewhere : collection of str
+        Keys whose lists the caller bounds by its own rule, by length, before reading them (HFL's
+        per-rank lists, at most the silo's plannable ranks): each counts as one value here.
+    """
+    try:
+        count = len(metrics)
+        if count > MAX_METRIC_KEYS:
+            return f"{count} metric keys, more than the {MAX_METRIC_KEYS} a reply may carry"
+        total, longest, longest_key = 0, 0, None
+        for key, value in metrics.items():
+            sized = isinstance(value, (list, tuple, str, bytes, bytearray)) and key not in sized_elsewhere
+            n = len(value) if sized else 1
+            total += n
+            if n > longest:
+                longest, longest_key = n, key
+        if total > MAX_METRIC_VALUES:
+            return (
+                f"{total} metric values (the longest, {longest_key!r}, holds {longest}), more than the "
+                f"{MAX_METRIC_VALUES} a reply may carry (aggregate long metrics in the client before replying)"
+            )
+        if array_bytes is not None and reference is not None:
+            if len(array_bytes) > len(reference):
+                return f"{len(array_bytes)} arrays, the model has {len(reference)}"
+            for name, size in array_bytes.items():
+                want = reference.get(str(name))
+                limit = None if want is None else _nbytes(*want)
+                if limit is not None and size > limit + NPY_HEADER_SLACK:
+                    return f"array {name!r} holds {size} bytes, the model's {limit} (+ a header)"
+    except Exception as err:  # noqa: BLE001 - a record that cannot even be sized is the client's fault
+        return f"the reply cannot be sized ({type(err).__name__}: {err})"
+    return None
 
 
 def array_layout(record: Any) -> ArrayLayout:
