@@ -30,7 +30,10 @@ scored by its sample count and a warning is logged once. Selector defaults are O
 rows carry ``policy = "oort"``, ``candidates`` and ``excluded`` (candidates not selected).
 
 The selector's arms are keyed by node id (node ids are stable within a run); the selection state
-is not part of ``state_dict``, so a restarted ServerApp starts exploring again.
+is not part of ``state_dict``, so a restarted ServerApp starts exploring again. The candidates are
+put in a canonical order before selecting, so under one ``seed`` the same candidates and replies
+give the same choice in every run (the inner strategy's own sampling, with ``fraction_train < 1``,
+draws from Python's global ``random``: seed it to fix the candidates too).
 
 Cost
 ----
@@ -143,8 +146,11 @@ class OortStrategy(AdaptiveStrategy):
         return max(1, min(candidates, int(math.floor(self.fraction * candidates + 0.5))))
 
     def participants(self, server_round: int, node_ids: Sequence[Hashable]) -> list[Hashable]:
-        """Oort's pick of ``k_for(len(node_ids))`` nodes."""
-        node_ids = list(node_ids)
+        """Oort's pick of ``k_for(len(node_ids))`` nodes (independent of the order they come in)."""
+        # The inner strategy hands its sample over in random order (Flower's sample_nodes shuffles
+        # with the global ``random``), and the selector's draws depend on the order it is given:
+        # a canonical order makes the choice a function of the candidates and ``seed`` alone.
+        node_ids = sorted(node_ids, key=lambda n: (type(n).__name__, n))
         self._candidates = len(node_ids)
         if not node_ids:
             return []
