@@ -182,8 +182,8 @@ def _run_unit(spec: RunSpec) -> tuple[pd.DataFrame, float]:
     """One run in a worker process: its per-round rows tagged with task, scenario, seed."""
     result = run_pma(spec)
     rows = result.rounds
-    for key in ("kind", "scenario"):
-        rows[key] = spec.meta[key]
+    for key, value in spec.meta.items():  # kind, scenario (and the non-IID runs' alpha, row)
+        rows[key] = value
     rows["task"], rows["seed"] = spec.task, spec.seed
     rows["w_e"] = np.nan if spec.w_energy is None else spec.w_energy
     rows["budget"] = spec.budget
@@ -917,8 +917,11 @@ def hfl_headline(rows: pd.DataFrame, from_round: int = FROM_ROUND) -> str:
 def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_sample: dict[str, float],
                metric_of: dict[str, str], higher_better: dict[str, bool], ddp: dict | None, hfl: dict | None,
                wall_s: float, earlier_walls: Sequence[float], earlier_commits: Sequence[str], machine: str,
-               commit: str, command: str, date: str) -> Path:
-    """Write ``out/results.md`` and the plots under ``out/results/``; returns the page's path."""
+               commit: str, command: str, date: str, noniid: Sequence[str] = ()) -> Path:
+    """Write ``out/results.md`` and the plots under ``out/results/``; returns the page's path.
+
+    ``noniid``: the lines of the non-IID section (:func:`noniid_lines`), placed before "Files".
+    """
     figs = out / "results"
     figs.mkdir(parents=True, exist_ok=True)
     summary = with_change_vs_equal(run_summaries(rows, metric_of))
@@ -1133,6 +1136,7 @@ def write_page(out: Path, args: argparse.Namespace, rows: pd.DataFrame, per_samp
     if ddp is None or hfl is None:
         skipped = [n for n, v in (("DDP", ddp), ("HFL-DDP", hfl)) if v is None]
         L += [f"{' and '.join(skipped)} not run in this invocation (`--quick` or `--skip-ddp` / `--skip-hfl`).", ""]
+    L += [*noniid, *([""] if noniid else [])]
     L += ["## Files", "",
           "- `results/runs.csv`: one row per PMA run (task, scenario, seed, policy) with every figure above.",
           "- `results/sweep.csv`: one row per sweep run.",
@@ -1177,6 +1181,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--hfl-rounds", type=int, default=10)
     ap.add_argument("--hfl-policies", default=",".join(HFL_POLICIES), help="comma-separated experiments.hfl policies")
     ap.add_argument("--section-timeout", type=float, default=1800.0, help="seconds before one DDP/HFL command is killed")
+    ap.add_argument("--skip-noniid", action="store_true", help="no non-IID section")
+    ap.add_argument("--only-noniid", action="store_true",
+                    help="run only the non-IID section and replace it in the existing <out>/results.md")
+    ap.add_argument("--noniid-tasks", default=None, help="tasks of the non-IID section (default: --tasks)")
+    ap.add_argument("--noniid-alphas", default="0.3,0.1", help="Dirichlet concentrations of the non-IID section")
+    ap.add_argument("--noniid-seeds", type=int, default=None, help="paired seeds of the non-IID section "
+                    "(default: --seeds)")
+    ap.add_argument("--noniid-rounds", type=int, default=10, help="rounds of the non-IID runs")
+    ap.add_argument("--noniid-rows", default="all", help="comma-separated rows of experiments.noniid.ROWS, or 'all'")
+    ap.add_argument("--noniid-measured-seeds", type=int, default=5,
+                    help="paired seeds of the non-IID measured-clock runs (0: none)")
+    ap.add_argument("--noniid-measured-task", default="mnist", help="task of the non-IID measured-clock runs")
     ap.add_argument("--out", default=str(REPO / "docs"), help="folder of results.md (plots go to <out>/results/)")
     ap.add_argument("--work", default=str(REPO / "results" / "reproduce"),
                     help="folder of finished runs; a rerun reuses them (same settings) unless --fresh")
@@ -1187,6 +1203,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.skip_ddp = args.skip_hfl = True
         args.measured_task, args.measured_seeds, args.measured_rounds = "weather", 2, 4
         args.measured_policies = "equal,time,low-energy,energy"
+        args.noniid_alphas, args.noniid_rounds, args.noniid_measured_task = "0.3", 4, "weather"
+        args.noniid_measured_seeds = 2
+        if args.noniid_rows == "all":
+            from experiments.noniid import QUICK_ROWS
+
+            args.noniid_rows = ",".join(QUICK_ROWS)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     known = policy_names()
@@ -1218,6 +1240,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.seeds < 2 or args.measured_seeds < 2:
         ap.error(f"--seeds and --measured-seeds must be >= 2 for an interval, got {args.seeds} and "
                  f"{args.measured_seeds}")
+    from experiments import noniid
+
+    args.noniid_tasks = args.tasks if args.noniid_tasks is None else [
+        t.strip() for t in args.noniid_tasks.split(",") if t.strip()]
+    args.noniid_seeds = args.seeds if args.noniid_seeds is None else args.noniid_seeds
+    try:
+        args.noniid_alphas = [float(a) for a in args.noniid_alphas.split(",") if a.strip()]
+    except ValueError:
+        ap.error(f"--noniid-alphas must be comma-separated numbers, got {args.noniid_alphas!r}")
+    asked = list(noniid.ROWS) if args.noniid_rows == "all" else [r.strip() for r in args.noniid_rows.split(",")
+                                                                    if r.strip()]
+    unknown = [r for r in asked if r not in noniid.ROWS] + [t for t in [*args.noniid_tasks, args.noniid_measured_task]
+                                                           if t not in KNOWN_TASKS]
+    if unknown:
+        ap.error(f"unknown non-IID rows or tasks {unknown}: rows from {list(noniid.ROWS)}")
+    args.noniid_rows, args.noniid_left_out = noniid.available_rows(asked)
+    if "equal-fedavg" not in args.noniid_rows:
+        ap.error("the non-IID target and every ratio are against Equal + FedAvg: keep 'equal-fedavg' in --noniid-rows")
+    if not args.noniid_alphas or any(not (math.isfinite(a) and a > 0) for a in args.noniid_alphas):
+        ap.error(f"--noniid-alphas must be positive numbers, got {args.noniid_alphas}")
+    if args.noniid_seeds < 2 or args.noniid_rounds < 1 or args.noniid_measured_seeds < 0:
+        ap.error("--noniid-seeds must be >= 2, --noniid-rounds >= 1 and --noniid-measured-seeds >= 0")
+    args.noniid_measured_rows = [r for r in noniid.MEASURED_ROWS if r in args.noniid_rows] or ["equal-fedavg"]
+    if args.clock != "modelled":
+        args.noniid_measured_seeds = 0  # every non-IID table is the same clock already
+    args.noniid = not args.skip_noniid
     # On --clock measured every PMA table is already on the measured clock: the section would repeat them.
     args.measured = not args.skip_measured and args.clock == "modelled"
     args.sweep_task = args.sweep_task or args.tasks[0]
@@ -1236,9 +1284,38 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def noniid_lines(args: argparse.Namespace, work: Path, figs: Path, per_sample: dict[str, float], machine: str,
+                 commit: str, command: str, date: str) -> list[str]:
+    """The non-IID section (:mod:`experiments.noniid`): its own settings check, calibration and provenance."""
+    from experiments import noniid
+    from experiments.inprocess import load_task
+
+    # What a finished run depends on beyond its file name (task, scenario, seed, α, row and, for rows on the
+    # strategies' default weighting, that default): rows, tasks, seeds and α may grow between invocations.
+    settings = {k: getattr(args, k) for k in ("noniid_rounds", "budget")}
+    path = work / "noniid-settings.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    if saved and saved.get("settings") != json.loads(json.dumps(settings)):
+        raise SystemExit(f"{work} holds non-IID runs of other settings; pass --fresh or another --work")
+    calib = dict(saved.get("per_sample_s", {}))
+    for t in args.noniid_tasks:
+        if t not in calib:
+            calib[t] = per_sample[t] if t in per_sample else calibrate(t)
+    path.write_text(json.dumps({"settings": settings, "per_sample_s": calib}, indent=1))
+    tasks = {*args.noniid_tasks, args.noniid_measured_task}
+    metric_of = {t: load_task(t).metric for t in tasks}
+    higher_of = {t: bool(load_task(t).higher_is_better) for t in tasks}
+    provenance = [f"- **Command**: `{command}`; **date** {date}; **commit** `{commit}`; {machine}.",
+                  "- **Calibration** (host CPU s per training sample, the modelled clock's unit): "
+                  + ", ".join(f"{t} {calib[t]:.3e}" for t in sorted(calib)) + "."]
+    return noniid.run(args, work, calib, metric_of, higher_of, figs, provenance)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     args = parse_args(argv)
+    if args.only_noniid:
+        return main_noniid_only(args, argv, started)
     command = "python -m experiments.reproduce " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:]))
     out, work = Path(args.out).resolve(), Path(args.work).resolve()
@@ -1304,11 +1381,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                          ignore_index=True)
     ddp = None if args.skip_ddp else run_ddp(args, work)
     hfl = None if args.skip_hfl else run_hfl(args, work)
+    extra = noniid_lines(args, work, out / "results", per_sample, machine, commit, command, date) if args.noniid else []
     wall = time.perf_counter() - started
     page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, earlier, earlier_commits,
-                      machine, commit, command, date)
+                      machine, commit, command, date, extra)
     note_wall()
     print(f"[reproduce] wrote {page} and {out / 'results'}/ in {fmt_s(wall)} (wall)", flush=True)
+    return 0
+
+
+def main_noniid_only(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -> int:
+    """``--only-noniid``: run the non-IID section and replace it in the existing page (the rest is kept as it is)."""
+    from experiments import noniid
+
+    command = "python -m experiments.reproduce " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+                                                                                      else sys.argv[1:]))
+    out, work = Path(args.out).resolve(), Path(args.work).resolve()
+    if args.fresh and work.exists():
+        import shutil
+
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    machine, commit = machine_line(), git_commit()
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"[reproduce] {command}\n[reproduce] {machine}; commit {commit}", flush=True)
+    if argv is None:
+        _stop_on_sigterm()
+    lines = noniid_lines(args, work, out / "results", {}, machine, commit, command, date)
+    page = out / "results.md"
+    old = page.read_text() if page.exists() else "# Results\n"
+    page.write_text(noniid.splice(old, lines))
+    print(f"[reproduce] replaced the non-IID section of {page} in {fmt_s(time.perf_counter() - started)} (wall)",
+          flush=True)
     return 0
 
 

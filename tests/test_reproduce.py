@@ -128,7 +128,8 @@ def test_page_has_provenance_tables_and_plots(quick):
     import re
 
     pngs = re.findall(r"\]\((results/[^)]+\.png)\)", page)
-    assert len(pngs) == 3  # convergence (1 task) + one sweep plot per scenario
+    # convergence (1 task) + one sweep plot per scenario + the non-IID section's floor plot
+    assert len(pngs) == 4
     for rel in pngs:
         assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -471,3 +472,177 @@ def test_round_spikes_count_rounds_far_above_their_runs_median():
     assert (spikes["count"], spikes["rounds"]) == (1, 8)
     assert spikes["worst"] == (5.0, "time", 1, 5)
     assert round_spikes(rows, "pma", "mnist", "testbed")["count"] == 1
+
+
+# --------------------------------------------------------------------------- private, label-skewed data
+def test_noniid_section_ran_every_row_scenario_and_seed_with_equal_as_its_reference(quick):
+    # Prepare
+    from experiments import noniid
+    from experiments.reproduce import parse_args
+
+    out, _, _ = quick
+    args = parse_args(["--quick"])
+    s = pd.read_csv(out / "results" / "noniid.csv")
+    # Assert: rows × scenarios × seeds at the quick α, once each, on the quick task
+    assert sorted(set(s["row"])) == sorted(args.noniid_rows)
+    assert s.groupby(["scenario", "seed", "row"]).size().eq(1).all() and len(s) == len(args.noniid_rows) * 2 * 2
+    assert set(s["task"]) == {"weather"} and set(s["alpha"]) == {0.3}
+    # the weather target is Equal + FedAvg's final MSE × 1.02, shared by every row of a seed; Equal's ratio is 1
+    eq = s[s["row"] == "equal-fedavg"]
+    assert np.allclose(eq["target"], eq["final_metric"] * noniid.MSE_SLACK)
+    assert eq["reached"].all() and np.allclose(eq["time_ratio"], 1.0) and np.allclose(eq["d_worst_same_time"], 0.0)
+    assert (s.groupby(["scenario", "seed"])["target"].nunique() == 1).all()
+    # private data: the capped rows never train more than the budget; PyramidFL-style fills rounds beyond it
+    capped = s[~s["row"].isin(["pyramid"])]
+    assert (capped["samples_per_round"] <= args.budget).all()
+    assert (s.loc[s["row"] == "pyramid", "samples_per_round"] > args.budget).all()
+
+
+def test_pyramid_rounds_last_as_long_as_equals_and_fast_nodes_do_more(quick):
+    # Prepare: from round 2 PyramidFL-style gives each node the samples it finishes in the slowest node's
+    # equal-share time, so its rounds are Equal's within the jitter (σ 0.05) and the fastest does the most
+    import glob
+
+    out, _, _ = quick
+    for path in glob.glob(str(out / "work" / "units" / "noniid-weather-testbed-s0-a0.3-pyramid.csv")):
+        py = pd.read_csv(path).set_index("round")
+        eq = pd.read_csv(path.replace("pyramid", "equal-fedavg")).set_index("round")
+        late = [r for r in py.index if r >= 2]
+        ratio = py.loc[late, "makespan_s"] / eq.loc[late, "makespan_s"]
+        # Assert
+        assert ((ratio > 0.8) & (ratio < 1.25)).all(), ratio
+        assert (py.loc[late, "samples"] > 1.5 * eq.loc[late, "samples"]).all()
+        break
+    else:
+        pytest.fail("the quick run has no PyramidFL-style unit for weather / testbed / seed 0")
+
+
+def test_page_has_the_noniid_section_with_targets_headline_and_floor_plot(quick):
+    # Prepare
+    from experiments import noniid
+
+    out, _, _ = quick
+    page = (out / "results.md").read_text()
+    # Assert: one section between its markers, before Files, with its own provenance and tables
+    assert page.count(noniid.MARK_START) == 1 and page.count(noniid.MARK_END) == 1
+    section = page.split(noniid.MARK_START)[1].split(noniid.MARK_END)[0]
+    assert page.index(noniid.MARK_END) < page.index("## Files")
+    for key in ("**Command**: `python -m experiments.reproduce --quick", "**Calibration**", "Dirichlet",
+                "### Targets", "### Headline: time to target × Equal + FedAvg", "### weather, testbed, α = 0.3",
+                "### A floor on a participant's share", "### Measured clock: weather, testbed", "PyramidFL-style"):
+        assert key in section, key
+    assert (out / "results" / "noniid-floor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](results/noniid-floor.png)" in section
+    measured = pd.read_csv(out / "results" / "noniid-measured.csv")
+    assert len(measured) == 2 * len(set(measured["row"])) and set(measured["seed"]) == {0, 1}
+
+
+def test_only_noniid_replaces_the_section_and_keeps_the_rest(quick, tmp_path):
+    # Prepare: the quick page with its non-IID section replaced by a stale one
+    from experiments import noniid, reproduce
+
+    out, _, _ = quick
+    page = (out / "results.md").read_text()
+    head, rest = page.split(noniid.MARK_START)
+    stale = head + noniid.MARK_START + "\nstale\n" + noniid.MARK_END + rest.split(noniid.MARK_END)[1]
+    (tmp_path / "results.md").write_text(stale)
+    # Execute: reusing the quick run's finished units
+    assert reproduce.main(["--quick", "--only-noniid", "--out", str(tmp_path), "--work", str(out / "work"),
+                           "--jobs", "1"]) == 0
+    again = (tmp_path / "results.md").read_text()
+    # Assert: the IID part is byte for byte what it was; the section is fresh; nothing ran again
+    assert again.split(noniid.MARK_START)[0] == head
+    assert "stale" not in again and "### Targets" in again
+    assert reproduce.REUSED["non-IID"] > 0
+    assert noniid.splice("# R\n\n## Files\nx\n", ["A"]) == "# R\n\nA\n\n## Files\nx\n"
+
+
+def test_noniid_summary_on_hand_made_runs():
+    # Prepare: one seed, accuracy task. Equal + FedAvg: acc 0.5, 0.7, 0.8 at t = 1, 2, 3 → target 0.79,
+    # reached at t = 3. Time-only: 0.6, 0.795 at t = 0.5, 1.2 → reached at 1.2, ratio 0.4; its worst class
+    # there 0.3 vs Equal's at t ≤ 1.2 (round 1: 0.45) → −15 points. Other: never reaches.
+    from experiments.noniid import summarise, target_checks
+
+    def run(row, accs, times, worst):
+        rows = [{"kind": "noniid", "task": "t", "scenario": "testbed", "alpha": 0.3, "seed": 0, "row": row,
+                 "round": 0, "accuracy": 0.1, "worst_group": 0.0, "virtual_time_s": 0.0, "virtual_energy_j": 0.0,
+                 "makespan_s": np.nan, "energy_j": np.nan, "samples": np.nan}]
+        for r, (a, t, w) in enumerate(zip(accs, times, worst), 1):
+            rows.append({**rows[0], "round": r, "accuracy": a, "worst_group": w, "virtual_time_s": t,
+                         "virtual_energy_j": 10 * t, "makespan_s": 1.0, "energy_j": 10.0, "samples": 100})
+        return rows
+
+    rows = pd.DataFrame(run("equal-fedavg", [0.5, 0.7, 0.8], [1, 2, 3], [0.45, 0.5, 0.6])
+                        + run("time-samples", [0.6, 0.795], [0.5, 1.2], [0.2, 0.3])
+                        + run("other", [0.2, 0.3], [1, 2], [0.1, 0.1]))
+    # Act
+    s = summarise(rows, {"t": "accuracy"}, {"t": True}).set_index("row")
+    checks = target_checks(s.reset_index(), "time-samples")
+    # Assert
+    assert s.loc["equal-fedavg", "target"] == pytest.approx(0.79)
+    assert s.loc["time-samples", "time_to_target_s"] == 1.2 and s.loc["time-samples", "target_round"] == 2
+    assert s.loc["time-samples", "time_ratio"] == pytest.approx(0.4)
+    assert s.loc["time-samples", "energy_ratio"] == pytest.approx(0.4)
+    assert s.loc["time-samples", "d_worst_same_time"] == pytest.approx(-15.0)
+    assert not s.loc["other", "reached"] and math.isnan(s.loc["other", "time_ratio"])
+    assert checks == [{"task": "t", "scenario": "testbed", "reached": 1, "seeds": 1, "median_ratio": pytest.approx(0.4),
+                       "max_ratio": pytest.approx(0.4), "limit": 0.6, "ratio_ok": True,
+                       "worst_delta": pytest.approx(-15.0), "worst_ok": False}]
+
+
+def test_dirichlet_partitions_are_skewed_disjoint_and_cover_the_training_data():
+    # Prepare: weather's label is the month of the target hour
+    from experiments.inprocess import partitions
+
+    def skew(parts):  # mean total-variation distance of each partition's label mix from the pooled mix
+        labels = np.concatenate([p.labels for p in parts])
+        pooled = np.bincount(labels, minlength=12) / len(labels)
+        return np.mean([0.5 * np.abs(np.bincount(p.labels, minlength=12) / len(p) - pooled).sum() for p in parts])
+
+    iid, _ = partitions("weather", 11, 0)
+    d03, _ = partitions("weather", 11, 0, "dirichlet", 0.3)
+    d01, _ = partitions("weather", 11, 0, "dirichlet", 0.1)
+    # Assert: more skew at smaller α, none to speak of for IID; the same samples, each in one partition
+    assert skew(iid) < 0.1 < skew(d03) < skew(d01)
+    ids = np.concatenate([p.ids for p in d03])
+    assert len(ids) == len(np.unique(ids)) == sum(len(p) for p in iid)
+    assert partitions("weather", 11, 1, "dirichlet", 0.3)[0][0].ids.tolist() != d03[0].ids.tolist()
+
+
+def test_group_metrics_recombine_to_the_holdout_and_bound_the_worst_client():
+    # Prepare: weather, a fresh model, the holdout split by month
+    from experiments.inprocess import group_metrics, holdout_groups, load_task, partitions
+
+    task = load_task("weather")
+    model = task.make_model(seed=0)
+    parts, holdout = partitions("weather", 11, 0, "dirichlet", 0.3)
+    groups = holdout_groups("weather")
+    # Act
+    overall, worst = group_metrics(task, model, groups, parts)
+    whole = task.evaluate(model, holdout)
+    per_month = [task.evaluate(model, sub)["mse"] for _, sub in groups]
+    # Assert: the month-by-month pass gives the whole holdout's figures; a client's error is a mix of months'
+    assert overall["mse"] == pytest.approx(whole["mse"], rel=1e-5)
+    assert overall["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+    assert min(per_month) <= worst <= max(per_month)
+
+
+def test_proximal_training_is_plain_training_at_mu_zero_and_stays_nearer_the_global_model():
+    import torch
+
+    from experiments.inprocess import load_task, partitions, train_proximal
+
+    task = load_task("weather")
+    data = partitions("weather", 11, 0)[0][0]
+    idx = np.arange(min(256, len(data)))
+
+    def trained(fn, *extra):
+        model = task.make_model(seed=0)
+        fn(task, model, data, idx, *extra) if extra else task.train(model, data, idx)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    start = torch.cat([p.detach().flatten() for p in task.make_model(seed=0).parameters()])
+    plain, zero, prox = trained(None), trained(train_proximal, 0.0), trained(train_proximal, 10.0)
+    # Assert
+    assert torch.allclose(plain, zero)
+    assert (prox - start).norm() < (plain - start).norm()
