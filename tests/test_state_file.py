@@ -259,3 +259,45 @@ def test_a_disk_full_for_many_rounds_logs_each_failed_write_and_keeps_the_contex
     assert sum(r.levelname == "ERROR" for r in caplog.records) == 3
     assert not (tmp_path / STATE_FILE).exists() and os.listdir(tmp_path) == []
     assert json.loads(context.state[CONTEXT_STATE_KEY]["json"])["rounds"] == 3
+
+
+# --------------------------------------------------------------------------- a tampered, valid state
+def _tampered(state):
+    """One node at 1e-12 s per sample, every other node 1,000x slower: computable, and a lie."""
+    c = state["controller"]
+    c["time_per_sample"] = [1e-12 if pid == 0 else v * 1000 for pid, v in zip(c["ids"], c["time_per_sample"])]
+    return state
+
+
+def test_a_tampered_but_valid_state_is_checked_against_the_first_replies_and_recovers_in_two_rounds(tmp_path, caplog):
+    # Prepare: the state of two honest rounds, edited so that partition 0 looks 1e9x faster than it is
+    honest = [play(strategy(tmp_path / "honest"), rnd) for rnd in (1, 2, 3)][-1]
+    state = _tampered(saved(tmp_path))
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    caplog.clear()
+    # Execute: a restarted ServerApp resumes it (it is valid: nothing is set aside) and plays 3 rounds
+    s = strategy(tmp_path)
+    quotas = [play(s, rnd) for rnd in (1, 2, 3)]
+    # Assert: round 1 trains on the saved split (the tampered node holds most of the budget); its
+    # replies contradict the saved estimates, which are dropped with one warning, and from round 2 on
+    # the split is the honest federation's
+    assert quotas[0][NODES[0]] > 0.9 * BUDGET
+    assert quotas[1] == quotas[2] == honest
+    lines = [line for line in sup.adaptive_lines(caplog) if "contradicted" in line]
+    assert len(lines) == 1 and "4 participant(s)" in lines[0]
+    assert not list(tmp_path.glob(f"{STATE_FILE}.bad-*"))
+
+
+def test_an_honest_resumed_state_is_confirmed_by_the_first_replies_and_kept(tmp_path, caplog):
+    # Prepare: the state of two honest rounds, resumed as saved
+    saved(tmp_path)
+    s = strategy(tmp_path)
+    before = s.controller.estimates()
+    caplog.clear()
+    # Execute
+    play(s, 1)
+    # Assert: nothing contradicted, the estimates continued (not re-initialised) and all confirmed
+    assert not [line for line in sup.adaptive_lines(caplog) if "contradicted" in line]
+    assert s._unverified == set()
+    assert s.controller.estimates().keys() == before.keys()
+

@@ -243,6 +243,9 @@ class AdaptiveCore(HistoryMixin):
         self._held: dict[Hashable, str] = {}  # this round: node id -> why its report was not observed
         self._outliers_held: set[Hashable] = set()  # controller ids whose first report was held once
         self._cold_seen: set[Hashable] = set()  # controller ids that sent a cold-start report
+        #: Controller ids whose estimate came from a resumed state and no reply has checked yet:
+        #: a state file is untrusted input too (see ``_check_resumed``).
+        self._unverified: set[Hashable] = set()
         self._resume()
 
     # ------------------------------------------------------------------ overridable hooks
@@ -468,7 +471,8 @@ class AdaptiveCore(HistoryMixin):
         warm = any(not r.cold_start for r in reports)
         per_sample = [r.time_s / r.samples for r in reports if not r.over_quota]
         median = float(np.median(per_sample)) if len(per_sample) >= 3 else None
-        estimated = self.controller.estimates() if median is not None else {}
+        estimated = self.controller.estimates() if median is not None or self._unverified else {}
+        discarded: list[str] = []  # resumed estimates this round's replies contradict
         for r in reports:
             self._replied.add(r.node_id)
             if r.partition_id is not None:
@@ -496,6 +500,8 @@ class AdaptiveCore(HistoryMixin):
             if reason is not None:
                 self._held[r.node_id] = reason
                 continue
+            if key in self._unverified:
+                discarded += self._check_resumed(key, estimated.get(key), self._believed.get(r.node_id, r))
             try:
                 self.controller.observe(key, self._believed.get(r.node_id, r).to_report())
             except ValueError as err:
@@ -509,7 +515,43 @@ class AdaptiveCore(HistoryMixin):
             accepted.append(r)
         self._forget_keys(stale)
         self._warn_held(server_round, reports)
+        if discarded:
+            log(
+                WARNING,
+                "[adaptive] round %s: the resumed state is contradicted by this round's replies for %d "
+                "participant(s) (%s): their saved estimates are more than %g× off what the server believes of "
+                "their replies, so they are learned again from these replies (a tampered or stale state file)",
+                server_round,
+                len(discarded),
+                "; ".join(discarded[:5]) + ("…" if len(discarded) > 5 else ""),
+                self.trust.plausible_range if self.trust is not None else math.inf,
+            )
         return accepted
+
+    def _check_resumed(
+        self, key: Hashable, saved: tuple[float, float | None] | None, believed: ClientReport
+    ) -> list[str]:
+        """Check a resumed estimate against the participant's first observed reply, like a claim.
+
+        A state file is untrusted input: edited to give one node 1e-12 s per sample it would hand
+        that node the budget for as long as the smoothing takes to forget it. Its first observed
+        reply (as ``self.trust`` believes it) is the check: a saved time (or energy) per sample
+        more than ``plausible_range`` times off the believed one is dropped and the reply observed
+        as a first report, so the split is right from the next round. Without ``trust`` the state
+        is believed like every claim. Returns ``["<key>: saved x, believed y"]`` when dropped.
+        """
+        self._unverified.discard(key)
+        if self.trust is None or saved is None or not math.isfinite(self.trust.plausible_range):
+            return []
+        bound = self.trust.plausible_range
+        pairs = [(saved[0], believed.time_s / believed.samples, "s")]
+        if saved[1] is not None and believed.energy_j is not None and saved[1] > 0 and believed.energy_j > 0:
+            pairs.append((saved[1], believed.energy_j / believed.samples, "J"))
+        for old, new, unit in pairs:
+            if not (new / bound <= old <= new * bound):
+                self.controller.forget([key])
+                return [f"{key}: saved {old:.3g} {unit}, believed {new:.3g} {unit} per sample"]
+        return []
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Seconds the server itself observed per node this round (none here: the Message API has them)."""
@@ -527,7 +569,8 @@ class AdaptiveCore(HistoryMixin):
         key_of = dict(zip([r.node_id for r in claims], self._keys([r.node_id for r in claims])))
 
         def estimate(node: Hashable) -> float | None:
-            est = estimates.get(key_of[node])
+            # a resumed estimate no reply has confirmed is a claim, not history: no cap relative to it
+            est = None if key_of[node] in self._unverified else estimates.get(key_of[node])
             return None if est is None else est[0]
 
         return self.trust.believe(server_round, claims, self.observed_seconds(claims), estimate)
@@ -904,6 +947,7 @@ class AdaptiveCore(HistoryMixin):
         self._check_controller(controller)
         self.controller = controller
         self._rounds_done = rounds
+        self._unverified = set(controller.estimates())
         self._partition_of.update(partitions)
         self._caps.update(caps)
         self._sizes = None
