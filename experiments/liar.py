@@ -1,4 +1,4 @@
-"""A lying client against the server strategies: its share and the true round makespan, per round.
+"""Lying clients against the server strategies: their share and the true round makespan, per round.
 
 Ten honest nodes (the testbed's first ten devices, per-sample cost = 1 ms × slowdown, ±5 %
 seeded jitter) and one liar that really runs at the honest median speed but reports ``--lie``
@@ -14,7 +14,25 @@ FedAsync a round is a round-equivalent (``budget`` samples mixed) and its makesp
 virtual time at which it closes. The last column is the price of the defence when nobody lies
 (true makespan with trust on / off, honest federation). Target: ratio ≤ 1.5 from round 3 on.
 
-Run: ``python -m experiments.liar`` (``--quick``: 5 rounds, the suite's form).
+Then the scenarios of ``SCENARIOS`` (one summary row per strategy each; the liars' claims are a
+fraction of the honest median's per-sample time, and every liar really runs at that median):
+
+- ``sybil``: 3 colluding nodes of 11 (8 honest) claim the honest median / 4.2, every round;
+- ``intermittent``: a deployment (wall-clock telemetry, the server's send/receive stamps with
+  Flower's polls: 0–3 s for the SuperNode to pick the instruction up, 5 s of process start-up,
+  the reply pulled on the next 3-s tick), one liar of 11 at the median / 3.9 that lies in two
+  rounds of three (jobs 1, 2, 4, 5, …);
+- ``inside``: one liar of 11 at the median / 3.9 (just inside the 4× plausible range), every round,
+  on the virtual clock.
+
+A summary row gives the liars' mean share from round 3 on next to their fair share (their share
+when they report honestly) and the worst makespan ratio from round 3 on, trust on and off. FedAsync
+runs the virtual-clock replay; in a deployment it would run ``order="arrival"``, where the
+server's clock times every job and no claim is weighed, so it has no ``intermittent`` row. HFL
+has no row: its budget is split per silo (a silo's claim moves no samples to or from another silo)
+and the ranks inside a silo are one operator's processes.
+
+Run: ``python -m experiments.liar`` (``--quick``: 5 rounds, 2 seeds, the suite's form).
 """
 
 from __future__ import annotations
@@ -22,6 +40,8 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import time
+from datetime import datetime, timezone
 from typing import Any, Hashable
 
 import numpy as np
@@ -30,18 +50,34 @@ from flwr_adaptive import keys
 from flwr_adaptive.devices import TESTBED
 
 BASE_S = 1e-3  # seconds per sample of a slowdown-1 device
+WALL_BASE_S = 0.06  # the deployment's: a median node's equal share takes ~30 s of compute
 BUDGET = 2200
 LIAR = 11
+START_S = 5.0  # a deployment's per-message process start-up (docs: NOTES on Flower 1.42)
+POLL_S = 3.0  # Flower 1.42: the SuperNode polls for instructions, the ServerApp pulls replies, every 3 s
 
 
 class Federation:
-    """Fabricated clients: true per-sample costs, one of them lying; replies to the server's messages."""
+    """Fabricated clients: true per-sample costs, some of them lying; replies to the server's messages.
 
-    def __init__(self, lie: float | None, seed: int = 0) -> None:
-        honest = [BASE_S * d.slowdown for d in TESTBED[:10]]
-        self.true = {i + 1: c for i, c in enumerate(honest)}
-        self.true[LIAR] = float(np.median(honest))
-        self.lie = lie
+    ``honest`` nodes ``1..honest`` run at the testbed's slowdowns; ``liars`` more nodes run at the
+    honest median. A liar claims ``lie`` seconds per sample (``claim=f``: ``f`` × the honest
+    median) in the jobs whose number is not a multiple of 3 when ``intermittent``, else in all.
+    ``wall=True`` is a deployment: wall-clock telemetry and the server's stamps (``delivered_at``).
+    """
+
+    def __init__(self, lie: float | None, seed: int = 0, *, honest: int = 10, liars: int = 1,
+                 claim: float | None = None, intermittent: bool = False, wall: bool = False) -> None:
+        base = WALL_BASE_S if wall else BASE_S
+        costs = [base * d.slowdown for d in TESTBED[:honest]]
+        self.true = {i + 1: c for i, c in enumerate(costs)}
+        self.median = float(np.median(costs))
+        self.liars = set(range(honest + 1, honest + liars + 1))
+        for node in self.liars:
+            self.true[node] = self.median
+        self.lie = self.median * claim if claim is not None and lie is not None else lie
+        self.intermittent = intermittent
+        self.wall = wall
         self.seed = seed
         self._jobs: dict[int, int] = {}
 
@@ -55,16 +91,28 @@ class Federation:
         z = np.random.default_rng([self.seed, node, k]).standard_normal()
         return samples * self.true[node] * float(np.exp(0.05 * z))
 
+    def lies_now(self, node: int) -> bool:
+        """Whether ``node``'s latest job is reported with a lie."""
+        return (node in self.liars and self.lie is not None
+                and not (self.intermittent and self._jobs.get(node, 0) % 3 == 0))
+
+    def observed(self, node: int, true_s: float) -> float:
+        """Seconds from the server's send to its pull of the reply (deployment: Flower's polls)."""
+        rng = np.random.default_rng([self.seed, node, self._jobs.get(node, 0), 7])
+        arrived = rng.uniform(0.0, POLL_S) + START_S + true_s
+        phase = rng.uniform(0.0, POLL_S)
+        return phase + POLL_S * math.ceil((arrived - phase) / POLL_S)
+
     def reply(self, msg: Any, true_s: float) -> Any:
         from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
         node = msg.metadata.dst_node_id
         quota = int(msg.content["config"][keys.QUOTA])
-        claimed = quota * self.lie if (node == LIAR and self.lie is not None) else true_s
+        claimed = quota * self.lie if self.lies_now(node) else true_s
         metrics = {keys.NUM_EXAMPLES: quota, keys.SAMPLES: quota, keys.TIME_S: claimed, keys.CPU_TIME_S: claimed,
                    keys.WALL_TIME_S: claimed, keys.ENERGY_J: keys.UNMEASURED_ENERGY, keys.DATA_SIZE: 100_000,
-                   keys.PARTITION_ID: node, keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 1,
-                   keys.TRAIN_LOSS: 1.0}
+                   keys.PARTITION_ID: node, keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0,
+                   keys.VIRTUAL_CLOCK: 0 if self.wall else 1, keys.TRAIN_LOSS: 1.0}
         return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord(metrics)}),
                        reply_to=msg)
 
@@ -81,11 +129,17 @@ class Grid:
 
     def send_and_receive(self, messages, timeout=None):
         out = []
+        sent = time.time()  # the strategy stamped its send a moment ago (configure_train)
         for m in messages:
+            node = m.metadata.dst_node_id
             q = int(m.content["config"][keys.QUOTA])
-            t = self.fed.duration(m.metadata.dst_node_id, q)
-            self.jobs.append((m.metadata.dst_node_id, q, t))
-            out.append(self.fed.reply(m, t))
+            t = self.fed.duration(node, q)
+            self.jobs.append((node, q, t))
+            reply = self.fed.reply(m, t)
+            if self.fed.wall:
+                stamp = datetime.fromtimestamp(sent + self.fed.observed(node, t), tz=timezone.utc)
+                reply.metadata.delivered_at = stamp.isoformat()
+            out.append(reply)
         return out
 
 
@@ -95,17 +149,19 @@ def _identity() -> None:
     TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = 1, 1, 0
 
 
-def run_sync(kind: str, lie: float | None, trust: bool, rounds: int, seed: int) -> list[tuple[float, float]]:
-    """``[(liar share, true makespan)]`` per round of the adaptive (time) or Oort strategy."""
+def run_sync(kind: str, lie: float | None, trust: bool, rounds: int, seed: int,
+             **federation: Any) -> list[tuple[float, float]]:
+    """``[(liars' share, true makespan)]`` per round of the adaptive (time) or Oort strategy."""
     from flwr.app import ArrayRecord, ConfigRecord
     from flwr.serverapp.strategy import FedAvg
 
     from flwr_adaptive.strategies import AdaptiveStrategy
     from flwr_adaptive.strategies.oort_strategy import OortStrategy
 
-    fed = Federation(lie, seed)
+    fed = Federation(lie, seed, **federation)
     grid = Grid(fed)
-    inner = FedAvg(fraction_evaluate=0.0, min_train_nodes=11, min_available_nodes=11)
+    n = len(fed.nodes)
+    inner = FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n)
     strategy = (AdaptiveStrategy(inner, budget=BUDGET, policy="time", trust=trust) if kind == "adaptive"
                 else OortStrategy(inner, budget=BUDGET, seed=seed, trust=trust))
     out = []
@@ -115,19 +171,20 @@ def run_sync(kind: str, lie: float | None, trust: bool, rounds: int, seed: int) 
         replies = grid.send_and_receive(msgs)
         strategy.aggregate_train(rnd, replies)
         jobs = grid.jobs[start:]
-        out.append((sum(q for n, q, _ in jobs if n == LIAR) / BUDGET, max(t for _, _, t in jobs)))
+        out.append((sum(q for node, q, _ in jobs if node in fed.liars) / BUDGET, max(t for _, _, t in jobs)))
     return out
 
 
-def run_fedasync(lie: float | None, trust: bool, rounds: int, seed: int) -> list[tuple[float, float]]:
-    """``[(liar share, true time the round-equivalent closes)]`` of FedAsync."""
+def run_fedasync(lie: float | None, trust: bool, rounds: int, seed: int,
+                 **federation: Any) -> list[tuple[float, float]]:
+    """``[(liars' share, true time the round-equivalent closes)]`` of FedAsync."""
     from flwr.app import ArrayRecord
 
     from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
 
-    fed = Federation(lie, seed)
+    fed = Federation(lie, seed, **federation)
     grid = Grid(fed)
-    strategy = FedAsyncStrategy(budget=BUDGET, min_nodes=11, trust=trust)
+    strategy = FedAsyncStrategy(budget=BUDGET, min_nodes=len(fed.nodes), trust=trust)
     strategy.start(grid, ArrayRecord([np.zeros(2)]), num_rounds=rounds)
     # True timeline: each node runs its jobs back to back; a job's true end is its node's running sum.
     ends: dict[Hashable, float] = {}
@@ -153,11 +210,20 @@ def run_fedasync(lie: float | None, trust: bool, rounds: int, seed: int) -> list
             out.append((math.nan, math.nan))
             continue
         g = samples_by_round.get_group(rnd)
-        share = g.loc[g["node_id"] == LIAR, "samples"].sum() / g["samples"].sum()
+        share = g.loc[g["node_id"].isin(fed.liars), "samples"].sum() / g["samples"].sum()
         done = rows.assign(idx=job_index)
         done = done[done["round"] <= rnd]
         out.append((float(share), max(true_end[i] for i in done["idx"])))
     return out
+
+
+#: name -> (strategies, Federation arguments); every liar really runs at the honest median.
+SCENARIOS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "sybil": (("adaptive", "oort", "fedasync"), {"honest": 8, "liars": 3, "claim": 1 / 4.2}),
+    "intermittent": (("adaptive", "oort"), {"honest": 10, "liars": 1, "claim": 1 / 3.9, "intermittent": True,
+                                            "wall": True}),
+    "inside": (("adaptive", "oort", "fedasync"), {"honest": 10, "liars": 1, "claim": 1 / 3.9}),
+}
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -165,18 +231,64 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--lie", type=float, default=1e-9, help="seconds per sample the liar reports")
     parser.add_argument("--seeds", type=int, default=5, help="runs averaged per figure (jitter, Oort's sampling)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"comma-separated, of {', '.join(SCENARIOS)} ('' for none)")
     parser.add_argument("--quick", action="store_true", help="5 rounds, 2 seeds (the test suite's form)")
     args = parser.parse_args(argv)
     rounds = 5 if args.quick else args.rounds
     seeds = 2 if args.quick else args.seeds
+    names = [n for n in args.scenarios.split(",") if n]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
     _identity()
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     flwr_logger.setLevel(logging.ERROR)  # the liar's warnings, once per node and rule, are not the table
     try:
-        return _table(args.lie, rounds, seeds)
+        rows = _table(args.lie, rounds, seeds)
+        return rows + _scenario_table(names, rounds, seeds) if names else rows
     finally:
         flwr_logger.setLevel(level)
+
+
+def _runs(kind: str, rounds: int, seeds: int, lie: float, **federation: Any) -> dict[tuple[bool, bool], np.ndarray]:
+    """``{(lying, trust): seeds × rounds × (share, makespan)}``."""
+    runs = {}
+    for lie_on in (True, False):
+        for trust in (True, False):
+            run = run_fedasync if kind == "fedasync" else lambda *a, **k: run_sync(kind, *a, **k)
+            runs[lie_on, trust] = np.array([run(lie if lie_on else None, trust, rounds, seed, **federation)
+                                            for seed in range(seeds)])
+    return runs
+
+
+def _scenario_table(names: list[str], rounds: int, seeds: int) -> list[dict[str, Any]]:
+    """One row per scenario and strategy: shares and worst ratios from round 3 on."""
+    print()
+    print(f"Scenarios (every liar really runs at the honest median; mean of {seeds} seeds, rounds >= 3 of {rounds}; "
+          f"ratio = true makespan / the same federation with the liars honest; target share <= 1.5x fair, "
+          f"ratio <= 1.5)")
+    print(f"{'scenario':13} {'strategy':9} | {'fair share':>10} | {'share':>6} {'worst ratio':>11} | "
+          f"{'no-trust share':>14} {'ratio':>6} | {'defence cost':>12}")
+    out = []
+    late = slice(2, rounds)
+    for name in names:
+        kinds, federation = SCENARIOS[name]
+        for kind in kinds:
+            runs = _runs(kind, rounds, seeds, 1.0, **federation)  # lie=1.0: a placeholder, claim= sets it
+            worst = lambda lying, honest: float(np.max(np.mean(lying[:, late, 1] / honest[:, late, 1], axis=0)))  # noqa: E731
+            row = {"scenario": name, "strategy": kind,
+                   "fair_share": float(np.mean(runs[False, True][:, late, 0])),
+                   "share": float(np.mean(runs[True, True][:, late, 0])),
+                   "ratio": worst(runs[True, True], runs[False, True]),
+                   "share_no_trust": float(np.mean(runs[True, False][:, late, 0])),
+                   "ratio_no_trust": worst(runs[True, False], runs[False, False]),
+                   "defence_cost": worst(runs[False, True], runs[False, False])}
+            out.append(row)
+            print(f"{name:13} {kind:9} | {row['fair_share']:>10.3f} | {row['share']:>6.3f} {row['ratio']:>11.2f} | "
+                  f"{row['share_no_trust']:>14.3f} {row['ratio_no_trust']:>6.2f} | {row['defence_cost']:>12.2f}")
+    return out
 
 
 def _table(lie_s: float, rounds: int, seeds: int) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ def test_liar_quick_bounds_the_liars_share_and_the_true_makespan(capsys):
     from experiments import liar
 
     # Execute
-    rows = liar.main(["--quick"])
+    rows = liar.main(["--quick", "--scenarios", ""])
     # Assert: without cost trust the liar takes most of the budget and the makespan (the attack is
     # real); with it, from round 3 on, its share stays near its fair 1/11 and the true makespan
     # within 1.5x of the same federation with the liar honest, for every strategy
@@ -23,6 +23,26 @@ def test_liar_quick_bounds_the_liars_share_and_the_true_makespan(capsys):
     assert max(r["ratio"] for r in late) <= 1.5
     assert max(r["liar_share"] for r in late if r["strategy"] != "oort") <= 2 / 11
     assert "worst ratio from round 3 on" in capsys.readouterr().out
+
+
+def test_liar_quick_scenarios_colluders_and_an_intermittent_liar_are_bounded(capsys):
+    from experiments import liar
+
+    # Execute
+    rows = liar.main(["--quick", "--scenarios", "sybil,intermittent"])
+    # Assert: without trust the colluders take twice their fair share and the rounds 2x longer (the
+    # attack is real); with it, from round 3 on, each strategy keeps them within 1.5x their fair share
+    # and the makespan within 1.5x; an honest federation pays nothing for the rules
+    scenarios = {(r["scenario"], r["strategy"]): r for r in rows if "scenario" in r}
+    assert set(scenarios) == {("sybil", k) for k in ("adaptive", "oort", "fedasync")} | {
+        ("intermittent", k) for k in ("adaptive", "oort")}
+    for kind in ("adaptive", "fedasync"):
+        sybil = scenarios["sybil", kind]
+        assert sybil["share_no_trust"] > 1.7 * sybil["fair_share"] and sybil["ratio_no_trust"] > 2.0
+    for row in scenarios.values():
+        assert row["share"] <= 1.5 * row["fair_share"] and row["ratio"] <= 1.5
+        assert row["defence_cost"] <= 1.05
+    assert "fair share" in capsys.readouterr().out
 
 
 @settings(max_examples=200, deadline=None)

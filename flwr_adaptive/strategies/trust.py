@@ -13,28 +13,40 @@ in order:
    node's interval also holds transport and start-up time, so the group's median of
    ``observed − claimed`` is taken as the common overhead; a node whose ``observed − overhead``
    exceeds its claim by more than ``evidence_gap`` (a factor) and ``evidence_min_s`` seconds is
-   suspected; after ``strikes`` consecutive suspect rounds its time is what the server observed
-   minus the common overhead, until it stops lying. The interval is coarse: in Flower 1.42 a
-   SuperNode polls for instructions and the deployment Grid pulls replies every 3 s, so an
-   honest node can look up to two polls later than the group's median; ``evidence_min_s``
-   (7 s) lies above that, and lies worth less per round are left to rules 2 and 3.
+   suspect that round. Suspicion accumulates: one strike per suspect round, ``forgive`` strikes
+   taken off per clean round; while a node holds ``strikes`` or more, each suspect round of it is
+   timed by what the server observed minus the common overhead. A node that lies in two rounds
+   of three is priced by its lies from its second one on (were one honest round to reset the
+   strikes, it would get through every third round). The interval is coarse: in Flower 1.42 a SuperNode polls for
+   instructions and the deployment Grid pulls replies every 3 s, so an honest node can look up
+   to two polls later than the group's median; ``evidence_min_s`` (7 s) lies above that, and
+   lies worth less per round are left to rules 2 and 3.
 2. **Group plausibility.** A per-sample time (or energy, when measured) below the median of the
-   *other* nodes of the round divided by ``plausible_range`` is not believed: the node is taken at
-   that median (the typical node), so an absurd claim earns nothing. Needs at least
-   ``min_group`` other reports; a genuinely faster device than ``plausible_range`` × the median
-   is under-used (raise ``plausible_range`` for such a federation).
+   *other* nodes of the round divided by ``plausible_range`` is not believed. Claimants cannot
+   move that median by joining forces: the ``k`` lowest claims of the round are also judged as
+   one group against the median of the rest, for every ``k`` up to ``max_group`` of the nodes;
+   when the group's highest claim is below that median divided by ``plausible_range``, every
+   member is implausible. An implausible node is taken at the highest such median (that of the
+   nodes slower than its group: the typical honest node), so an absurd claim earns nothing,
+   alone or in a coalition of up to ``max_group``. Needs at least ``min_group`` other reports; a
+   genuinely faster device (or group of devices, up to ``max_group`` of them) than
+   ``plausible_range`` × the median is under-used (raise ``plausible_range`` for such a
+   federation).
 3. **Growth cap.** A per-sample time may fall at most by ``max_drop`` per round relative to the
    node's current estimate, so its share grows at most about ``max_drop`` times per round; an
    honest node that really becomes faster gets there in a few rounds.
 
 Each adjustment is logged once per node and rule. What is not defended: a lie inside the
-plausible range (at most ``plausible_range`` × its fair share, reached after
-``log(plausible_range)/log(max_drop)`` rounds), a colluding majority (it moves the median),
-and, in simulation, anything that needs a clock the server observes.
+plausible range (a node believed at ``1/plausible_range`` of its real time gets up to about
+``plausible_range`` times its fair share, reached after ``log(plausible_range)/log(max_drop)``
+rounds: docs/security.md gives the makespan this costs), a colluding group of more than
+``max_group`` of the nodes (it is the median), and, in simulation, anything that needs a clock
+the server observes.
 
 Cost
 ----
-O(R log R) per round for R reports (a sort per rule), one dict entry per node.
+O(R log R) per round for R reports (a sort per rule; the group medians index the sorted claims),
+one dict entry per node.
 """
 
 from __future__ import annotations
@@ -73,7 +85,14 @@ class CostTrust:
         instruction, the ServerApp's for the reply), which an honest node's observed time can
         carry beyond the group's median, and a margin for the polls' own calls.
     strikes : int (default: 2)
-        Consecutive suspect rounds after which the node is timed by the server's observation.
+        Strikes (one per suspect round) from which a suspect round is timed by the server's
+        observation.
+    forgive : float (default: 0.25)
+        Strikes taken off per clean round: a node caught twice stays priced by the server for its
+        next lies until it has reported honestly for ``1 / forgive`` rounds per strike.
+    max_group : float (default: 1/3)
+        Largest share of the round's reports whose claims are judged as one group (rule 2): a
+        coalition of up to this share cannot lower the reference it is judged by.
     """
 
     plausible_range: float = 4.0
@@ -82,7 +101,9 @@ class CostTrust:
     evidence_gap: float = 2.0
     evidence_min_s: float = 7.0
     strikes: int = 2
-    _strikes: dict[Hashable, int] = field(default_factory=dict, repr=False)
+    forgive: float = 0.25
+    max_group: float = 1 / 3
+    _strikes: dict[Hashable, float] = field(default_factory=dict, repr=False)
     _said: set[tuple[str, Hashable]] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +117,10 @@ class CostTrust:
             or not self.evidence_min_s >= 0
         ):
             raise ValueError(f"evidence_min_s must be seconds >= 0, got {self.evidence_min_s!r}")
+        for name, low, high in (("forgive", 0.0, math.inf), ("max_group", 0.0, 0.5)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
         for name in ("min_group", "strikes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -170,20 +195,24 @@ class CostTrust:
         for r in timed:
             implied = observed_s[r.node_id] - max(overhead, 0.0)
             suspect = implied > self.evidence_gap * r.time_s and implied - r.time_s > self.evidence_min_s
-            self._strikes[r.node_id] = self._strikes.get(r.node_id, 0) + 1 if suspect else 0
-            if self._strikes[r.node_id] >= self.strikes:
+            held = self._strikes.get(r.node_id, 0.0)
+            # Slow forgiveness, not a reset: a node lying two rounds in three would otherwise start
+            # from zero after every honest round and be believed in every third.
+            self._strikes[r.node_id] = held + 1.0 if suspect else max(held - self.forgive, 0.0)
+            if suspect and self._strikes[r.node_id] >= self.strikes:
                 out[r.node_id] = replace(r, time_s=implied)
                 self._say(
                     "evidence",
                     r.node_id,
                     "[adaptive] round %s: node %s claims %.3g s but the server observed "
-                    "%.3g s beyond the common overhead, %d rounds running: it is timed by the server's "
-                    "observation",
+                    "%.3g s beyond the common overhead (%.3g strikes: one per suspect round, %g forgiven per "
+                    "clean round): it is timed by the server's observation in its suspect rounds",
                     server_round,
                     r.node_id,
                     r.time_s,
                     implied,
                     self._strikes[r.node_id],
+                    self.forgive,
                 )
 
     def _plausible(self, server_round: int, out: dict[Hashable, ClientReport], what: str) -> None:
@@ -193,8 +222,10 @@ class CostTrust:
         per = {n: v / out[n].samples for n, v in per.items() if v is not None and v > 0}
         if len(per) < self.min_group + 1:
             return
-        for (node, value), others in zip(per.items(), _median_of_others(np.array(list(per.values())))):
-            if value < others / self.plausible_range:
+        values = np.array(list(per.values()))
+        references = _references(values, self.plausible_range, max(int(self.max_group * len(values)), 1))
+        for (node, value), others in zip(per.items(), references):
+            if math.isfinite(others):
                 r = out[node]
                 if what == "time":
                     out[node] = replace(r, time_s=float(others) * r.samples)
@@ -204,7 +235,8 @@ class CostTrust:
                     f"implausible-{what}",
                     node,
                     "[adaptive] round %s: node %s claims %.3g %s per sample, "
-                    "below 1/%g of the other nodes' median %.3g: not believed, it is taken at that median",
+                    "below 1/%g of the other nodes' median %.3g (of those slower than its group): not believed, "
+                    "it is taken at that median",
                     server_round,
                     node,
                     value,
@@ -232,6 +264,33 @@ def _median_of_others(values: np.ndarray) -> np.ndarray:
     others = len(values) - 1
     low, high = (others - 1) // 2, others // 2
     return (ranked[low + (low >= rank)] + ranked[high + (high >= rank)]) / 2
+
+
+def _references(values: np.ndarray, plausible_range: float, max_group: int) -> np.ndarray:
+    """Per entry, the median it is taken at when implausible (rule 2), else ``nan``: O(R log R).
+
+    Entry ``i`` is implausible when it is below ``median(others)/range``, or when it is among the
+    ``k`` lowest entries (``k <= max_group``) and the ``k``-th lowest is below the median of the
+    other ``R - k`` divided by ``range``; it is then taken at the highest of those medians. The
+    medians of the sorted suffixes are read off the sorted values by index (no median per entry).
+    """
+    n = len(values)
+    others = _median_of_others(values)
+    out = np.where(values < others / plausible_range, others, np.nan)
+    order = np.argsort(values, kind="stable")
+    ranked = values[order]
+    k = np.arange(1, min(max_group, n - 1) + 1)  # group sizes: the k lowest against the other n - k
+    rest = (ranked[k + (n - k - 1) // 2] + ranked[k + (n - k) // 2]) / 2
+    flagged = ranked[k - 1] < rest / plausible_range
+    if flagged.any():
+        # entry at rank r belongs to every group k > r: its reference is the highest flagged rest median
+        best = np.maximum.accumulate(np.where(flagged, rest, -np.inf)[::-1])[::-1]
+        by_rank = np.full(n, -np.inf)
+        by_rank[: len(best)] = best
+        group = np.empty(n)
+        group[order] = by_rank
+        out = np.where(np.isfinite(group), np.fmax(out, group), out)
+    return out
 
 
 def resolve_trust(trust: CostTrust | bool) -> CostTrust | None:
