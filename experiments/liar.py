@@ -53,7 +53,7 @@ BASE_S = 1e-3  # seconds per sample of a slowdown-1 device
 WALL_BASE_S = 0.06  # the deployment's: a median node's equal share takes ~30 s of compute
 BUDGET = 2200
 LIAR = 11
-START_S = 5.0  # a deployment's per-message process start-up (docs: NOTES on Flower 1.42)
+START_S = 5.0  # per message: Flower 1.42 starts a fresh flwr-clientapp process (imports, data loading)
 POLL_S = 3.0  # Flower 1.42: the SuperNode polls for instructions, the ServerApp pulls replies, every 3 s
 
 
