@@ -40,7 +40,9 @@ Contract
   name its partition once known, ``who()``), one history row (appended to ``history_path``
   when set), one row per client, and the controller state saved to ``state_dir`` (JSON) and/or
   the ServerApp ``context.state`` so that a restarted ServerApp resumes it. A state write that
-  fails (disk full) is one error line and is tried again next round: the run goes on.
+  fails (disk full) is one error line and is tried again next round: the run goes on. A
+  resumed state is untrusted like a claim: each participant's saved estimate is checked against
+  its first observed reply (``_check_resumed``) and dropped when ``plausible_range`` off.
 
 Cost
 ----
