@@ -53,10 +53,10 @@ class RoundAccount:
     """
 
     makespan: float
-    busy: dict
-    wait: dict
-    active_j: dict
-    idle_j: dict
+    busy: dict[Hashable, float]
+    wait: dict[Hashable, float]
+    active_j: dict[Hashable, float]
+    idle_j: dict[Hashable, float]
     total_j: float
     cv_busy: float
 
@@ -69,14 +69,21 @@ class RoundAccount:
         return float(sum(self.idle_j.values()))
 
 
-def _watts(name: str, given: Mapping | None, profiles: Mapping | None, attr: str, ids: Iterable) -> dict:
+def _watts(
+    name: str,
+    given: Mapping[Hashable, float] | None,
+    profiles: Mapping[Hashable, DeviceProfile] | None,
+    attr: str,
+    ids: Iterable[Hashable],
+) -> dict[Hashable, float]:
+    src: Mapping[Hashable, float]
     if given is not None:
         src = given
     elif profiles is not None:
         src = {p: getattr(prof, attr) for p, prof in profiles.items()}
     else:
         raise ValueError(f"account_round needs {name}= or profiles= to price the round")
-    out = {}
+    out: dict[Hashable, float] = {}
     for p in ids:
         if p not in src:
             raise ValueError(f"participant {p!r} has no {name}: add it to {name}= or profiles=")
@@ -120,7 +127,7 @@ def account_round(
         ``wait_i = makespan − busy_i``; ``idle_j_i = idle_w_i × wait_i``;
         ``total_j = Σ active_j + Σ idle_j``.
     """
-    busy: dict = {}
+    busy: dict[Hashable, float] = {}
     for p, b in busy_s.items():
         if (
             isinstance(b, bool)

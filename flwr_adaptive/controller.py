@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,9 @@ __all__ = [
     "MAX_WEIGHT",
     "MAX_IDLE_W",
 ]
+
+#: A split's predicted objective (group makespans, or energy and round time): what the gain deadband compares.
+Predicted = Callable[[np.ndarray], np.ndarray]
 
 
 class AllocationController:
@@ -236,7 +240,8 @@ class AllocationController:
             if unknown:
                 raise ValueError(f"groups {', '.join(unknown)} have no budget: add them to budget=")
 
-        self._default_min, self._min_map = parse_bound("min_quota", min_quota, default=0)
+        min_default, self._min_map = parse_bound("min_quota", min_quota, default=0)
+        self._default_min = 0 if min_default is None else min_default  # parse_bound refuses min_quota=None
         self._default_max, self._max_map = parse_bound("max_quota", max_quota, default=None)
         if self._default_max is not None and self._default_max < self._default_min:
             raise ValueError(f"max_quota={self._default_max} is below min_quota={self._default_min}")
@@ -298,7 +303,7 @@ class AllocationController:
         ``budget`` sets or changes that group's budget; a group never given one must get it here.
         A participant that changes group releases the deadband (its old split no longer applies).
         """
-        if self.groups is None:
+        if self.groups is None or not isinstance(self.budget, dict):
             raise ValueError("set_group needs a controller built with groups= (and budget={group: int})")
         participant = as_id(participant)
         group = as_id(group, "group name")
@@ -500,8 +505,7 @@ class AllocationController:
                 raise ValueError(f"participant ids must be str or int, got {bad[:5]!r}")
             participants = [p if type(p) is str else int(p) for p in participants]
         if len(set(participants)) != len(participants):
-            seen: set = set()
-            dup = {p for p in participants if p in seen or seen.add(p)}
+            dup = {p for p, n in Counter(participants).items() if n > 1}
             raise ValueError(f"participants are listed more than once: {sorted(dup, key=repr)!r}")
         return participants
 
@@ -550,7 +554,7 @@ class AllocationController:
             i = int(bad[0])
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
         codes, names = self._group_codes(participants)
-        budgets = [self.budget] if self.groups is None else [self.budget[g] for g in names]
+        budgets = [self.budget[g] for g in names] if isinstance(self.budget, dict) else [self.budget]
         if not known.any() or (
             self.objective == "weighted" and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0)
         ):
@@ -586,7 +590,17 @@ class AllocationController:
         self._compact()
         return quotas
 
-    def _solve(self, participants, slots, known, lo, hi, codes, names, budgets):
+    def _solve(
+        self,
+        participants: list[ParticipantId],
+        slots: np.ndarray,
+        known: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        codes: np.ndarray,
+        names: list[Hashable],
+        budgets: list[int],
+    ) -> tuple[np.ndarray, Predicted]:
         """The split of the options beyond the paper, and its predicted objective (for the deadband)."""
         for k, g in enumerate(names):
             idx = codes == k
@@ -617,7 +631,17 @@ class AllocationController:
 
         return quotas, predicted
 
-    def _kept_split(self, slots, lo, hi, proposed, codes, budgets, group_of, predicted) -> np.ndarray | None:
+    def _kept_split(
+        self,
+        slots: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        proposed: np.ndarray,
+        codes: np.ndarray,
+        budgets: list[int],
+        group_of: list[Hashable] | None,
+        predicted: Predicted,
+    ) -> np.ndarray | None:
         """The current split aligned to ``slots`` if the deadband keeps it, else ``None``."""
         if self.deadband <= 0 or self._cur_budget is None or self._cur_budget != self.budget:
             return None
@@ -634,7 +658,9 @@ class AllocationController:
         current = self._cur_quota[aligned]
         if not (np.array_equal(self._cur_lo[aligned], lo) and np.array_equal(self._cur_hi[aligned], hi)):
             return None
-        if group_of is not None and [self._cur_groups[i] for i in aligned.tolist()] != group_of:
+        if group_of is not None and (
+            self._cur_groups is None or [self._cur_groups[i] for i in aligned.tolist()] != group_of
+        ):
             return None  # a participant changed group
         if self.deadband_rule == "gain":
             # Keep the split while re-splitting improves the predicted objective by < deadband,

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -190,7 +191,7 @@ def _mips(row: str) -> float:
     return float(row.split("|")[6].strip().strip("*"))
 
 
-_RAW: list[dict] = [
+_RAW: list[dict[str, Any]] = [
     dict(
         name="rpi5",
         arch="arm64",

@@ -23,9 +23,11 @@ O(R) numpy work per step for R ranks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["EmaBatchSizer"]
 
@@ -57,7 +59,7 @@ class EmaBatchSizer:
         self.min_batch = int(min_batch)
         self.throughput = np.full(self.world, np.nan)  # samples per second, NaN = not measured
 
-    def update(self, times_s: Sequence[float], sizes: Sequence[int]) -> None:
+    def update(self, times_s: ArrayLike, sizes: ArrayLike) -> None:
         """One EMA step from a step's per-rank compute seconds and batch sizes.
 
         Ranks with an empty batch or a non-positive / non-finite time keep their estimate.
@@ -81,7 +83,8 @@ class EmaBatchSizer:
         known = ~np.isnan(thr)
         if not known.any():
             return np.ones(self.world)
-        return np.where(known, thr, float(np.median(thr[known])))
+        out: np.ndarray = np.where(known, thr, float(np.median(thr[known])))
+        return out
 
     def split(self, global_batch: int) -> np.ndarray:
         """Per-rank batch sizes (int64) summing to ``global_batch``, proportional to throughput."""
@@ -91,7 +94,7 @@ class EmaBatchSizer:
         rest = int(global_batch) - floor * self.world
         w = self.weights()
         x = w * (rest / w.sum())
-        n = np.floor(x).astype(np.int64)
+        n: np.ndarray = np.floor(x).astype(np.int64)
         short = rest - int(n.sum())
         if short:
             # Largest remainder; ties go to the lower rank so every copy picks the same ranks.
@@ -99,11 +102,11 @@ class EmaBatchSizer:
             n[order[:short]] += 1
         return n + floor
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, list[float | None]]:
         """JSON-serialisable state (``None`` for unmeasured ranks)."""
         return {"throughput": [None if np.isnan(v) else float(v) for v in self.throughput]}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
         thr = [np.nan if v is None else float(v) for v in state["throughput"]]
         if len(thr) != self.world:

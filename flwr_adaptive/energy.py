@@ -214,7 +214,7 @@ class RaplMeter(Meter):
 
     def __init__(
         self,
-        root: str | os.PathLike = "/sys/class/powercap",
+        root: str | os.PathLike[str] = "/sys/class/powercap",
         domains: Sequence[str] | None = None,
         attribution: str = "cpu-share",
         machine_busy: Callable[[], float] = _machine_busy_seconds,
@@ -511,7 +511,7 @@ class EmulatedMeter(Meter):
             raise ValueError(f"round must be an int >= 1, got {round!r}")
         self.round = int(round)
 
-    def begin_window(self, name: str, round: int | None = None) -> None:  # type: ignore[override]
+    def begin_window(self, name: str, round: int | None = None) -> None:
         """Start window ``name``; ``round`` (optional) sets the round for drift first."""
         if round is not None:
             self.set_round(round)
@@ -564,7 +564,7 @@ class SleepEmulatedMeter(EmulatedMeter):
         self._sleep = sleep
         self.source = f"emulated-sleep:{profile.name}"
 
-    def begin_window(self, name: str, round: int | None = None) -> None:  # type: ignore[override]
+    def begin_window(self, name: str, round: int | None = None) -> None:
         """Start window ``name``; ``round`` (optional) sets the round for drift first."""
         if round is not None:
             self.set_round(round)
@@ -592,7 +592,7 @@ class SleepEmulatedMeter(EmulatedMeter):
 def auto_meter(
     device: str = "cpu",
     profile: DeviceProfile | None = None,
-    rapl_root: str | os.PathLike = "/sys/class/powercap",
+    rapl_root: str | os.PathLike[str] = "/sys/class/powercap",
     nvml: Any = None,
     watts_per_core: float = DEFAULT_WATTS_PER_CORE,
     **emulated: Any,

@@ -107,7 +107,7 @@ class EstimateStore:
         self.pending: list[tuple[int, float, float, int]] = []  # (slot, time, energy, samples)
         # reports of participants without a slot yet, registered together at the next flush
         self.pending_new: list[tuple[ParticipantId, float, float, int]] = []
-        self.slot_cache: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))
+        self.slot_cache: tuple[list[ParticipantId], np.ndarray] = ([], np.empty(0, dtype=np.int64))
         # Beyond the paper (cost_model="affine", drift, min-energy): grown lazily to len(ids).
         self.hist = np.empty((0, estimation.WINDOW, 3))  # last (samples, seconds, joules), NaN = none
         self.fit = np.empty((0, 4))  # last identified (a, b, c, d) of t = a + b·n, e = c + d·n
@@ -224,14 +224,16 @@ class EstimateStore:
         """
         stale = self.unanswered[slots] >= self.forget_after
         if not forget:
-            return ~np.isnan(self.tau[slots]) & ~stale
+            kept: np.ndarray = ~np.isnan(self.tau[slots]) & ~stale
+            return kept
         if stale.any():
             gone = slots[stale]
             self.forget_model(gone)
             self.tau[gone] = np.nan
             self.eps[gone] = np.nan
             self.unanswered[gone] = 0
-        return ~np.isnan(self.tau[slots])
+        known: np.ndarray = ~np.isnan(self.tau[slots])
+        return known
 
     def estimates(self) -> dict[ParticipantId, tuple[float, float | None]]:
         """Smoothed ``(seconds per sample, joules per sample)`` of every participant with an estimate."""

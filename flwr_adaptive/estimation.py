@@ -124,4 +124,5 @@ def drifted(observed: np.ndarray, predicted: np.ndarray, threshold: float) -> np
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = observed / predicted
     limit = 1.0 + threshold
-    return np.isfinite(ratio) & (ratio > 0) & ((ratio > limit) | (ratio < 1.0 / limit))
+    out: np.ndarray = np.isfinite(ratio) & (ratio > 0) & ((ratio > limit) | (ratio < 1.0 / limit))
+    return out

@@ -48,6 +48,10 @@ def staleness_weight(kind: str, staleness: int, a: float = 0.5, b: float = 4.0) 
     raise ValueError(f"unknown staleness function {kind!r}; choose one of {', '.join(STALENESS_FUNCTIONS)}")
 
 
+def _default_a(staleness: str) -> float:
+    return 10.0 if staleness == "hinge" else 0.5
+
+
 @dataclass
 class FedAsyncMixer:
     """The FedAsync server update.
@@ -73,14 +77,15 @@ class FedAsyncMixer:
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
         if self.a is None:
-            self.a = 10.0 if self.staleness == "hinge" else 0.5
+            self.a = _default_a(self.staleness)
         staleness_weight(self.staleness, 0, self.a, self.b)  # validates the name
 
     def weight(self, base_version: int) -> float:
         """α_t for an update computed from model version ``base_version``."""
         if base_version > self.version:
             raise ValueError(f"update claims base version {base_version}, newer than the model ({self.version})")
-        return self.alpha * staleness_weight(self.staleness, self.version - base_version, self.a, self.b)
+        a = _default_a(self.staleness) if self.a is None else self.a  # None only if reset after __post_init__
+        return self.alpha * staleness_weight(self.staleness, self.version - base_version, a, self.b)
 
     def mix(self, model: Sequence[np.ndarray], update: Sequence[np.ndarray], base_version: int) -> list[np.ndarray]:
         """Mix one update into ``model``; returns the new arrays and advances ``version``."""

@@ -126,7 +126,7 @@ def as_id(value: Any, what: str = "participant id") -> str | int:
     raise ValueError(f"{what} must be str or int, got {value!r} ({type(value).__name__})")
 
 
-def id_list(participants: Any) -> list:
+def id_list(participants: Any) -> list[Any]:
     """``participants`` as a list; a lone ``str`` id (iterable by character) is refused."""
     if isinstance(participants, (str, bytes)):
         raise ValueError(
@@ -182,10 +182,10 @@ def validate_report(
         raise ValueError(f"{who}: expected a Report, got {type(report).__name__}")
 
     def number(field: str, value: Any) -> float:
-        value = check_real(f"{who}: {field}", value)
-        if not math.isfinite(value):
-            raise ValueError(f"{who}: {field} must be finite, got {value!r}")
-        return value
+        x = check_real(f"{who}: {field}", value)
+        if not math.isfinite(x):
+            raise ValueError(f"{who}: {field} must be finite, got {x!r}")
+        return x
 
     t = number("time_s", t)
     if t <= 0:
@@ -230,14 +230,14 @@ def check_bound(name: str, value: Any) -> int:
     return min(check_int(name, value), MAX_BUDGET)  # a larger bound cannot bind
 
 
-def parse_bound(name: str, value: Any, default: int | None) -> tuple[int | None, dict]:
+def parse_bound(name: str, value: Any, default: int | None) -> tuple[int | None, dict[ParticipantId, int]]:
     """``min_quota`` / ``max_quota`` as ``(default, {participant: bound})``."""
     if value is None:
         if name == "min_quota":
             raise ValueError("min_quota must be an int or a dict, got None")
         return None, {}
     if isinstance(value, Mapping):
-        bounds = {}
+        bounds: dict[ParticipantId, int] = {}
         for pid, b in value.items():
             if not is_id(pid):
                 raise ValueError(f"{name} key {pid!r} is not a participant id (str or int)")

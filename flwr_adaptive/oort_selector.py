@@ -138,7 +138,7 @@ class OortSelector:
         """System penalty ``(T / t)^α`` for ``t > T``, else 1."""
         if math.isnan(duration_s) or duration_s <= preferred_s:
             return 1.0
-        return (preferred_s / max(duration_s, 1e-12)) ** self.round_penalty
+        return float((preferred_s / max(duration_s, 1e-12)) ** self.round_penalty)
 
     # ------------------------------------------------------------------ selection
     def select(self, candidates: Sequence[Hashable], k: int) -> list[Hashable]:

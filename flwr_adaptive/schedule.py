@@ -117,7 +117,7 @@ def loss_scales(schedule: np.ndarray, world: int | None = None) -> np.ndarray:
     if isinstance(world, bool) or not isinstance(world, (int, np.integer)) or world < 1:
         raise ValueError(f"world must be an int >= 1, got {world!r}")
     totals = sched.sum(axis=0).astype(np.float64)
-    out = np.zeros_like(totals)
+    out: np.ndarray = np.zeros_like(totals)
     np.divide(float(world), totals, out=out, where=totals > 0)
     return out
 

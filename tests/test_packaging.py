@@ -65,6 +65,8 @@ def test_the_wheel_installs_one_top_level_package_and_nothing_of_the_repository_
     for expected in ("flwr_adaptive/strategies/adaptive_strategy.py", "flwr_adaptive/clients/telemetry.py",
                      "flwr_adaptive/clients/ddp/__main__.py", "flwr_adaptive/clients/tasks/images.py"):
         assert expected in names
+    # PEP 561 marker: without it a user's type checker ignores the package's annotations
+    assert "flwr_adaptive/py.typed" in names
 
 
 def test_the_installed_wheel_imports_from_outside_the_repository_next_to_a_user_package_named_strategies(

@@ -237,7 +237,7 @@ def quota_data(data: Any) -> Any:
         there: they resolve lazily), for tuples of arrays of different lengths, and for
         DataLoaders whose sampling cannot be re-created over the selection.
     """
-    torch_loader = None
+    torch_loader: Any = None  # the class, imported only when torch already is
     if "torch" in __import__("sys").modules:
         from torch.utils.data import DataLoader as torch_loader  # noqa: N813
     if torch_loader is not None and isinstance(data, torch_loader):

@@ -77,7 +77,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -124,15 +124,13 @@ def despiked_steps(seconds: Sequence[float], batches: Sequence[int], headroom: f
     cost proportionally more). Fewer than 3 non-empty steps: returned as they are (no median
     to trust). Empty steps (0 samples, 0 seconds) stay 0.
     """
-    seconds = np.asarray(seconds, dtype=float)
-    batches = np.asarray(batches, dtype=float)
-    busy = batches > 0
+    t = np.asarray(seconds, dtype=float)
+    b = np.asarray(batches, dtype=float)
+    busy = b > 0
     if int(busy.sum()) < 3:
-        return seconds.copy()
-    cap = (
-        (1.0 + headroom) * float(np.median(seconds[busy])) * np.maximum(1.0, batches / float(np.median(batches[busy])))
-    )
-    return np.where(busy, np.minimum(seconds, cap), seconds)
+        return t.copy()
+    cap = (1.0 + headroom) * float(np.median(t[busy])) * np.maximum(1.0, b / float(np.median(b[busy])))
+    return np.where(busy, np.minimum(t, cap), t)
 
 
 @dataclass
@@ -205,14 +203,15 @@ class SiloRound:
             ]
             times = despiked.tolist()
             makespan = float(steps.max(axis=0).sum())
-        measured = all(e is not None for e in energies)
+        known = [e for e in energies if e is not None]
+        measured = len(known) == len(energies)
         return {
             keys.NUM_EXAMPLES: self.samples,
             keys.SAMPLES: self.samples,
             keys.TIME_S: makespan,
             keys.CPU_TIME_S: float(sum(sum(t.forward_s) + sum(t.backward_s) + sum(t.optimizer_s) for t in tel)),
             keys.WALL_TIME_S: float(self.wall_s),
-            keys.ENERGY_J: float(sum(energies)) if measured else keys.UNMEASURED_ENERGY,
+            keys.ENERGY_J: float(sum(known)) if measured else keys.UNMEASURED_ENERGY,
             keys.DATA_SIZE: keys.UNKNOWN if data_size is None else int(data_size),
             keys.PARTITION_ID: keys.UNKNOWN if partition_id is None else int(partition_id),
             keys.QUOTA_CAPPED: 0,
@@ -430,7 +429,7 @@ class Silo:
 
 
 # ---------------------------------------------------------------------- silos kept in a process
-_ALIVE: OrderedDict[Hashable, Silo] = OrderedDict()
+_ALIVE: OrderedDict[tuple, Silo] = OrderedDict()
 _ALIVE_LOCK = threading.Lock()
 
 
@@ -557,7 +556,7 @@ def silo_train(
     state = arrays[0].to_torch_state_dict()
     start = 0
     if SILO_STATE in context.state:
-        start = int(context.state[SILO_STATE]["stream-position"])
+        start = int(cast(int, context.state[SILO_STATE]["stream-position"]))  # an int, as written below
 
     def make() -> Silo:
         return Silo(
@@ -578,6 +577,8 @@ def silo_train(
     result = silo.train(
         quotas, steps, state=state, start=start, seed=seed, slowdowns=round_slowdowns, active_watts=active_watts
     )
+    if result.state is None:  # Silo.train always returns rank 0's weights
+        raise RuntimeError(f"silo {name}: the round returned no weights")
     context.state[SILO_STATE] = ConfigRecord({"stream-position": int(result.end)})
     metrics = MetricRecord(result.metrics(partition_id=partition_id, data_size=data_size, idle_w=idle_w))
     content = RecordDict({"arrays": ArrayRecord(result.state), "metrics": metrics})

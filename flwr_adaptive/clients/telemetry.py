@@ -53,6 +53,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping
+from types import FrameType
 from typing import Any
 
 from flwr_adaptive import keys
@@ -356,7 +357,7 @@ def _wraps(candidate: Any, fn: Callable, depth: int = 4) -> bool:
 
 def _check_not_registered(fn: Callable) -> None:
     """Raise when ``fn`` is already registered in a ClientApp in the caller's scope (decorator order)."""
-    frame = sys._getframe(2)  # the caller of decorate: telemetry_train(fn), or the user's scope
+    frame: FrameType | None = sys._getframe(2)  # the caller of decorate: telemetry_train(fn), or the user's scope
     for _ in range(3):
         if frame is None:
             return

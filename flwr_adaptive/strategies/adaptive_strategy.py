@@ -47,8 +47,9 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from datetime import datetime
 from logging import INFO, WARNING
+from typing import cast
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
@@ -309,7 +310,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         return msg.metadata.src_node_id if node is None else node
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
-        extra = {keys.QUOTA: int(quota), keys.ALLOW_CYCLING: self.allow_cycling, keys.ROUND: server_round}
+        extra: dict[str, ConfigRecordValues] = {
+            keys.QUOTA: int(quota),
+            keys.ALLOW_CYCLING: self.allow_cycling,
+            keys.ROUND: server_round,
+        }
         content = RecordDict()
         found = False
         for name, record in msg.content.items():
@@ -618,7 +623,8 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         if (
             weight_key is not None
             and kept
-            and not sum(next(iter(m.content.metric_records.values()))[weight_key] for m in kept)
+            # check_weight above let through numbers only
+            and not sum(cast(float, next(iter(m.content.metric_records.values()))[weight_key]) for m in kept)
         ):
             log(
                 WARNING,

@@ -281,8 +281,9 @@ class AdaptiveCore(HistoryMixin):
         known = any(n in self._partition_of for n in node_ids)
         ids = self._inherit_vacancies(server_round, node_ids, self._keys(node_ids)) if known else node_ids
         caps = [probe if n in probation else (self._caps.get(k) if known else None) for n, k in zip(node_ids, ids)]
-        if all(c is not None for c in caps) and self.budget > sum(caps):
-            split = self._all_local_data(node_ids, caps, server_round)
+        full = [c for c in caps if c is not None]
+        if len(full) == len(caps) and self.budget > sum(full):
+            split = self._all_local_data(node_ids, full, server_round)
         elif not known:
             equal = AllocationController(
                 self.budget,
@@ -396,8 +397,10 @@ class AdaptiveCore(HistoryMixin):
         cap = max(int(self.budget / (tau_q * speed)), self.probe_quota())
         out = list(caps)
         for i in fresh:
-            out[i] = cap if out[i] is None else min(out[i], cap)
-        if all(c is not None for c in out) and sum(out) < self.budget:
+            c = out[i]
+            out[i] = cap if c is None else min(c, cap)
+        full = [c for c in out if c is not None]
+        if len(full) == len(out) and sum(full) < self.budget:
             return caps  # the measured nodes cannot take the rest: keep the median prior
         return out
 
@@ -658,7 +661,7 @@ class AdaptiveCore(HistoryMixin):
         """Aggregation weight of each kept reply, by ``weighting``."""
         if self.weighting == "samples":
             return {r.node_id: r.samples for r in reports}
-        out = {}
+        out: dict[Hashable, float] = {}
         for r in reports:
             if r.data_size is None:
                 self._warn_once(
@@ -1161,11 +1164,11 @@ class AdaptiveCore(HistoryMixin):
         estimate, quotas and cap) and a warning names both. ``forget_departed`` releases the
         partitions of owners the grid no longer lists.
         """
-        out = []
+        out: list[Hashable] = []
         for n in node_ids:
             part = self._partition_of.get(n)
             owner = None if part is None else self._owner.setdefault(part, n)
-            if owner is not None and owner != n and owner in self._unavailable:
+            if part is not None and owner is not None and owner != n and owner in self._unavailable:
                 log(
                     INFO,
                     "[adaptive] node %s takes over partition %s from node %s, which is gone (no usable "

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from typing import Any
@@ -87,7 +87,7 @@ ORDERS = ("virtual", "arrival")  # replay on the virtual clock | mix live replie
 
 @dataclass
 class _Job:
-    node: Hashable
+    node: int  # Flower's node id
     index: int  # this node's job number, 1-based (sent as keys.ROUND: seeds the sample order)
     quota: int
     start_s: float
@@ -98,6 +98,13 @@ class _Job:
     staleness: int = -1
     alpha_t: float = math.nan
     mixed_in: int = 0  # round-equivalent in which it was mixed
+
+    @property
+    def accepted(self) -> ClientReport:
+        """The report :meth:`FedAsyncStrategy._accept` set: every in-flight, queued or mixed job has one."""
+        if self.report is None:
+            raise RuntimeError(f"fedasync: job {self.index} of node {self.node} is used before its reply was accepted")
+        return self.report
 
 
 class FedAsyncStrategy(HistoryMixin):
@@ -243,19 +250,19 @@ class FedAsyncStrategy(HistoryMixin):
         self._layout = {k: (tuple(m.shape), str(m.dtype)) for k, m in zip(self._names, self._model)}
         self._queue = VirtualClockQueue()
         self._jobs: list[_Job] = []
-        self._inflight: dict[Hashable, _Job] = {}
-        self._jobs_of: dict[Hashable, int] = {}
-        self._failures: dict[Hashable, int] = {}
-        self._dropped: set[Hashable] = set()
-        self._done_at: dict[Hashable, float] = {}  # node -> virtual time it ran out of work
-        self._idle_w: dict[Hashable, float | None] = {}
+        self._inflight: dict[int, _Job] = {}
+        self._jobs_of: dict[int, int] = {}
+        self._failures: dict[int, int] = {}
+        self._dropped: set[int] = set()
+        self._done_at: dict[int, float] = {}  # node -> virtual time it ran out of work
+        self._idle_w: dict[int, float | None] = {}
         self._total = num_rounds * self.budget
         self._assigned = 0  # samples in flight or processed
         self._mixed_samples = 0
         self._segment_start = 0.0
         self._cum = (0.0, 0.0)  # (active J, idle J) up to the last boundary
         self._evaluate_fn = evaluate_fn
-        self._latest: dict[Hashable, ClientReport] = {}  # each node's latest believed report
+        self._latest: dict[int, ClientReport] = {}  # each node's latest believed report
         result = Result()
         self._result = result
         if evaluate_fn is not None:
@@ -286,13 +293,14 @@ class FedAsyncStrategy(HistoryMixin):
         result.arrays = self._record(self._model)
         return result
 
-    def _replay(self, nodes: list[Hashable], num_rounds: int) -> int:
+    def _replay(self, nodes: list[int], num_rounds: int) -> int:
         """The virtual-clock replay; returns the first round-equivalent not closed."""
         first = [j for j in (self._new_job(n, 0.0) for n in nodes) if j is not None]
         self._send(first)
         boundary = 1
         while len(self._queue):
-            node, finish, job = self._queue.pop()
+            _, finish, job = self._queue.pop()
+            node = job.node  # the queue's key (see _send)
             self._inflight.pop(node, None)
             self._mix(job, boundary)
             while boundary <= num_rounds and self._mixed_samples >= boundary * self.budget:
@@ -305,7 +313,7 @@ class FedAsyncStrategy(HistoryMixin):
                 self._done_at.setdefault(node, finish)
         return boundary
 
-    def _run_arrival(self, nodes: list[Hashable], num_rounds: int) -> int:
+    def _run_arrival(self, nodes: list[int], num_rounds: int) -> int:
         """Live FedAsync: mix every reply as it is pulled, push that node's next job at once.
 
         Times are wall-clock seconds since the first wave. Returns the first round-equivalent not closed.
@@ -361,13 +369,13 @@ class FedAsyncStrategy(HistoryMixin):
     #: What the operator should pass to get ``min_nodes`` nodes (progress lines and the error).
     node_wait_hint: str = "start more SuperNodes or lower min_nodes"
 
-    def _wait_for_nodes(self) -> list[Hashable]:
+    def _wait_for_nodes(self) -> list[int]:
         nodes = wait_for_nodes(
             self._grid, self.min_nodes, timeout_s=self.wait_s, hint=self.node_wait_hint, what="fedasync"
         )
         return sorted(nodes)
 
-    def _new_job(self, node: Hashable, start_s: float) -> _Job | None:
+    def _new_job(self, node: int, start_s: float) -> _Job | None:
         """The node's next job starting at ``start_s``, or ``None`` when no samples are left."""
         left = self._total - self._assigned
         if left <= 0 or node in self._dropped:
@@ -464,7 +472,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._idle_w[job.node] = report.idle_w
         return None
 
-    def _believed_times(self, wave: list[_Job]) -> dict[Hashable, float]:
+    def _believed_times(self, wave: list[_Job]) -> dict[int, float]:
         """``{node: the job's duration on the virtual clock as the server believes it}`` (``self.trust``).
 
         The wave's claims are judged together with the latest believed per-sample times of the
@@ -472,12 +480,12 @@ class FedAsyncStrategy(HistoryMixin):
         their median, so a liar cannot jump the queue and take most of the samples.
         """
         if self.trust is None or not wave:
-            return {job.node: job.report.time_s for job in wave}
+            return {job.node: job.accepted.time_s for job in wave}
         mine = {job.node for job in wave}
         others = [r for n, r in self._latest.items() if n not in mine]
         believed = self.trust.believe(
             max(job.index for job in wave),
-            [*(job.report for job in wave), *others],
+            [*(job.accepted for job in wave), *others],
             estimate_of=lambda n: (
                 self._latest[n].time_s / self._latest[n].samples if n in mine and n in self._latest else None
             ),
@@ -489,10 +497,12 @@ class FedAsyncStrategy(HistoryMixin):
     def _mix(self, job: _Job, boundary: int) -> None:
         job.staleness = self.mixer.version - job.base_version
         job.alpha_t = self.mixer.weight(job.base_version)
+        if job.arrays is None:
+            raise RuntimeError(f"fedasync: job {job.index} of node {job.node} is mixed twice or before its reply")
         self._model = self.mixer.mix(self._model, job.arrays, job.base_version)
         job.arrays = None  # mixed: free it
         job.mixed_in = boundary
-        self._mixed_samples += job.report.samples
+        self._mixed_samples += job.accepted.samples
         self._jobs.append(job)
         self._client_rows.append(self._client_row(job, "ok"))
 
@@ -507,7 +517,7 @@ class FedAsyncStrategy(HistoryMixin):
         """Active joules of all work up to virtual time ``t`` (pro-rated) and idle joules of nodes out of work."""
         active = 0.0
         for job in [*self._jobs, *self._inflight.values()]:
-            e = job.report.energy_j
+            e = job.accepted.energy_j
             if e is None:
                 return math.nan, math.nan
             span = job.finish_s - job.start_s
@@ -531,18 +541,18 @@ class FedAsyncStrategy(HistoryMixin):
         self._cum = (active, idle)
         t0 = self._segment_start
         mixed = [j for j in self._jobs if j.mixed_in == r]
-        busy: dict[Hashable, float] = {}
+        busy: dict[int, float] = {}
         for job in [*self._jobs, *self._inflight.values()]:
             overlap = min(job.finish_s, t) - max(job.start_s, t0)
             if overlap > 0:
                 busy[job.node] = busy.get(job.node, 0.0) + overlap
         values = np.array(list(busy.values()), dtype=float)
         cv = float(values.std() / values.mean()) if len(values) > 1 and values.mean() > 0 else 0.0
-        clocks = {j.report.virtual_clock for j in mixed}
+        clocks = {j.accepted.virtual_clock for j in mixed}
         clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")  # the telemetry's
         quotas = np.array([j.quota for j in mixed], dtype=float)
         stale = np.array([j.staleness for j in mixed], dtype=float)
-        row = {
+        row: dict[str, Any] = {
             "round": r,
             "policy": FEDASYNC,
             "clients": len(mixed),
@@ -553,7 +563,7 @@ class FedAsyncStrategy(HistoryMixin):
             "idle_j": seg_idle,
             "energy_j": seg_active + seg_idle,
             "clock": clock,
-            "samples": int(sum(j.report.samples for j in mixed)),
+            "samples": int(sum(j.accepted.samples for j in mixed)),
             "quota_min": float(quotas.min()) if len(quotas) else math.nan,
             "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
             "quota_max": float(quotas.max()) if len(quotas) else math.nan,

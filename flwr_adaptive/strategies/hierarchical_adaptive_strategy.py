@@ -45,7 +45,7 @@ import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -150,11 +150,13 @@ def aggregate_silo_metrics(records: list[RecordDict], weighting_metric_name: str
     Pass it as ``train_metrics_aggr_fn`` to a Message-API strategy.
     """
     metric_records = [next(iter(r.metric_records.values())) for r in records]
-    weights = [float(m[weighting_metric_name]) for m in metric_records]
+    # As Flower's aggregate_metricrecords: the strategy screened the weights (numbers) before aggregating
+    weights = [float(cast(float, m[weighting_metric_name])) for m in metric_records]
     total = sum(weights)
     factors = [w / total if total > 0 else 1.0 / len(weights) for w in weights]
     order = sorted(
-        range(len(metric_records)), key=lambda i: (float(metric_records[i].get(keys.PARTITION_ID, math.inf)), i)
+        range(len(metric_records)),
+        key=lambda i: (float(cast(float, metric_records[i].get(keys.PARTITION_ID, math.inf))), i),
     )
     out: dict[str, Any] = {}
     for i in order:
@@ -302,8 +304,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         )
         from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-        if getattr(self.strategy, "train_metrics_aggr_fn", None) is aggregate_metricrecords:
-            self.strategy.train_metrics_aggr_fn = aggregate_silo_metrics
+        wrapped: Any = self.strategy  # train_metrics_aggr_fn is FedAvg's (and its subclasses'), not Strategy's
+        if getattr(wrapped, "train_metrics_aggr_fn", None) is aggregate_metricrecords:
+            wrapped.train_metrics_aggr_fn = aggregate_silo_metrics
             log(
                 INFO,
                 "[hfl] %s aggregates train metrics with aggregate_silo_metrics (per-rank lists differ "
@@ -419,7 +422,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             kept = []  # ranks whose estimate this start-up round leaves as it was
             for rank in ranks:
                 rid = rank_id(silo, rank.rank)
-                if self.controller.groups.get(rid) != silo:
+                if (self.controller.groups or {}).get(rid) != silo:
                     self.controller.set_group(rid, silo, self.silo_budget(silo))
                 if rank.samples == 0:
                     continue  # an idle rank measured nothing; its estimate carries over

@@ -144,7 +144,7 @@ class HistoryMixin:
             (self._round_rows, path),
             (self._client_rows, path.with_name(path.stem + "-clients" + path.suffix)),
         ):
-            if getattr(rows, "spilled", 0):  # some rows (maybe of this round) are in the spill file
+            if isinstance(rows, ClientRows) and rows.spilled:  # some rows (maybe of this round) are in the spill file
                 frame = rows.frame()
                 new = frame[frame["round"] == server_round]
             else:

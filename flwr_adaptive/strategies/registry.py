@@ -26,6 +26,7 @@ Cost: construction only.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
@@ -175,6 +176,8 @@ def build_strategy(
             raise ValueError(
                 "fedasync dispatches equal-share jobs of budget / nodes samples: pass budget=, not budget_per_node="
             )
+        if budget is None:
+            raise ValueError("fedasync needs budget= (samples per round-equivalent)")
         return FedAsyncStrategy(
             budget=budget,
             alpha=fedasync_alpha,
@@ -184,7 +187,7 @@ def build_strategy(
             order=fedasync_order,
             trust=trust,
         )
-    common = dict(
+    common: dict[str, Any] = dict(
         budget_per_node=budget_per_node,
         weighting=weighting,
         allow_cycling=allow_cycling,
@@ -195,7 +198,7 @@ def build_strategy(
     )
     if policy == OORT:
         return OortStrategy(strategy, budget=budget, fraction=oort_fraction, seed=seed, **common)
-    costs = dict(smoothing=smoothing, deadband=deadband, cost_clip=cost_clip)
+    costs: dict[str, Any] = dict(smoothing=smoothing, deadband=deadband, cost_clip=cost_clip)
     if policy == STATIC:
         return StaticProfilingStrategy(strategy, budget=budget, policy="time", **costs, **common)
     return AdaptiveStrategy(

@@ -167,7 +167,7 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
         raise ValueError(f"node {node_id}: telemetry {keys.SAMPLES!r} must be > 0, got {samples}")
     data_size = _integer(node_id, metrics, keys.DATA_SIZE)
     over_quota = quota is not None and samples > quota and data_size < 0
-    if over_quota:
+    if over_quota and quota is not None:
         samples = quota  # weight at most its quota's; see the module docstring
     elif quota is not None and samples > quota:
         # Budgets are exact (rounds × budget samples in all): a client may process fewer samples

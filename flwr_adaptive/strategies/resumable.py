@@ -82,7 +82,8 @@ class Checkpoint:
 def _arrays_to_bytes(arrays: ArrayRecord) -> tuple[bytes, list[str]]:
     names = list(arrays.keys())
     buf = io.BytesIO()
-    np.savez(buf, **{f"a{i}": arrays[name].numpy() for i, name in enumerate(names)})
+    # numpy's stub types savez's keyword-only allow_pickle, so mypy cannot rule it out of **dict
+    np.savez(buf, **{f"a{i}": arrays[name].numpy() for i, name in enumerate(names)})  # type: ignore[arg-type]
     return buf.getvalue(), names
 
 
@@ -210,6 +211,7 @@ class ResumableRun:
         arrays, done = initial_arrays, 0
         checkpoint = self.load()
         if checkpoint is not None and checkpoint.num_rounds != num_rounds:
+            assert self.state_dir is not None  # the checkpoint was read from it
             raise ValueError(
                 f"the checkpoint in {self.state_dir} is of a run of {checkpoint.num_rounds} rounds "
                 f"(round {checkpoint.server_round} done), this run asks for {num_rounds}: run with "

@@ -27,7 +27,7 @@ One pass over the first round's replies' metric keys; nothing after the first ro
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from flwr_adaptive import keys
 
@@ -80,6 +80,10 @@ class SetupError(RuntimeError):
     """The client app is set up so that nothing could be trained; the message gives the fix."""
 
 
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def setup_mistake(metrics: Mapping[str, Any], quota: int | None) -> str | None:
     """Which set-up mistake one reply's metrics show, or ``None``.
 
@@ -90,8 +94,7 @@ def setup_mistake(metrics: Mapping[str, Any], quota: int | None) -> str | None:
     if not any(k in metrics for k in keys.TELEMETRY_KEYS):
         return NO_TELEMETRY
     samples, size = metrics.get(keys.SAMPLES), metrics.get(keys.DATA_SIZE)
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (samples, size))
-    if quota is not None and numeric and samples > quota and size == keys.UNKNOWN:
+    if quota is not None and _is_number(samples) and _is_number(size) and samples > quota and size == keys.UNKNOWN:
         return NO_QUOTA_DATA
     return None
 
@@ -117,9 +120,9 @@ class SetupCheck:
             return
         self._setup_checked = True
         found = set(mistakes.values())
-        if len(found) != 1 or None in found:
+        kind = found.pop() if len(found) == 1 else None
+        if kind is None:
             return
-        kind = found.pop()
         nodes = sorted(mistakes, key=str)
         shown = ", ".join(map(str, nodes[:5])) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
         if kind == CLIENT_SETUP:

@@ -82,6 +82,8 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     Frozen estimates never expire (no ``forget_after``).
     """
 
+    controller: StaticProfilingController  # built by make_controller
+
     def __init__(
         self,
         strategy: Strategy | None = None,

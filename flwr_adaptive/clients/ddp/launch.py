@@ -168,7 +168,7 @@ class LocalDDPGroup:
                 if rank is None:
                     continue  # a sentinel: handled below, after any message the rank left
                 try:
-                    status, payload = obj.recv()
+                    status, payload = pending[rank].recv()  # obj is that connection
                 except EOFError:
                     continue  # the rank died; its sentinel says so
                 del pending[rank]

@@ -33,12 +33,20 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 
 from flwr_adaptive.clients.ddp.driver import DDP_POLICIES, RoundDriver, round_summary
-from flwr_adaptive.clients.ddp.worker import DDPRank, WorkerSpec, default_backend, hardware_meter, rank_device
+from flwr_adaptive.clients.ddp.worker import (
+    DDPRank,
+    RoundPlan,
+    WorkerSpec,
+    default_backend,
+    hardware_meter,
+    rank_device,
+)
 
 __all__ = ["main", "load_task", "parse_args"]
 
@@ -138,11 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in range(1, args.rounds + 1):
             box = [driver.plan() if driver else None]
             dist.broadcast_object_list(box, src=0)
-            plan = box[0]
+            plan = cast(RoundPlan, box[0])  # rank 0's plan, broadcast to every rank
             telemetry = worker.train_round(plan)
-            gathered = [None] * world if rank == 0 else None
+            gathered: list[Any] | None = [None] * world if rank == 0 else None
             dist.gather_object(telemetry, gathered, dst=0)
-            if driver is not None:
+            if driver is not None and gathered is not None:  # rank 0 drives and gathers
                 driver.observe(gathered)
                 summary = round_summary(gathered)
                 joules = [t.energy_j for t in gathered]

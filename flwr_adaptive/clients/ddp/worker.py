@@ -445,9 +445,10 @@ class DDPRank:
                 "WorkerSpec needs exactly one of loss_fn (outputs, targets) and batch_loss_fn "
                 "(model, batch), both summing per-sample losses"
             )
-        if getattr(spec.loss_fn, "reduction", "sum") != "sum":
+        reduction = getattr(spec.loss_fn, "reduction", "sum")
+        if reduction != "sum":
             raise ValueError(
-                f"loss_fn has reduction={spec.loss_fn.reduction!r}; the DDP worker needs the sum of "
+                f"loss_fn has reduction={reduction!r}; the DDP worker needs the sum of "
                 "per-sample losses (it scales by world / B_s itself): pass reduction='sum'"
             )
         self.spec = spec
@@ -526,6 +527,7 @@ class DDPRank:
         if self.spec.batch_loss_fn is not None:
             return self.spec.batch_loss_fn(self.model, batch)
         *inputs, target = batch
+        assert self.spec.loss_fn is not None  # __init__: exactly one of loss_fn and batch_loss_fn
         return self.spec.loss_fn(self.model(*inputs), target)
 
     # ------------------------------------------------------------------ the round
@@ -537,6 +539,7 @@ class DDPRank:
         schedule = batch_schedule(list(plan.quotas), plan.steps)
         if plan.balancing == "ema" and self.ema is None:
             self.ema = EmaBatchSizer(world, smoothing=plan.ema_smoothing)
+        ema = self.ema
         stream = IndexStream(self.dataset_size, seed=plan.seed, start=plan.start, shuffle=plan.shuffle)
         global_batches = schedule.sum(axis=0)
         tel = RankTelemetry(
@@ -557,8 +560,8 @@ class DDPRank:
         self.model.train()
         wall_start = self.wall_clock()
         for s in range(plan.steps):
-            if plan.balancing == "ema":
-                sizes = self.ema.split(int(global_batches[s]))
+            if plan.balancing == "ema" and ema is not None:
+                sizes = ema.split(int(global_batches[s]))
             else:
                 sizes = schedule[:, s]
             scale = float(loss_scales(sizes[:, None], world)[0])
@@ -602,8 +605,8 @@ class DDPRank:
             o1 = self.compute_clock()
 
             step_compute[:, s] = summed[:world]
-            if plan.balancing == "ema":
-                self.ema.update(summed[:world], np.rint(summed[world:]).astype(np.int64))
+            if plan.balancing == "ema" and ema is not None:
+                ema.update(summed[:world], np.rint(summed[world:]).astype(np.int64))
             tel.steps += 1
             tel.samples += len(mine)
             tel.batch_sizes.append(len(mine))
@@ -620,8 +623,9 @@ class DDPRank:
         tel.wait_s = float(sum(tel.allreduce_s))
         tel.step_compute_s = step_compute.tolist()
         tel.loss_sum = loss_sum
-        if plan.active_watts is not None and plan.active_watts[rank] is not None:
-            tel.energy_j = float(plan.active_watts[rank]) * tel.time_s
+        watts = None if plan.active_watts is None else plan.active_watts[rank]
+        if watts is not None:
+            tel.energy_j = float(watts) * tel.time_s
         else:
             tel.energy_j = joules
         tel.params_digest = self.params_digest()

@@ -77,7 +77,8 @@ def cached_arrays(name: str, build: Callable[[], Mapping[str, np.ndarray]]) -> t
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".npz", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
+                # numpy's stub types savez's keyword-only allow_pickle, so mypy cannot rule it out of **dict
+                np.savez(fh, **arrays)  # type: ignore[arg-type]
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -24,7 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -63,8 +63,12 @@ class TaskDataset(torch.utils.data.Dataset):
         return len(self.ids)
 
     @abstractmethod
-    def subset(self, indices: np.ndarray) -> TaskDataset:
+    def subset(self: D, indices: np.ndarray) -> D:
         """A dataset of the samples at ``indices`` (sharing storage where possible)."""
+
+
+#: A task's own dataset class (``Task[D]``: its collate and evaluation read that class's fields).
+D = TypeVar("D", bound=TaskDataset)
 
 
 def as_indices(indices: Sequence[int] | np.ndarray | torch.Tensor, n: int) -> np.ndarray:
@@ -85,7 +89,7 @@ def as_indices(indices: Sequence[int] | np.ndarray | torch.Tensor, n: int) -> np
     return arr.astype(np.int64, copy=False)
 
 
-class Task(ABC):
+class Task(ABC, Generic[D]):
     """One learning task: where its data comes from, its model, and how to train and evaluate.
 
     Parameters
@@ -116,10 +120,10 @@ class Task(ABC):
             raise ValueError(f"task {self.name!r} has no hub dataset; use source='offline'")
         self.source = source
         self._hub_check = hub_check or sources.hub_reachable
-        self._data: tuple[TaskDataset, TaskDataset] | None = None
+        self._data: tuple[D, D] | None = None
 
     # ----------------------------------------------------------------------------- data
-    def data(self) -> tuple[TaskDataset, TaskDataset]:
+    def data(self) -> tuple[D, D]:
         """The full ``(train, holdout)`` pair (memoised); logs one line naming the source."""
         if self._data is None:
             self._data = self._resolve()
@@ -133,7 +137,7 @@ class Task(ABC):
         alpha: float = 0.5,
         seed: int = 42,
         min_partition_size: int | None = None,
-    ) -> tuple[TaskDataset, TaskDataset]:
+    ) -> tuple[D, D]:
         """This client's part of the training data and the shared holdout.
 
         Parameters
@@ -166,10 +170,10 @@ class Task(ABC):
     def _offline_cache_name(self) -> str:
         return f"{self.name}-offline-v1"
 
-    def _resolve(self) -> tuple[TaskDataset, TaskDataset]:
+    def _resolve(self) -> tuple[D, D]:
         start = time.perf_counter()
-        hub_name = self._hub_cache_name() if self.hub_dataset else None
-        hub_cached = hub_name is not None and _cache.cache_path(hub_name).exists()
+        hub_name = self._hub_cache_name()
+        hub_cached = bool(self.hub_dataset) and _cache.cache_path(hub_name).exists()
         if self.hub_dataset is None and self.source == "auto":
             choice, reason = "offline", "no hub dataset for this task"
         else:
@@ -209,7 +213,7 @@ class Task(ABC):
         """Read the offline data into cacheable arrays (must not touch the network)."""
 
     @abstractmethod
-    def _datasets(self, arrays: Mapping[str, np.ndarray]) -> tuple[TaskDataset, TaskDataset]:
+    def _datasets(self, arrays: Mapping[str, np.ndarray]) -> tuple[D, D]:
         """Build the fixed ``(train, holdout)`` pair from cached arrays."""
 
     # ---------------------------------------------------------------------------- model
@@ -230,7 +234,7 @@ class Task(ABC):
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
     @abstractmethod
-    def collate(self, dataset: TaskDataset, indices: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def collate(self, dataset: D, indices: np.ndarray) -> tuple[torch.Tensor, ...]:
         """The batch of the samples at ``indices`` (validated positions) as model-ready tensors."""
 
     @abstractmethod
@@ -241,7 +245,7 @@ class Task(ABC):
     def train(
         self,
         model: nn.Module,
-        dataset: TaskDataset,
+        dataset: D,
         indices: Sequence[int] | np.ndarray,
         batch_size: int | None = None,
         lr: float | None = None,
@@ -290,7 +294,7 @@ class Task(ABC):
         return {"loss": total / samples if samples else 0.0, "samples": samples, "steps": steps}
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, dataset: TaskDataset, batch_size: int = 1024) -> dict[str, float | int]:
+    def evaluate(self, model: nn.Module, dataset: D, batch_size: int = 1024) -> dict[str, float | int]:
         """Metrics of ``model`` on all of ``dataset``: ``loss``, ``samples`` and the task's own.
 
         Classification adds ``accuracy``; regression adds ``mse`` (in the target's units) and
@@ -308,7 +312,7 @@ class Task(ABC):
         out["samples"] = n
         return self._finish_eval(out, dataset)
 
-    def _eval_batch(self, model: nn.Module, batch: tuple, dataset: TaskDataset) -> dict[str, float]:
+    def _eval_batch(self, model: nn.Module, batch: tuple, dataset: D) -> dict[str, float]:
         """Per-batch sums; default: classification (``loss`` and ``accuracy`` sums)."""
         *inputs, y = batch
         logits = model(*inputs)
@@ -316,7 +320,7 @@ class Task(ABC):
         correct = (logits.argmax(dim=1) == y).sum()
         return {"loss": float(loss), "accuracy": float(correct)}
 
-    def _finish_eval(self, out: dict[str, Any], dataset: TaskDataset) -> dict[str, Any]:
+    def _finish_eval(self, out: dict[str, Any], dataset: D) -> dict[str, Any]:
         out.setdefault(self.metric, 0.0)
         return out
 

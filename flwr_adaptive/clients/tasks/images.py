@@ -112,7 +112,7 @@ def _hub_image_arrays(dataset: str, image_key: str = "image", label_key: str = "
     return out
 
 
-class ImageTask(Task):
+class ImageTask(Task[ImageDataset]):
     """Classification of 28×28 grey images with :class:`SmallCNN`.
 
     Cached arrays hold either ``train_x/train_y/test_x/test_y`` (a given test split is the
@@ -137,7 +137,7 @@ class ImageTask(Task):
                 (arrays["train_x"], arrays["train_y"], np.arange(n_train)),
                 (arrays["test_x"], arrays["test_y"], n_train + np.arange(len(arrays["test_y"]))),
             ]
-        return tuple(
+        train, holdout = (
             ImageDataset(
                 torch.from_numpy(np.ascontiguousarray(px, dtype=np.uint8).reshape(-1, 28, 28)),
                 torch.from_numpy(np.asarray(py, dtype=np.int64)),
@@ -146,6 +146,7 @@ class ImageTask(Task):
             )
             for px, py, pid in parts
         )
+        return train, holdout
 
     def _offline_arrays(self):
         raise RuntimeError(
@@ -181,7 +182,11 @@ class ImageTask(Task):
             raise ValueError(f"label {labels.min()} is negative; use class ids 0, 1, ...")
         task = cls(source="offline")
         task.num_classes = max(10, int(labels.max()) + 1 if len(labels) else 10)
-        arrays = {"x": images.astype(np.uint8), "y": labels.astype(np.int64), "description": np.array(description)}
+        arrays: dict[str, np.ndarray] = {
+            "x": images.astype(np.uint8),
+            "y": labels.astype(np.int64),
+            "description": np.array(description),
+        }
         task._data = task._datasets(arrays)
         return task
 

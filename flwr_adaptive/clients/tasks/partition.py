@@ -141,13 +141,13 @@ def stratified_holdout(labels: np.ndarray, fraction: float, seed: int = 0) -> np
     return mask
 
 
-def group_holdout(groups: Sequence, fraction: float, seed: int = 0) -> np.ndarray:
+def group_holdout(groups: Sequence | np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
     """Boolean mask of a holdout made of whole groups (e.g. all snippets of one movie).
 
     Whole groups keep near-duplicates (same movie, same station-week) out of both sides.
     """
-    groups = np.asarray(groups)
-    uniq = np.unique(groups)
+    labels = np.asarray(groups)
+    uniq = np.unique(labels)
     rng = np.random.default_rng(seed)
     chosen = rng.choice(uniq, size=int(round(fraction * len(uniq))), replace=False)
-    return np.isin(groups, chosen)
+    return np.isin(labels, chosen)

@@ -109,7 +109,7 @@ class BagOfNgrams(nn.Module):
         return self.fc(self.embedding(tokens, offsets))
 
 
-class SentimentTask(Task):
+class SentimentTask(Task[TokenDataset]):
     """Binary sentiment of short texts with :class:`BagOfNgrams`.
 
     Parameters
@@ -224,20 +224,20 @@ class SentimentTask(Task):
         cls, texts: Sequence[str], labels: Sequence[int], *, description: str = "user texts", **kw
     ) -> SentimentTask:
         """A task over your own texts and class ids (0, 1, ...); fixed stratified 20 % holdout."""
-        labels = np.asarray(labels, dtype=np.int64)
-        if len(texts) != len(labels):
-            raise ValueError(f"{len(texts)} texts but {len(labels)} labels; pass one label each")
-        if len(labels) and labels.min() < 0:
-            raise ValueError(f"label {labels.min()} is negative; use class ids 0, 1, ...")
+        y = np.asarray(labels, dtype=np.int64)
+        if len(texts) != len(y):
+            raise ValueError(f"{len(texts)} texts but {len(y)} labels; pass one label each")
+        if len(y) and y.min() < 0:
+            raise ValueError(f"label {y.min()} is negative; use class ids 0, 1, ...")
         task = cls(source="offline", **kw)
-        task.num_classes = max(2, int(labels.max()) + 1 if len(labels) else 2)
+        task.num_classes = max(2, int(y.max()) + 1 if len(y) else 2)
         tokens, offsets = _encode(texts, task.num_buckets)
         task._data = task._datasets(
             {
                 "tokens": tokens,
                 "offsets": offsets,
-                "y": labels,
-                "holdout": stratified_holdout(labels, HOLDOUT_FRACTION, seed=0),
+                "y": y,
+                "holdout": stratified_holdout(y, HOLDOUT_FRACTION, seed=0),
                 "description": np.array(description),
             }
         )

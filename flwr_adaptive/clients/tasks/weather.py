@@ -168,7 +168,7 @@ def read_era5(
             ds = ds.isel({dim: 0})
         if not {"time", "latitude", "longitude"} <= set(ds.dims):
             raise ValueError(f"ERA5 files must have time/valid_time, latitude and longitude; got {dict(ds.sizes)}")
-        gridded = [v for v in ds.data_vars if set(ds[v].dims) == {"time", "latitude", "longitude"}]
+        gridded = [str(v) for v in ds.data_vars if set(ds[v].dims) == {"time", "latitude", "longitude"}]
         names = list(variables) if variables is not None else gridded
         unknown = [v for v in names + [target] if v not in gridded]
         if unknown:
@@ -264,7 +264,7 @@ class WindowMLP(nn.Module):
         return x[:, -1, self.target_index] + self.net(x).squeeze(1)
 
 
-class WeatherTask(Task):
+class WeatherTask(Task[WindowDataset]):
     """Next-step forecast of one weather variable from a window of all variables.
 
     Parameters
