@@ -1,12 +1,18 @@
 """Benchmark: one round of controller work — every participant observes, then one allocate.
 
-Usage: ``.venv/bin/python -m experiments.bench_controller [--repeats 7] [--quick]``
+Usage: ``.venv/bin/python -m experiments.bench_controller [--rounds 5] [--sizes 1000 10000 100000] [--quick]``
 
-Prints two tables (wall clock, best of ``--repeats``):
+Prints two tables (wall clock, ``time.perf_counter``):
 
-1. steady state: for 100, 1,000, 10,000 and 100,000 participants that all trained last round,
-   every report is observed and one ``allocate`` splits the next round, next to the targets in
-   docs/controller.md (≤ 1 ms at 1,000, ≤ 100 ms at 100,000);
+1. every named policy (``from_policy(name)``: what the strategies build) and the paper's
+   controller (``AllocationController(budget, w_time=.75, w_energy=.25)``) side by side, at
+   1,000, 10,000 and 100,000 participants: the median over ``--rounds`` rounds of ``observe``
+   for every participant plus one ``allocate``, after warm-up rounds that fill the estimates'
+   windows (so the affine fits, the drift check and the gain deadband do their steady-state
+   work). The devices have lognormal fixed and per-sample costs and powers, 3 % jitter, and
+   report both time and energy; each round's reports come from the quotas the controller gave.
+   Next to each policy: its ratio to the paper's controller and whether it meets the targets
+   of docs/controller.md (≤ 1 ms at 1,000, ≤ 100 ms at 100,000);
 2. first rounds: a fresh controller sees 20,000 or 40,000 participants for the first time (the
    first round of a cross-device run) — they are registered together, not one by one — and a
    sampled round draws 1 % to 10 % of a 100,000-node population of which a third is new.
@@ -18,13 +24,17 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from flwr_adaptive.controller import AllocationController, Report
+from flwr_adaptive.controller import POLICIES, AllocationController, Report
 
 TARGET_MS = {1_000: 1.0, 100_000: 100.0}
+PAPER = "paper (w_time=.75, w_energy=.25)"
+#: What the strategies build by default, then the rest of the named policies.
+DEFAULT_POLICIES = ("time", "low-energy", "min-energy")
 
 
 def make_reports(rng: np.random.Generator, count: int) -> list[Report]:
@@ -32,34 +42,74 @@ def make_reports(rng: np.random.Generator, count: int) -> list[Report]:
     return [Report(time_s=float(100 * t), energy_j=None, samples=100) for t in per_sample]
 
 
-def _observe_then_allocate(ctrl: AllocationController, ids: list, reports: list[Report]) -> tuple[float, float]:
-    """Seconds of all the observes, and of observes + one allocate (whose split is checked)."""
-    start = time.perf_counter()
-    for pid, report in zip(ids, reports):
-        ctrl.observe(pid, report)
-    observed = time.perf_counter()
-    quotas = ctrl.allocate(ids)
-    done = time.perf_counter()
-    assert sum(quotas.values()) == 100 * len(ids)
-    return observed - start, done - start
+class Devices:
+    """``count`` devices with ``t = a + b·n`` (lognormal a, b), active power lognormal, jitter 3 %."""
+
+    def __init__(self, count: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.rng = rng
+        self.b = rng.lognormal(mean=-6.0, sigma=1.0, size=count)
+        self.a = self.b * 100 * rng.uniform(0.0, 1.0, size=count)  # a fixed share up to half the round
+        self.watts = rng.lognormal(mean=np.log(5.0), sigma=0.5, size=count)
+
+    def reports(self, quotas: np.ndarray) -> list[Report]:
+        jitter = 1.0 + 0.03 * self.rng.standard_normal(len(quotas))
+        t = (self.a + self.b * quotas) * np.clip(jitter, 0.5, 1.5)
+        e = t * self.watts
+        return [Report(time_s=ti, energy_j=ei, samples=n) for ti, ei, n in zip(t.tolist(), e.tolist(), quotas.tolist())]
 
 
-def _best_ms(timings: list[tuple[float, float]]) -> dict:
-    best_observe = min(observe for observe, _ in timings)
-    best_total = min(total for _, total in timings)
-    return {"observe all (ms)": 1e3 * best_observe, "allocate (ms)": 1e3 * (best_total - best_observe),
-            "total (ms)": 1e3 * best_total}
-
-
-def time_round(participants: int, repeats: int, seed: int = 0) -> dict:
-    """Steady state: everyone is known; all observes plus one allocate."""
-    rng = np.random.default_rng(seed)
+def policy_round_ms(make: Callable[[int], AllocationController], participants: int, rounds: int, warmup: int = 8) -> dict:
+    """Median ms of (all observes, one allocate, both) over ``rounds`` rounds after ``warmup``."""
+    devices = Devices(participants)
     ids = list(range(participants))
-    ctrl = AllocationController(budget=100 * participants, w_time=1.0, deadband=0.0)
-    ctrl.allocate(ids)
-    timings = [_observe_then_allocate(ctrl, ids, make_reports(rng, participants)) for _ in range(repeats)]
-    return {"participants": participants, **_best_ms(timings),
-            "target (ms)": TARGET_MS.get(participants, float("nan"))}
+    ctrl = make(100 * participants)
+    quotas = np.array([ctrl.allocate(ids)[p] for p in ids])
+    observe_s, total_s = [], []
+    for r in range(warmup + rounds):
+        reports = devices.reports(quotas)
+        start = time.perf_counter()
+        for pid, report in zip(ids, reports):
+            ctrl.observe(pid, report)
+        observed = time.perf_counter()
+        split = ctrl.allocate(ids)
+        done = time.perf_counter()
+        quotas = np.fromiter(split.values(), dtype=np.int64, count=participants)
+        assert int(quotas.sum()) == 100 * participants
+        if r >= warmup:
+            observe_s.append(observed - start)
+            total_s.append(done - start)
+    observe_ms, total_ms = 1e3 * float(np.median(observe_s)), 1e3 * float(np.median(total_s))
+    return {"observe": observe_ms, "allocate": total_ms - observe_ms, "total": total_ms}
+
+
+def policy_table(sizes: list[int], rounds: int) -> pd.DataFrame:
+    """One row per policy (the paper's controller first), one column of total ms per size."""
+    makers: dict[str, Callable[[int], AllocationController]] = {
+        PAPER: lambda budget: AllocationController(budget, w_time=0.75, w_energy=0.25),
+    }
+    order = list(DEFAULT_POLICIES) + [p for p in POLICIES if p not in DEFAULT_POLICIES]
+    for name in order:
+        makers[name] = lambda budget, name=name: AllocationController.from_policy(name, budget)
+    rows = []
+    for n in sizes:
+        for label, make in makers.items():
+            print(f"[bench] {label:>34} at {n:>7,} participants ...", flush=True)
+            rows.append({"policy": label, "participants": n, **policy_round_ms(make, n, rounds)})
+    long = pd.DataFrame(rows)
+    table = long.pivot(index="policy", columns="participants", values="total").reindex(list(makers))
+    table.columns = [f"{n:,} (ms)" for n in table.columns]
+    paper = table.loc[PAPER]
+    for n in sizes:
+        table[f"{n:,} / paper"] = table[f"{n:,} (ms)"] / paper[f"{n:,} (ms)"]
+    verdict = []
+    for label in table.index:
+        checks = [long[(long.policy == label) & (long.participants == n)]["total"].iloc[0] <= t
+                  for n, t in TARGET_MS.items() if n in sizes]
+        verdict.append("" if not checks else ("yes" if all(checks) else "NO"))
+    table["meets targets"] = verdict
+    table.attrs["long"] = long
+    return table
 
 
 def time_first_round(new: int, repeats: int, seed: int = 0) -> dict:
@@ -69,9 +119,23 @@ def time_first_round(new: int, repeats: int, seed: int = 0) -> dict:
     timings = []
     for _ in range(repeats):
         reports = make_reports(rng, new)
-        timings.append(_observe_then_allocate(AllocationController(budget=100 * new, w_time=1.0, deadband=0.0),
-                                              ids, reports))
+        ctrl = AllocationController(budget=100 * new, w_time=1.0, deadband=0.0)
+        start = time.perf_counter()
+        for pid, report in zip(ids, reports):
+            ctrl.observe(pid, report)
+        observed = time.perf_counter()
+        quotas = ctrl.allocate(ids)
+        done = time.perf_counter()
+        assert sum(quotas.values()) == 100 * new
+        timings.append((observed - start, done - start))
     return {"case": f"first round, {new:,} new participants", "sampled": new, **_best_ms(timings)}
+
+
+def _best_ms(timings: list[tuple[float, float]]) -> dict:
+    best_observe = min(observe for observe, _ in timings)
+    best_total = min(total for _, total in timings)
+    return {"observe all (ms)": 1e3 * best_observe, "allocate (ms)": 1e3 * (best_total - best_observe),
+            "total (ms)": 1e3 * best_total}
 
 
 def time_sampled_round(population: int, sampled: int, repeats: int, seed: int = 0) -> dict:
@@ -102,30 +166,25 @@ def time_sampled_round(population: int, sampled: int, repeats: int, seed: int = 
 
 def main(argv: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="rounds timed per size; the best is shown")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000, 100_000])
-    parser.add_argument("--quick", action="store_true", help="small sizes and 2 repeats (for the test suite)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds timed per policy and size; the median is shown")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--quick", action="store_true", help="100 and 1,000 participants, 2 rounds (for the tests)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.repeats = [100, 1_000], 2
-    rows = []
-    for n in args.sizes:
-        print(f"[bench] {n:>7} participants ...", flush=True)
-        rows.append(time_round(n, args.repeats))
-    table = pd.DataFrame(rows)
-    table["meets target"] = np.where(table["target (ms)"].isna(), "",
-                                     np.where(table["total (ms)"] <= table["target (ms)"], "yes", "NO"))
-    print("\nController cost per round (wall clock, best of "
-          f"{args.repeats}; observe for every participant + one allocate):")
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        args.sizes, args.rounds = [100, 1_000], 2
+    table = policy_table(args.sizes, args.rounds)
+    print("\nController cost per round (wall clock, median of "
+          f"{args.rounds} rounds; observe for every participant + one allocate; ms):")
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
 
+    repeats = 2 if args.quick else 7
     first = [2_000] if args.quick else [20_000, 40_000]
     sampled = [(10_000, 100)] if args.quick else [(100_000, 1_000), (100_000, 10_000)]
-    rows = [time_first_round(n, args.repeats) for n in first]
-    rows += [time_sampled_round(pop, k, args.repeats) for pop, k in sampled]
+    rows = [time_first_round(n, repeats) for n in first]
+    rows += [time_sampled_round(pop, k, repeats) for pop, k in sampled]
     churn = pd.DataFrame(rows)
-    print("\nRounds with participants seen for the first time (wall clock, best of "
-          f"{args.repeats}; new ids are registered together at allocate):")
+    print("\nRounds with participants seen for the first time (paper Time-only controller, wall clock, best of "
+          f"{repeats}; new ids are registered together at allocate):")
     print(churn.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return table, churn
 

@@ -111,6 +111,9 @@ class EstimateStore:
         # Beyond the paper (cost_model="affine", drift, min-energy): grown lazily to len(ids).
         self.hist = np.empty((0, estimation.WINDOW, 3))  # last (samples, seconds, joules), NaN = none
         self.fit = np.empty((0, 4))  # last identified (a, b, c, d) of t = a + b·n, e = c + d·n
+        # (slots, noise of their time fits) from the last affine_estimates, until hist changes:
+        # the gain deadband's noise floor reuses the fits of the same allocate
+        self.noise_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ slots
     def slots(self, participants: list[ParticipantId]) -> np.ndarray:
@@ -150,7 +153,9 @@ class EstimateStore:
         self.reset_cache()
 
     def reset_cache(self) -> None:
+        """Forget what is cached by slot (after slots were renumbered or the state replaced)."""
         self.slot_cache = ([], np.empty(0, dtype=np.int64))
+        self.noise_cache = None
 
     def drop(self, dead: np.ndarray) -> np.ndarray:
         """Remove the slots where ``dead`` (a mask over slots) is true; renumber the others.
@@ -294,6 +299,7 @@ class EstimateStore:
 
     def record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
         """Detect a step change, then append one observation to each of ``s`` (slots unique)."""
+        self.noise_cache = None
         if self.drift is not None:
             pred_t, pred_e = self.predict(s, n)
             last_n = self.hist[s, -1, 0]
@@ -325,6 +331,7 @@ class EstimateStore:
 
     def forget_model(self, gone: np.ndarray) -> None:
         """Drop the history and fits of participants whose estimate is dropped."""
+        self.noise_cache = None
         if len(self.hist):
             gone = gone[gone < len(self.hist)]
             self.hist[gone] = np.nan
@@ -332,13 +339,20 @@ class EstimateStore:
 
     def affine_estimates(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(a, b, c, d)`` per participant from its window; the last identified line re-levelled
-        when the window does not identify one, the per-sample estimate before that."""
+        when the window does not identify one, the per-sample estimate before that.
+
+        Time and energy are fitted in one call (their rows stacked: the fit is row by row).
+        """
         self.grow_model()
         hist = self.hist[slots]
         n, t, e = hist[..., 0], hist[..., 1], hist[..., 2]
+        P = len(slots)
+        fa, fb, fidentified, fnoise = estimation.fit_affine(np.concatenate([n, n]), np.concatenate([t, e]))
+        self.noise_cache = (slots, fnoise[:P])
         out = []
-        for col, y, per_sample in ((0, t, self.tau[slots]), (2, e, self.eps[slots])):
-            a, b, identified, _ = estimation.fit_affine(n, y)
+        for k, (col, y, per_sample) in enumerate(((0, t, self.tau[slots]), (2, e, self.eps[slots]))):
+            part = slice(k * P, (k + 1) * P)
+            a, b, identified = fa[part], fb[part], fidentified[part]
             stored_a, stored_b = self.fit[slots, col], self.fit[slots, col + 1]
             has_stored = ~np.isnan(stored_b)
             filled = ~(np.isnan(n) | np.isnan(y))
@@ -360,9 +374,13 @@ class EstimateStore:
         participants' recent times around their model, over √(window); capped at 0.1."""
         if not len(self.hist):
             return 0.0  # no history kept (cost_model="per-sample" without drift detection)
-        self.grow_model()
-        hist = self.hist[slots]
-        noise = estimation.fit_affine(hist[..., 0], hist[..., 1])[3]
+        cached = self.noise_cache
+        if cached is not None and (cached[0] is slots or np.array_equal(cached[0], slots)):
+            noise = cached[1]  # the time fits of this allocate (affine costs), hist unchanged since
+        else:
+            self.grow_model()
+            hist = self.hist[slots]
+            noise = estimation.fit_affine(hist[..., 0], hist[..., 1])[3]
         if not np.isfinite(noise).any():
             return 0.0
         return min(0.1, 3.0 * float(np.nanmedian(noise)) / math.sqrt(estimation.WINDOW))

@@ -49,6 +49,8 @@ __all__ = ["min_makespan_split", "min_energy_split", "round_energy", "caps_at"]
 
 #: Samples :func:`min_energy_split` moves one by one before it searches the round length instead.
 MAX_SWEEP_STEPS = 50_000
+#: Samples per participant :func:`_extra_samples` generates before it leaves the rounding to the heap.
+_MAX_MERGE_STEPS = 256
 _REL = 1e-12  # relative tolerance when a round length is compared with t_i(n) = a_i + b_i·n
 _ABS = 1e-9
 
@@ -64,7 +66,47 @@ def caps_at(T: float, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarr
 
 
 def _continuous_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
-    """The real ``T`` with ``Σ clip((T − a)/b, lo, hi) = budget`` (piecewise linear in ``T``)."""
+    """The real ``T`` with ``Σ clip((T − a)/b, lo, hi) = budget`` (piecewise linear in ``T``).
+
+    Tries the active set first (O(P) per step, usually one or two steps), then, when that does
+    not settle, sorts the breakpoints (O(P log P), :func:`_sorted_makespan`).
+    """
+    T = _active_set_makespan(budget, a, b, lo, hi)
+    return _sorted_makespan(budget, a, b, lo, hi) if T is None else T
+
+
+def _active_set_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float | None:
+    """``T`` on the linear piece where the participants strictly between their bounds are
+    ``free``: ``T = (budget − Σ_at lo lo − Σ_at hi hi + Σ_free a/b) / Σ_free 1/b``, the free set
+    re-read at the new ``T`` until it stays the same (then ``T`` lies on that piece: the exact
+    root). Starts with everyone free; ``None`` after 8 steps, or without a free participant.
+    The same root as :func:`_sorted_makespan`, up to float rounding.
+    """
+    lo_f, hi_f = lo.astype(float), hi.astype(float)
+    inv = 1.0 / b
+    a_inv = a * inv
+    with np.errstate(over="ignore", invalid="ignore"):
+        start = a + b * lo_f  # at or below: the participant sits at lo
+        stop = a + b * hi_f  # at or above: it sits at hi (inf when unbounded)
+    at_lo = np.zeros(len(a), dtype=bool)
+    at_hi = np.zeros(len(a), dtype=bool)
+    for _ in range(8):
+        free = ~(at_lo | at_hi)
+        slope = float(inv[free].sum()) if not free.all() else float(inv.sum())
+        if not slope > 0:
+            return None
+        fixed = float(lo_f[at_lo].sum()) + float(hi_f[at_hi].sum())
+        offset = float(a_inv[free].sum()) if not free.all() else float(a_inv.sum())
+        T = (budget - fixed + offset) / slope
+        new_lo, new_hi = start >= T, stop <= T
+        if np.array_equal(new_lo, at_lo) and np.array_equal(new_hi, at_hi):
+            return T if math.isfinite(T) else None
+        at_lo, at_hi = new_lo, new_hi
+    return None
+
+
+def _sorted_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """The root of :func:`_continuous_makespan` from the sorted breakpoints (exact piece search)."""
     lo_f, hi_f = lo.astype(float), hi.astype(float)
     start = a + b * lo_f  # below: the participant sits at lo
     stop = a + b * hi_f  # above: it sits at hi (inf when unbounded)
@@ -119,6 +161,10 @@ def min_makespan_split(
     n = caps_at(T, a, b, lo, hi)
     short = budget - int(n.sum())
     if short > 0:
+        extra = _extra_samples(short, a, b, n, hi)
+        if extra is not None:
+            n += extra
+            return n, float(np.max(a + b * n))
         heap = [(float(a[i] + b[i] * (n[i] + 1)), i) for i in np.flatnonzero(n < hi).tolist()]
         heapq.heapify(heap)
         for _ in range(short):
@@ -135,6 +181,45 @@ def min_makespan_split(
             if n[i] > lo[i]:
                 heapq.heappush(heap, (t + float(b[i]), i))
     return n, float(np.max(a + b * n))
+
+
+def _extra_samples(short: int, a: np.ndarray, b: np.ndarray, n: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
+    """How many of the ``short`` remaining samples the heap of :func:`min_makespan_split` gives
+    each participant, found without the heap; ``None`` when that would take many steps (the heap
+    then runs).
+
+    The heap is a k-way merge: participant ``i``'s finish times ``a + b·(n + 1)``, then ``+ b``
+    per further sample (float additions, as the heap adds them), and it pops the ``short``
+    smallest ``(time, index)`` pairs of their union. All of them lie at or below ``cut``, the
+    ``short``-th smallest first finish (the first finishes alone supply ``short`` pairs there), so
+    the union's pairs up to ``cut`` are generated a sample at a time for all participants at
+    once (a fast participant may take several; rarely more than a few dozen steps), sorted by
+    ``(time, index)``, and the first ``short`` counted. Same pairs, same order: the same quotas.
+    """
+    room = np.flatnonzero(n < hi)
+    if short >= len(room):
+        return None
+    first = a[room] + b[room] * (n[room] + 1)
+    cut = np.partition(first, short - 1)[short - 1]
+    take = first <= cut
+    idx, vals = room[take], first[take]
+    left = hi[idx] - n[idx] - 1  # samples it can still take after this one
+    values, owners = [vals], [idx]
+    for _ in range(_MAX_MERGE_STEPS):
+        more = left > 0
+        idx, left = idx[more], left[more] - 1
+        vals = vals[more] + b[idx]
+        below = vals <= cut
+        if not below.any():
+            break
+        idx, vals, left = idx[below], vals[below], left[below]
+        values.append(vals)
+        owners.append(idx)
+    else:
+        return None
+    times, who = np.concatenate(values), np.concatenate(owners)
+    popped = who[np.lexsort((who, times))[:short]]
+    return np.bincount(popped, minlength=len(n))
 
 
 def round_energy(
@@ -218,18 +303,21 @@ def min_energy_split(
             marginal[k] = int(above[np.argmax(pos[above])])
 
     # 3. Sweep T upwards through the cap events of participants before their group's marginal.
+    #    One heap step per moved sample: the loop runs on Python lists (numpy scalars cost
+    #    several times more per step), with the same float operations in the same order.
     energy_lower = _lower_bound(budgets, members, g, lo, hi)  # Σ g·n with caps = hi
     best_F = float(np.dot(g, n)) + idle_total * T_min
     best_T = T_min
     F = best_F
-    heap = [
-        (float(a[i] + b[i] * (cap[i] + 1)), i)
-        for i in range(P)
-        if cap[i] < hi[i] and marginal[codes[i]] >= 0 and pos[i] < pos[marginal[codes[i]]]
-    ]
+    mpos = np.where(marginal >= 0, pos[np.maximum(marginal, 0)], -1)[codes]  # position of i's marginal
+    start = np.flatnonzero((cap < hi) & (marginal[codes] >= 0) & (pos < mpos))
+    heap = list(zip((a[start] + b[start] * (cap[start] + 1)).tolist(), start.tolist()))
     heapq.heapify(heap)
     T_prev = T_min
-    n_sweep = n.copy()
+    n_sweep = n.tolist()
+    cap_l, hi_l, lo_l, b_l, g_l = cap.tolist(), hi.tolist(), lo.tolist(), b.tolist(), g.tolist()
+    pos_l, codes_l, order_l, marginal_l = pos.tolist(), codes.tolist(), order.tolist(), marginal.tolist()
+    group_start_l = group_start.tolist()
     steps = 0
     while heap:
         steps += 1
@@ -250,25 +338,25 @@ def min_energy_split(
         T, i = heapq.heappop(heap)
         if T > T_max or idle_total * T + energy_lower >= best_F - 1e-12 * abs(best_F):
             break
-        k = int(codes[i])
-        m = int(marginal[k])
-        if m < 0 or pos[i] >= pos[m]:
+        k = codes_l[i]
+        m = marginal_l[k]
+        if m < 0 or pos_l[i] >= pos_l[m]:
             continue  # i is no longer cheaper than its group's marginal: its caps never matter again
-        cap[i] += 1
-        if cap[i] < hi[i]:
-            heapq.heappush(heap, (T + float(b[i]), i))
+        cap_l[i] += 1
+        if cap_l[i] < hi_l[i]:
+            heapq.heappush(heap, (T + b_l[i], i))
         # i was at its cap (everything before the marginal is): one sample moves m -> i.
         n_sweep[i] += 1
         n_sweep[m] -= 1
-        F += float(g[i] - g[m]) + idle_total * (T - T_prev)
+        F += (g_l[i] - g_l[m]) + idle_total * (T - T_prev)
         T_prev = T
-        if n_sweep[m] == lo[m]:
+        if n_sweep[m] == lo_l[m]:
             # the marginal moves back to the previous participant of the group above its bound
-            p = int(pos[m]) - 1
-            start = int(group_start[k])
-            while p >= start and n_sweep[order[p]] <= lo[order[p]]:
+            p = pos_l[m] - 1
+            first = group_start_l[k]
+            while p >= first and n_sweep[order_l[p]] <= lo_l[order_l[p]]:
                 p -= 1
-            marginal[k] = int(order[p]) if p >= start else -1
+            marginal_l[k] = order_l[p] if p >= first else -1
         if F < best_F - 1e-12 * abs(best_F):
             best_F, best_T = F, T
     return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min

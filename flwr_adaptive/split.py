@@ -94,7 +94,11 @@ def group_makespans(
 ) -> np.ndarray:
     """``max_{i∈g} fixed_i + per_sample_i·n_i`` of each group (0 for an empty group)."""
     out = np.zeros(groups)
-    np.maximum.at(out, codes, fixed + per_sample * quotas)
+    times = fixed + per_sample * quotas
+    if groups == 1:  # ufunc.at is slow: one group is one max
+        out[0] = times.max(initial=0.0)
+    else:
+        np.maximum.at(out, codes, times)
     return out
 
 
