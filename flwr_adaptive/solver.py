@@ -45,6 +45,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flwr_adaptive.limits import exact_sum
+
 __all__ = ["min_makespan_split", "min_energy_split", "round_energy", "caps_at"]
 
 #: Samples :func:`min_energy_split` moves one by one before it searches the round length instead.
@@ -154,7 +156,8 @@ def min_makespan_split(
     hi = np.asarray(hi, dtype=np.int64)
     if len(a) == 0:
         return np.zeros(0, dtype=np.int64), 0.0
-    if budget == int(hi.sum()):  # every bound binds (no slope left past the last breakpoint)
+    # exact_sum: unbounded participants carry int64's maximum, whose plain sum wraps around
+    if budget == exact_sum(hi):  # every bound binds (no slope left past the last breakpoint)
         return hi.copy(), float(np.max(a + b * hi))
     T = _continuous_makespan(budget, a, b, lo, hi)
     # The integer optimum is >= the continuous one, so these caps lie below an optimal split.

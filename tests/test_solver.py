@@ -197,3 +197,17 @@ def test_a_budget_near_the_largest_exact_integer_is_split_at_once():
     a, b, c, d, idle, lo, hi = _fleet(1, P=3)
     n, _ = min_energy_split([2**53 - 1], np.zeros(3, dtype=np.int64), a, b, c, d, idle, lo, hi, math.inf)
     assert int(n.sum()) == 2**53 - 1 and (n >= 0).all()
+
+
+def test_unbounded_participants_beside_a_bound_above_the_budget_get_a_real_split():
+    # Two unbounded participants (int64's maximum as their bound) and one capped at 300 > budget
+    # 298: the bounds' plain int64 sum wraps to (2**63 - 1)·2 + 300 - 2**64 = 298, which once
+    # read as "every bound binds" and handed out 2**63 - 1 samples. Per-sample costs 0.62, 0.94,
+    # 2.0 s: the continuous makespan is T = 298 / Σ(1/b) ≈ 94.1 s, quotas ≈ T/b = 150.7/100.5/46.8.
+    a = np.zeros(3)
+    b = np.array([0.6243847, 0.93651732, 2.00903043])
+    lo = np.full(3, 2, dtype=np.int64)
+    hi = np.array([2**63 - 1, 300, 2**63 - 1], dtype=np.int64)
+    n, makespan = min_makespan_split(298, a, b, lo, hi)
+    assert n.tolist() == [151, 100, 47] and int(n.sum()) == 298
+    assert makespan == pytest.approx(max(b * n))
