@@ -212,6 +212,12 @@ def _kill_tree(pid: int) -> None:
             p.kill()
         except psutil.NoSuchProcess:
             pass
+    # SIGKILL takes effect when a process is next scheduled: on a loaded machine a killed process
+    # can still look alive for a while. Return once all are gone (zombies count: their parent or
+    # init reaps them), so that callers and their checks see the tree dead.
+    deadline = time.monotonic() + 5.0
+    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def stream_command(cmd: list[str], *, env: dict[str, str], log_path: Path, timeout_s: float,
