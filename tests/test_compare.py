@@ -177,3 +177,77 @@ def test_the_hfl_driver_kills_a_silent_run_with_its_children_and_records_every_p
         for pid in recorded + ([int(child_pid.read_text())] if child_pid.exists() else []):
             if not _gone(pid):
                 psutil.Process(pid).kill()
+
+
+# --------------------------------------------------------------------------- the table ./run.sh prints
+def _history(out_dir, policy, makespan, energy, idle, cv):
+    import pandas as pd
+
+    pd.DataFrame({"round": range(1, len(makespan) + 1), "makespan_s": makespan, "energy_j": energy,
+                  "idle_j": idle, "cv_busy": cv}).to_csv(out_dir / f"history-{policy}.csv", index=False)
+
+
+def _summaries():
+    """Equal first (the ratios' base), then Time-only (paper), whose last round has no metrics, then a
+    run that recorded no rounds at all."""
+    return {
+        "equal": {"rounds": [{"round": 0, "loss": 2.3}, {"round": 2, "loss": 0.5, "accuracy": 0.8}], "wall_s": 30.0},
+        "time-paper": {"rounds": [{"round": 0, "loss": 2.3}, {"round": 2}], "wall_s": 28.5},
+        "min-energy": {"rounds": [], "wall_s": 1.0},
+    }
+
+
+def _histories(out_dir):
+    _history(out_dir, "equal", [4.0, 6.0], [100.0, 140.0], [10.0, 30.0], [0.5, 0.3])
+    _history(out_dir, "time-paper", [4.0, 3.0], [100.0, 110.0], [10.0, 5.0], [0.5, 0.1])
+    _history(out_dir, "min-energy", [5.0], [60.0], [0.0], [0.2])
+
+
+def test_comparison_table_sums_the_virtual_clock_and_divides_by_the_first_policy(tmp_path):
+    import math
+
+    # Prepare: two rounds of Equal and Time-only (paper), one of Min-energy, all hand-written
+    _histories(tmp_path)
+    # Execute
+    table = compare.comparison_table(tmp_path, _summaries())
+    # Assert: one row per policy in the order run, labelled; totals summed over the rounds, CV
+    # averaged; the final round's holdout metrics (NaN where missing); ratios to the first row
+    assert list(table.index) == ["Equal", "Time-only (paper)", "Min-energy"]
+    equal, time_only, min_energy = (table.loc[p] for p in table.index)
+    assert (equal["rounds"], time_only["rounds"], min_energy["rounds"]) == (2, 2, 1)
+    assert (equal["makespan_s (virtual)"], time_only["makespan_s (virtual)"]) == (10.0, 7.0)
+    assert (equal["energy_j (virtual)"], time_only["energy_j (virtual)"]) == (240.0, 210.0)
+    assert (equal["idle_j (virtual)"], time_only["idle_j (virtual)"]) == (40.0, 15.0)
+    assert (equal["mean CV busy"], time_only["mean CV busy"]) == pytest.approx((0.4, 0.3))
+    assert (equal["final holdout loss"], equal["final holdout acc"]) == (0.5, 0.8)
+    assert math.isnan(time_only["final holdout loss"]) and math.isnan(time_only["final holdout acc"])
+    assert math.isnan(min_energy["final holdout loss"])
+    assert (equal["run wall_s"], time_only["run wall_s"]) == (30.0, 28.5)
+    assert (equal["makespan vs first"], equal["energy vs first"]) == (1.0, 1.0)
+    assert time_only["makespan vs first"] == pytest.approx(0.7)
+    assert time_only["energy vs first"] == pytest.approx(210 / 240)
+    assert (min_energy["makespan vs first"], min_energy["energy vs first"]) == pytest.approx((0.5, 0.25))
+
+
+def test_the_comparison_command_prints_and_saves_that_table(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    # Prepare: run_policies (the flwr runs) replaced by the hand-written files and summaries
+    def fake_runs(policies, args, out_dir):
+        _histories(out_dir)
+        return {p: _summaries()[p] for p in policies}, compare.MemoryPeak(), 0
+
+    monkeypatch.setattr(compare, "run_policies", fake_runs)
+    # Execute
+    code = compare.main(["--policies", "equal,time-paper", "--rounds", "2", "--out", str(tmp_path / "out")])
+    text = capsys.readouterr().out
+    # Assert: the printed rows and the CSV are the table, with the clocks named
+    assert code == 0
+    saved = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index("policy")
+    assert list(saved.index) == ["Equal", "Time-only (paper)"]
+    assert saved.loc["Time-only (paper)", "makespan vs first"] == pytest.approx(0.7)
+    rows = {line.split("  ")[0]: line.split() for line in text.splitlines() if line.startswith(("Equal", "Time-only"))}
+    assert rows["Equal"][1:4] == ["2", "10.000", "240.000"]
+    assert rows["Time-only (paper)"][2:5] == ["2", "7.000", "210.000"]
+    assert rows["Time-only (paper)"][-2:] == ["0.700", "0.875"]
+    assert "makespan and energy: VIRTUAL clock" in text and "run wall_s: WALL clock" in text

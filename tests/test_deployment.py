@@ -86,12 +86,17 @@ def test_deployment_adapts_to_slow_nodes_and_survives_a_supernode_restart(tmp_pa
         # Quotas adapt to the genuinely slower node once it has been measured (round 2 on)
         r2 = clients[(clients["round"] == 2) & (clients["status"] == "ok")].set_index("partition_id")
         assert set(r2.index) == {0, 1, 2}
-        assert r2.loc[2, "quota"] < 0.6 * min(r2.loc[0, "quota"], r2.loc[1, "quota"])
+        # (ideal 1/4; measured 0.262 and 0.265 in two runs on the shared 2-core machine at load ~20:
+        # round 1's measured time ratio was 3.82. Margin: a busy round 1 may time the slow node 3x
+        # to 5.5x the fast ones, i.e. a ratio of 0.18 to 0.33)
+        quota_ratio = r2.loc[2, "quota"] / min(r2.loc[0, "quota"], r2.loc[1, "quota"])
+        assert 0.18 < quota_ratio < 0.35, quota_ratio
         assert r2["quota"].sum() == 300
         # The busy times are balanced: the slow node no longer takes ~4x the fast ones' time
+        # (ideal 1; measured 1.07 and 1.09; margin ±0.3 s of scheduling noise on ~1.4-s rounds)
         r1 = clients[clients["round"] == 1].set_index("partition_id")
         assert r1.loc[2, "time_s"] > 2.5 * r1.loc[0, "time_s"]
-        assert r2.loc[2, "time_s"] < 2.0 * r2.loc[0, "time_s"]
+        assert 0.7 < r2.loc[2, "time_s"] / r2.loc[0, "time_s"] < 1.35
         # The SIGKILLed node: Flower's NODE_UNAVAILABLE reply is charged to it (not to the SuperLink),
         # it comes back with a new node id, takes its partition over and continues its estimate
         assert killed and second_id != first_id
@@ -109,7 +114,7 @@ def test_deployment_adapts_to_slow_nodes_and_survives_a_supernode_restart(tmp_pa
         measured = {i for i, tau in zip(controller["ids"], controller["time_per_sample"]) if tau is not None}
         assert measured == {0, 1, 2}  # one estimate per partition; nothing measured under a node id
         r5 = clients[(clients["round"] == 5) & (clients["status"] == "ok")].set_index("partition_id")
-        assert r5.loc[2, "quota"] < 0.6 * min(r5.loc[0, "quota"], r5.loc[1, "quota"])
+        assert 0.18 < r5.loc[2, "quota"] / min(r5.loc[0, "quota"], r5.loc[1, "quota"]) < 0.35  # measured 0.262, 0.252
     finally:
         _stop_and_check(dep)
 
@@ -181,4 +186,12 @@ def test_the_deployment_benchmark_quick_form_prints_the_round_wall_time_table(tm
     assert (table["round wall s"] > table["makespan s"]).all()  # the round includes start-up and polling
     assert ((table["start share"] > 0) & (table["start share"] < 1)).all()
     assert table.loc["Equal", "vs Equal"] == 1.0
+    # Time-only's split: the slow node gets ~1/5 of the budget, so its makespan is ~0.4x Equal's
+    # (one node 4x slower: 4·B/2 vs 4·B/5; measured 0.44 and 0.47; the margin is scheduling noise)
+    assert table.loc["Time-only", "makespan s"] < 0.6 * table.loc["Equal", "makespan s"]
+    # "vs Equal" is the round wall time, ClientApp start-up included (its share measured 0.66-0.71
+    # here, 8.7-15.5 s from run to run), so in this one-round quick form Time-only's ratio swings
+    # either side of 1 (measured 1.48 and 0.66): it is checked to be that ratio, not below 1
+    walls = table["round wall s"]
+    assert table.loc["Time-only", "vs Equal"] == pytest.approx(walls["Time-only"] / walls["Equal"])
     assert "WALL clock" in text and "processes left running: 0" in text

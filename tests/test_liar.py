@@ -14,14 +14,21 @@ def test_liar_quick_bounds_the_liars_share_and_the_true_makespan(capsys):
     # Execute
     rows = liar.main(["--quick", "--scenarios", ""])
     # Assert: without cost trust the liar takes most of the budget and the makespan (the attack is
-    # real); with it, from round 3 on, its share stays near its fair 1/11 and the true makespan
-    # within 1.5x of the same federation with the liar honest, for every strategy
+    # real); with it, from round 3 on, its share stays at or below its fair 1/11 and the true
+    # makespan near the same federation's with the liar honest, for every strategy
     late = [r for r in rows if "round" in r and r["round"] >= 3]  # the per-round rows (scenarios follow)
     adaptive = [r for r in late if r["strategy"] == "adaptive"]
     assert min(r["liar_share_no_trust"] for r in adaptive) > 0.5
     assert min(r["ratio_no_trust"] for r in adaptive) > 3.0
-    assert max(r["ratio"] for r in late) <= 1.5
-    assert max(r["liar_share"] for r in late if r["strategy"] != "oort") <= 2 / 11
+    # docs/security.md: adaptive ratio 1.01, liar share 0.076 (1e-9 s/sample is held at the others'
+    # median). Measured by this quick form, 3 runs: adaptive 1.003 / 0.076, FedAsync 1.000 / 0.091,
+    # Oort 1.000 / 0.143 (selected every round: 1 of the 60 % selected), every time (virtual clock,
+    # seeded: exact). Margins: a few % (a liar taking one more fair share would be 0.18 / 0.29).
+    worst = {k: (max(r["ratio"] for r in late if r["strategy"] == k),
+                 max(r["liar_share"] for r in late if r["strategy"] == k)) for k in ("adaptive", "fedasync", "oort")}
+    assert worst["adaptive"][0] <= 1.03 and worst["adaptive"][1] <= 0.085, worst
+    assert worst["fedasync"][0] <= 1.03 and worst["fedasync"][1] <= 1 / 11 + 0.005, worst
+    assert worst["oort"][0] <= 1.03 and worst["oort"][1] <= 0.16, worst
     assert "worst ratio from round 3 on" in capsys.readouterr().out
 
 

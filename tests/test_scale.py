@@ -58,11 +58,17 @@ def test_cross_device_quick_form_cautious_prior_beats_the_median_prior_and_loses
 def test_scale_quick_form_prints_one_row_per_size(capsys):
     from experiments import scale
 
-    row = scale.measure(100, 1000, rounds=2, repeat=1)
-    assert row["own_ms"] == pytest.approx(row["adaptive_ms"] - row["fedavg_ms"])
-    assert row["adaptive_ms"] > 0 and row["fedavg_ms"] > 0 and row["controller_ms"] > 0
-    print(scale.format_table(__import__("pandas").DataFrame([row])))
+    small, large = scale.measure(100, 1000, rounds=3, repeat=1), scale.measure(1000, 10000, rounds=3, repeat=1)
+    print(scale.format_table(__import__("pandas").DataFrame([small, large])))
     assert "| 100 / 1,000 |" in capsys.readouterr().out
+    # Assert, ratios within one run (wall clock, two shared cores: no absolute times): the strategy's
+    # own work per sampled node does not grow with the sample (docs/scale.md: linear, 0.4–0.5 ms per
+    # node; measured 0.24–1.1x from 100 to 1,000 nodes over 3 runs here; a per-reply scan of the
+    # replies, as once, makes it ~10x), and the controller is a small part of it (measured 8–16 %
+    # at 1,000 nodes; documented under a tenth on a quiet machine)
+    assert large["own_ms"] > 0 and small["own_ms"] > 0
+    assert large["own_us_per_node"] < 3.0 * small["own_us_per_node"]
+    assert large["controller_ms"] < 0.5 * large["own_ms"]
 
 
 class _Clock:
