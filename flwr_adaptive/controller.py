@@ -342,7 +342,9 @@ class AllocationController:
 
         Refused (and nothing recorded): non-finite or non-positive ``time_s``, ``samples`` not
         an int in ``[1, MAX_BUDGET]``, negative ``energy_j``, a per-sample time (or, with
-        ``w_energy > 0``, energy) outside ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, ``energy_j=None``
+        ``w_energy > 0``, energy) outside ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, an energy per
+        sample above ``MAX_PER_SAMPLE`` (with ``w_energy = 0`` too: the energy is still kept,
+        for drift detection, min-energy and the saved state), ``energy_j=None``
         with ``w_energy > 0``, an id that is not ``str`` or ``int``. A participant seen for the
         first time gets its slot at the next ``allocate`` (all new ones together).
         """
@@ -359,7 +361,10 @@ class AllocationController:
                 (e is None and self.w_energy == 0.0)
                 or (
                     type(e) is float
-                    and (MIN_PER_SAMPLE <= e / n <= MAX_PER_SAMPLE or (self.w_energy == 0.0 and 0.0 <= e < math.inf))
+                    and (
+                        MIN_PER_SAMPLE <= e / n <= MAX_PER_SAMPLE
+                        or (self.w_energy == 0.0 and 0.0 <= e / n <= MAX_PER_SAMPLE)
+                    )
                 )
             )
             and type(report) is Report

@@ -52,7 +52,11 @@ import numpy as np
 from flwr_adaptive import estimation
 from flwr_adaptive.limits import ParticipantId
 
-__all__ = ["EstimateStore", "weighted_affine"]
+__all__ = ["EstimateStore", "weighted_affine", "MAX_STORED"]
+
+#: Largest magnitude of a history or fit entry (the state reader refuses more): accepted reports
+#: stay far below it (≤ MAX_PER_SAMPLE × MAX_BUDGET ≈ 1e166).
+MAX_STORED = 1e300
 
 Bounds = Callable[[list[ParticipantId]], tuple[np.ndarray, np.ndarray]]
 
@@ -319,10 +323,20 @@ class EstimateStore:
                 j = s[jump]
                 scale_t = (t / pred_t)[jump]
                 scale_e = np.where(np.isfinite(e / pred_e), e / pred_e, 1.0)[jump]
-                self.hist[j, :, 1] *= scale_t[:, None]
-                self.hist[j, :, 2] *= scale_e[:, None]
-                self.fit[j, 0:2] *= scale_t[:, None]
-                self.fit[j, 2:4] *= scale_e[:, None]
+                with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                    self.hist[j, :, 1] *= scale_t[:, None]
+                    self.hist[j, :, 2] *= scale_e[:, None]
+                    self.fit[j, 0:2] *= scale_t[:, None]
+                    self.fit[j, 2:4] *= scale_e[:, None]
+                # A jump across most of the float range can push the rescaled window out of what
+                # is computable (and saveable): such a window says nothing; it restarts.
+                rows = np.concatenate([self.hist[j].reshape(len(j), -1), self.fit[j]], axis=1)
+                with np.errstate(invalid="ignore"):
+                    wild = ~(np.nan_to_num(np.abs(rows), nan=1.0) <= MAX_STORED).all(axis=1)
+                    wild |= (np.nan_to_num(self.hist[j, :, 1], nan=1.0) <= 0).any(axis=1)
+                if wild.any():
+                    self.hist[j[wild]] = np.nan
+                    self.fit[j[wild]] = np.nan
                 self.tau[j] = np.nan  # the EMA restarts from this observation
                 self.eps[j] = np.nan
                 self.drift_count += int(jump.sum())

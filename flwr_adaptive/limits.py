@@ -220,6 +220,13 @@ def validate_report(
         raise ValueError(f"{who}: energy_j must be >= 0, got {e!r}")
     if w_energy > 0:
         per_sample("energy_j", e)
+    elif e / n > MAX_PER_SAMPLE:
+        # Unweighted energy is still kept (drift detection, min-energy, the saved state): bounded
+        # like a weighted one above, so that what is accepted can be computed with and saved.
+        raise ValueError(
+            f"{who}: energy_j={e!r} over samples={n} is {e / n!r} per sample, above "
+            f"{MAX_PER_SAMPLE:g}: no device spends that much; the report is refused (check the meter)"
+        )
     return t, e, n
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from flwr_adaptive import estimation
+from flwr_adaptive.estimates import MAX_STORED
 from flwr_adaptive.limits import MAX_BUDGET, MAX_PER_SAMPLE, MIN_PER_SAMPLE, UNBOUNDED, as_id, exact_sum, is_id
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["STATE_VERSION", "write_state", "StateReader"]
 
 STATE_VERSION = 2  # version 1 (ages by server rounds) is read and converted
+_LOWEST = MIN_PER_SAMPLE * (1.0 - 1e-9)
+_HIGHEST = MAX_PER_SAMPLE * (1.0 + 1e-9)
 
 
 def write_state(ctrl: AllocationController) -> dict[str, Any]:
@@ -120,7 +123,7 @@ class StateReader:
         ).reshape(-1)
 
     def cost_list(self, field: str, value: Any, length: int, unweighted: bool) -> np.ndarray:
-        """Per-sample costs or nulls; an unweighted term (energy with w_energy=0) only needs finite >= 0."""
+        """Per-sample costs or nulls; an unweighted term (energy with w_energy=0) needs a number in [0, MAX_STORED]."""
         if not isinstance(value, list) or len(value) != length:
             self.fail(
                 field,
@@ -134,8 +137,10 @@ class StateReader:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 self.fail(f"{field}[{i}]", f"expected a number, got {v!r}")
-            x = float(v) if abs(v) < 1e300 else math.inf
-            if not (MIN_PER_SAMPLE <= x <= MAX_PER_SAMPLE or (unweighted and 0.0 <= x < math.inf)):
+            x = float(v) if abs(v) <= MAX_STORED else math.inf  # (float() of a huge int raises)
+            # An estimate is an EMA of accepted per-sample costs: inside the range up to the EMA's
+            # rounding (a few ulps), hence the relative tolerance.
+            if not (_LOWEST <= x <= _HIGHEST or (unweighted and 0.0 <= x < math.inf)):
                 self.fail(
                     f"{field}[{i}]", f"{v!r} is not a cost per sample in [{MIN_PER_SAMPLE:g}, {MAX_PER_SAMPLE:g}]"
                 )
@@ -312,7 +317,7 @@ class StateReader:
                 self.fail(field, f"expected a list of entries of shape {shape} of numbers or nulls")
             if len(arr) > count:
                 self.fail(field, f"has {len(arr)} entries for {count} participants")
-            if np.isinf(arr).any() or np.abs(np.nan_to_num(arr)).max(initial=0.0) > 1e300:
+            if np.isinf(arr).any() or np.abs(np.nan_to_num(arr)).max(initial=0.0) > MAX_STORED:
                 self.fail(field, "holds an infinite or absurd number")
             return arr
 
