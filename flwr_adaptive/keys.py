@@ -24,6 +24,11 @@ QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and 
 IDLE_W = "idle-w"  # float: the device's idle watts while it waits for others; -1.0 when unknown
 VIRTUAL_CLOCK = "virtual-clock"  # int 0/1: TIME_S is emulated device time (virtual clock), not wall
 COLD_START = "cold-start"  # int 0/1: the process's first training call (imports, first-call set-up inside)
+# The local work behind the update (normalised aggregation, flwr_adaptive.normalized_averaging)
+LOCAL_STEPS = "local-steps"  # int: optimizer steps taken this round; -1 when unknown
+LOCAL_MOMENTUM = "local-momentum"  # float: momentum of the local SGD (0.0: none); -1.0 when unknown
+LOCAL_LR = "local-lr"  # float: learning rate of the round's last local step; -1.0 when unknown
+LOCAL_PROXIMAL_MU = "local-proximal-mu"  # float: the proximal term's mu applied locally (0.0: none); -1.0 unknown
 
 # Silo -> server, per rank of the silo's DDP group, in rank order (HFL-DDP; lists of length k)
 RANK_SAMPLES = "rank-samples"  # list[int]: samples each rank processed
@@ -39,7 +44,7 @@ TRAIN_LOSS = "train-loss"  # float
 SETUP_ERROR_MARK = "flwr-adaptive set-up error:"
 
 UNMEASURED_ENERGY = -1.0
-UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W when the client cannot tell
+UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W / LOCAL_* when the client cannot tell
 
 # Every telemetry key a wrapped client adds to its reply (NUM_EXAMPLES only when it is missing).
 TELEMETRY_KEYS = (
@@ -54,7 +59,15 @@ TELEMETRY_KEYS = (
     IDLE_W,
     VIRTUAL_CLOCK,
     COLD_START,
+    LOCAL_STEPS,
+    LOCAL_MOMENTUM,
+    LOCAL_LR,
+    LOCAL_PROXIMAL_MU,
 )
+# The local-work keys among them (parsed when present: a client without them is weighted by its samples).
+LOCAL_WORK_KEYS = (LOCAL_STEPS, LOCAL_MOMENTUM, LOCAL_LR, LOCAL_PROXIMAL_MU)
+# Read, never written: the proximal mu Flower's FedProx sends (Message API, then legacy API key).
+FEDPROX_MU_KEYS = ("proximal-mu", "proximal_mu")
 
 # Server side: what the adaptive strategies put in the round's aggregated train metrics in place of
 # the telemetry keys (which a metric average would mangle: an averaged partition id means nothing).

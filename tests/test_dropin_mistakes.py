@@ -128,7 +128,7 @@ def test_only_the_first_round_with_usable_replies_is_checked():
 
 def test_a_node_past_its_quota_without_quota_data_is_aggregated_capped_warned_and_keeps_its_share(caplog):
     # Prepare: round 1 fine; in rounds 2 and 3 node 9004 trains on all its 5000 samples, no data size
-    strategy = AdaptiveStrategy(_fedavg(), budget=400, deadband=0.0)
+    strategy = AdaptiveStrategy(_fedavg(), budget=400, deadband=0.0, weighting="samples")
     grid = FakeGrid(NODES)
     quotas = []
     with caplog.at_level("WARNING", logger="flwr"):

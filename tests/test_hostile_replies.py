@@ -110,7 +110,7 @@ def test_one_hostile_reply_is_skipped_with_one_line_and_the_round_completes(kind
     # Prepare: an honest first round (energy measured so that low-energy can compute)
     from flwr_adaptive.strategies import AdaptiveStrategy
 
-    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, policy=policy, deadband=0.0)
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, weighting="samples", policy=policy, deadband=0.0)
     msgs, q = configure(strategy, 1)
     strategy.aggregate_train(1, [reply(m, telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n], energy=q[n] * 0.01),
                                        value=PARTS[n] + 1)
@@ -168,7 +168,7 @@ def test_underflowing_time_from_two_of_three_nodes_and_from_the_only_node_known(
 def test_two_replies_from_one_node_count_once():
     from flwr_adaptive.strategies import AdaptiveStrategy
 
-    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, weighting="samples")
     honest_round(strategy, 1)
     msgs, q = configure(strategy, 2)
     replies = [honest(m, q[m.metadata.dst_node_id], m.metadata.dst_node_id) for m in msgs]
@@ -195,7 +195,7 @@ def test_a_node_listed_twice_by_the_grid_is_sent_one_message():
 def test_a_colluding_majority_with_an_extra_metric_key_does_not_get_the_minority_skipped(caplog):
     from flwr_adaptive.strategies import AdaptiveStrategy
 
-    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, weighting="samples")
     honest_round(strategy, 1)
     msgs, q = configure(strategy, 2)
     replies = []
@@ -375,7 +375,7 @@ def test_legacy_strategy_screens_the_same_faults(kind):
 
     from flwr_adaptive.strategies import LegacyAdaptiveStrategy
 
-    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=4, min_available_clients=4), budget=BUDGET)
+    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=4, min_available_clients=4), budget=BUDGET, weighting="samples")
     _legacy_round(strategy, 1)
     fault = {
         "nan": lambda m, a: (m, [np.array([np.nan, 0.0])], []),

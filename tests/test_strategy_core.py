@@ -23,9 +23,11 @@ pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
 
 def telemetry(samples, time_s, partition, *, energy=-1.0, data_size=10_000, idle_w=2.0, capped=0, virtual=1):
+    # local-steps: what the wrapper counts (here one sample per optimizer step)
     return {keys.SAMPLES: samples, keys.TIME_S: time_s, keys.CPU_TIME_S: time_s, keys.WALL_TIME_S: time_s,
             keys.ENERGY_J: energy, keys.DATA_SIZE: data_size, keys.PARTITION_ID: partition,
-            keys.QUOTA_CAPPED: capped, keys.IDLE_W: idle_w, keys.VIRTUAL_CLOCK: virtual}
+            keys.QUOTA_CAPPED: capped, keys.IDLE_W: idle_w, keys.VIRTUAL_CLOCK: virtual,
+            keys.LOCAL_STEPS: max(samples, 1)}
 
 
 def reply(msg, metrics, value=0.0):
@@ -446,7 +448,7 @@ def test_legacy_gives_each_client_a_distinct_fitins_and_reweights_results():
             return super().aggregate_fit(server_round, results, failures)
 
     strategy = LegacyAdaptiveStrategy(Inner(min_fit_clients=3, min_available_clients=3, on_fit_config_fn=lambda r: {"lr": 0.1}),
-                                      budget=300)
+                                      budget=300, weighting="samples")
     manager = _Manager([11, 12, 13])
     # Execute
     pairs = strategy.configure_fit(1, ndarrays_to_parameters([np.zeros(2)]), manager)

@@ -399,7 +399,7 @@ def fault_run():
 
     n = 6
     strategy = AdaptiveStrategy(FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n),
-                                budget=FAULT_BUDGET)
+                                budget=FAULT_BUDGET, weighting="samples")
     server, client = _fault_apps(strategy)
     with sup.quiet_flower():
         run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}})

@@ -177,7 +177,11 @@ class SiloRound:
         return self.telemetry[0].clock if self.telemetry else "wall"
 
     def metrics(
-        self, partition_id: int | None = None, data_size: int | None = None, idle_w: float | None = None
+        self,
+        partition_id: int | None = None,
+        data_size: int | None = None,
+        idle_w: float | None = None,
+        momentum: float | None = None,
     ) -> dict[str, int | float | list[int] | list[float]]:
         """The reply's metrics: the silo's telemetry keys plus one list per rank (see module doc).
 
@@ -189,6 +193,10 @@ class SiloRound:
             Samples in the silo's partition (``keys.UNKNOWN`` when ``None``).
         idle_w : float, optional
             Watts the silo's devices draw while waiting for other silos (``-1.0`` when unknown).
+        momentum : float, optional
+            The ranks' optimizer momentum (``keys.LOCAL_MOMENTUM``; ``-1.0`` when unknown). The
+            silo's local work is its DDP round: ``keys.LOCAL_STEPS`` is the round's step count
+            (every rank takes the same steps; one step is one global batch of the silo).
         """
         tel = sorted(self.telemetry, key=lambda t: t.rank)
         summary = round_summary(tel)
@@ -218,6 +226,10 @@ class SiloRound:
             keys.IDLE_W: float(keys.UNKNOWN) if idle_w is None else float(idle_w),
             keys.VIRTUAL_CLOCK: int(self.clock == "process"),
             keys.COLD_START: int(self.cold_start),
+            keys.LOCAL_STEPS: len(tel[0].batch_sizes) if tel and tel[0].batch_sizes else keys.UNKNOWN,
+            keys.LOCAL_MOMENTUM: float(keys.UNKNOWN) if momentum is None else float(momentum),
+            keys.LOCAL_LR: float(keys.UNKNOWN),
+            keys.LOCAL_PROXIMAL_MU: 0.0,  # the DDP worker adds no proximal term
             keys.RANK_SAMPLES: [int(t.samples) for t in tel],
             keys.RANK_TIME_S: [float(t) for t in times],
             keys.RANK_ENERGY_J: [keys.UNMEASURED_ENERGY if e is None else float(e) for e in energies],
@@ -487,6 +499,7 @@ def silo_train(
     clock: str = "auto",
     keep_alive: bool = True,
     max_alive: int = 4,
+    momentum: float | None = None,
 ) -> Message:
     """The body of a silo's ``@app.train()``: one DDP round on the received model and quotas.
 
@@ -521,6 +534,10 @@ def silo_train(
         As for :class:`Silo`.
     max_alive : int
         Most silos whose ranks one process keeps between rounds.
+    momentum : float, optional
+        The momentum of the spec's optimizer (reported as ``keys.LOCAL_MOMENTUM`` for normalised
+        aggregation; the default optimizer, SGD without momentum, is 0.0). ``None``: 0.0 with the
+        default optimizer, unknown with ``spec.optimizer_fn``.
 
     Returns
     -------
@@ -580,7 +597,11 @@ def silo_train(
     if result.state is None:  # Silo.train always returns rank 0's weights
         raise RuntimeError(f"silo {name}: the round returned no weights")
     context.state[SILO_STATE] = ConfigRecord({"stream-position": int(result.end)})
-    metrics = MetricRecord(result.metrics(partition_id=partition_id, data_size=data_size, idle_w=idle_w))
+    if momentum is None and not callable(spec) and spec.optimizer_fn is None:
+        momentum = 0.0  # the worker's default optimizer: plain SGD
+    metrics = MetricRecord(
+        result.metrics(partition_id=partition_id, data_size=data_size, idle_w=idle_w, momentum=momentum)
+    )
     content = RecordDict({"arrays": ArrayRecord(result.state), "metrics": metrics})
     return Message(content=content, reply_to=msg)
 

@@ -28,6 +28,9 @@ training data. For each training call the wrapper
    ``keys.VIRTUAL_CLOCK`` 1 when ``TIME_S`` / ``ENERGY_J`` are on the virtual clock
    ``keys.COLD_START``  1 on the first wrapped call in this process (it pays imports and
                         torch's first-call set-up; the strategy does not take it at face value)
+   ``keys.LOCAL_*``     the local work: optimizer steps, momentum, lr, proximal μ
+                        (:mod:`flwr_adaptive.clients.local_work`); a value the train function
+                        put in the reply itself is kept
    ``num-examples``     set to ``SAMPLES`` only when the client did not set it
    ===================  =====================================================================
 
@@ -59,6 +62,8 @@ from typing import Any
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger as log
 from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
+from flwr_adaptive.clients.local_work import _CURRENT as _STEPS
+from flwr_adaptive.clients.local_work import StepCounter, _hook_torch
 
 __all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm"]
 
@@ -146,9 +151,13 @@ def _usable(measurement: Any) -> Any:
 class Measured:
     """The outcome of one measured training call; ``metrics()`` gives the telemetry keys."""
 
-    def __init__(self, window: QuotaWindow, partition: int | None) -> None:
+    def __init__(
+        self, window: QuotaWindow, partition: int | None, work: StepCounter | None = None, config: Any = None
+    ) -> None:
         self.window = window
         self.partition = partition
+        self.work = StepCounter() if work is None else work
+        self.config: Mapping[str, Any] = config or {}
         self.wall_s = 0.0
         self.cpu_s = 0.0
         self.measurement: Any = None
@@ -179,6 +188,7 @@ class Measured:
             keys.IDLE_W: float(keys.UNKNOWN) if self.idle_w is None else float(self.idle_w),
             keys.VIRTUAL_CLOCK: int(m is not None and getattr(m, "clock", "wall") == "virtual"),
             keys.COLD_START: int(self.cold),
+            **self.work.metrics(self.config),
         }
 
 
@@ -197,6 +207,9 @@ class TrainingWindow:
         Base seed of the sample order.
     cpu_clock, wall_clock : callable
         Injectable clocks (tests pass fakes so expected values are exact).
+    momentum, proximal_mu : float, optional
+        The local optimizer's momentum and proximal μ when the wrapper cannot read them (see
+        :mod:`flwr_adaptive.clients.local_work`).
     """
 
     def __init__(
@@ -207,6 +220,8 @@ class TrainingWindow:
         seed: int = 0,
         cpu_clock: Clock = time.process_time,
         wall_clock: Clock = time.perf_counter,
+        momentum: float | None = None,
+        proximal_mu: float | None = None,
     ) -> None:
         node_config = getattr(context, "node_config", None) or {}
         partition = node_config.get("partition-id")
@@ -221,7 +236,7 @@ class TrainingWindow:
             partition=order_key,
             server_round=server_round,
         )
-        self.result = Measured(self.window, partition)
+        self.result = Measured(self.window, partition, StepCounter(momentum, proximal_mu), config)
         self._meter_spec, self._context, self._round = meter, context, server_round
         self._cpu, self._wall = cpu_clock, wall_clock
         self._meter: Any = None
@@ -232,6 +247,8 @@ class TrainingWindow:
         if not _WARM:
             _WARM.append(True)
         self._token = open_window(self.window)
+        _hook_torch()
+        self._steps_token = _STEPS.set(self.result.work)
         try:
             meter = _resolve_meter(self._meter_spec, self._context, self._round)
             if self._round >= 1 and hasattr(meter, "set_round"):
@@ -257,6 +274,7 @@ class TrainingWindow:
                 log.warning("energy meter failed at the end of the round (%s); no energy reported", exc)
         self.result.cpu_s = self._cpu() - self._c0
         self.result.wall_s = self._wall() - self._w0
+        _STEPS.reset(self._steps_token)
         close_window(self._token)
 
 
@@ -276,6 +294,8 @@ def telemetry_train(
     seed: int = 0,
     cpu_clock: Clock = time.process_time,
     wall_clock: Clock = time.perf_counter,
+    momentum: float | None = None,
+    proximal_mu: float | None = None,
 ):
     """Wrap a Message-API train function ``(msg, context) -> Message`` with quota + telemetry.
 
@@ -292,6 +312,12 @@ def telemetry_train(
         Base seed of the sample order (combined with the partition id and the round).
     cpu_clock, wall_clock : callable
         Clocks for ``CPU_TIME_S`` / ``WALL_TIME_S`` (tests inject fakes).
+    momentum : float, optional
+        Your local optimizer's momentum, for normalised aggregation; by default the wrapper reads
+        it from the torch optimizer that steps (:mod:`flwr_adaptive.clients.local_work`).
+    proximal_mu : float, optional
+        The proximal μ your train function applies; by default FedProx's ``proximal-mu`` from the
+        round's config (pass 0.0 if your function ignores it).
 
     Examples
     --------
@@ -315,7 +341,7 @@ def telemetry_train(
             from flwr.app import MetricRecord
 
             config = _config_of(msg.content)
-            with TrainingWindow(config, context, meter, seed, cpu_clock, wall_clock) as measured:
+            with TrainingWindow(config, context, meter, seed, cpu_clock, wall_clock, momentum, proximal_mu) as measured:
                 reply = train_fn(msg, context)
             if reply.has_error():
                 return reply
@@ -327,7 +353,8 @@ def telemetry_train(
                 reply.content["metrics"] = record
             telemetry = measured.metrics(record.get(keys.NUM_EXAMPLES))
             for key, value in telemetry.items():
-                record[key] = value
+                if key not in keys.LOCAL_WORK_KEYS or key not in record:  # a count of your own is kept
+                    record[key] = value
             if keys.NUM_EXAMPLES not in record:
                 record[keys.NUM_EXAMPLES] = telemetry[keys.SAMPLES]
             return reply
@@ -396,7 +423,7 @@ class TelemetryClient(_numpy_client_base()):  # type: ignore[misc]
         dataset built in ``client_fn`` resolves the quota when ``fit`` reads it).
     context : flwr.app.Context, optional
         The context given to ``client_fn`` (partition id for the sample order and telemetry).
-    meter, seed, cpu_clock, wall_clock
+    meter, seed, cpu_clock, wall_clock, momentum, proximal_mu
         As in :func:`telemetry_train`.
 
     Examples
@@ -417,11 +444,14 @@ class TelemetryClient(_numpy_client_base()):  # type: ignore[misc]
         seed: int = 0,
         cpu_clock: Clock = time.process_time,
         wall_clock: Clock = time.perf_counter,
+        momentum: float | None = None,
+        proximal_mu: float | None = None,
     ) -> None:
         _check_meter_spec(meter)
         self.client = client
         self.context = context
         self._meter, self._seed, self._cpu, self._wall = meter, seed, cpu_clock, wall_clock
+        self._momentum, self._proximal_mu = momentum, proximal_mu
 
     def get_properties(self, config):
         return self.client.get_properties(config)
@@ -431,10 +461,13 @@ class TelemetryClient(_numpy_client_base()):  # type: ignore[misc]
 
     def fit(self, parameters, config):
         """The wrapped ``fit`` inside the quota and meter windows, plus the telemetry metrics."""
-        with TrainingWindow(config, self.context, self._meter, self._seed, self._cpu, self._wall) as measured:
+        with TrainingWindow(
+            config, self.context, self._meter, self._seed, self._cpu, self._wall, self._momentum, self._proximal_mu
+        ) as measured:
             params, num_examples, metrics = self.client.fit(parameters, config)
         metrics = dict(metrics or {})
-        metrics.update(measured.metrics(num_examples))
+        telemetry = measured.metrics(num_examples)
+        metrics.update({k: v for k, v in telemetry.items() if k not in keys.LOCAL_WORK_KEYS or k not in metrics})
         return params, num_examples, metrics
 
     def evaluate(self, parameters, config):

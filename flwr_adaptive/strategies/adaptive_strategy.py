@@ -21,8 +21,12 @@ Contract
   NODE_UNAVAILABLE error reply comes from the SuperLink); nodes that did not answer within
   ``start(timeout=...)`` are logged too. A node listed twice by the grid is sent one message. The kept
   replies' telemetry feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
-  inner strategy aggregates them. A bad client never stops a round; the next round's split covers
-  every node the inner strategy samples, so a node that is gone leaves its share to the others.
+  inner strategy aggregates them; with ``weighting="normalized"`` each kept model is first
+  rescaled to FedNova's step from the model sent this round
+  (:mod:`flwr_adaptive.strategies.normalization`), so the inner strategy's own server-side logic
+  (server learning rate, momentum, robust rules) applies to FedNova's update. A bad client
+  never stops a round; the next round's split covers every node the inner strategy samples,
+  so a node that is gone leaves its share to the others.
   A set-up mistake of the client app (no telemetry wrapper, the wrong decorator order, no
   ``quota_data``) shows on every reply of the first round and stops the run there with the fix
   (:mod:`flwr_adaptive.strategies.setup_check`).
@@ -43,18 +47,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from datetime import datetime
 from logging import INFO, WARNING
 from typing import cast
 
-from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
+from flwr_adaptive.normalized_averaging import rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.records import split_records
@@ -103,9 +108,13 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     paper : bool (default: False)
         The paper's estimation and deadband (per-sample costs, no drift detection, the
         total-variation deadband) instead of the named policy's.
-    weighting : str (default: "samples")
-        Aggregation weight of each update: ``"samples"`` processed this round, or
-        ``"data-size"`` (each client's local data size; for private non-IID data).
+    weighting : str, optional
+        How updates are aggregated: ``"normalized"`` (FedNova: each update weighs its owner's
+        data share, rescaled by its local work, so the objective does not move with the quotas),
+        ``"samples"`` processed this round, or ``"data-size"`` (claimed local data size, no
+        rescaling). Default (``None``): ``"normalized"`` when ``allow_cycling=False`` (private
+        data), ``"samples"`` when ``allow_cycling=True`` (data shared in a trusted domain).
+        Claimed data sizes are capped at ``weight_cap`` (2) × the round's median claim.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -149,7 +158,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         deadband: float | None = None,
         slack: float | None = None,
         paper: bool = False,
-        weighting: str = "samples",
+        weighting: str | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         forget_after: int = 3,
@@ -252,6 +261,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         if connected is not None:
             self.note_connected(connected)
             self.forget_departed(connected)  # bounded state under node-id churn (docs/scale.md)
+        self._sent_arrays = arrays  # the model of this round: normalised aggregation rescales from it
         try:
             self._reference_layout: ArrayLayout | None = array_layout(arrays)
         except Exception:  # noqa: BLE001 - an unusual model record: replies are compared with each other
@@ -348,8 +358,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
+        scales = self.update_scales(server_round, reports, weights)
         for msg, report in zip(kept, reports):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
+            if scales.get(report.node_id, 1.0) != 1.0:
+                self._rescale(msg, scales[report.node_id])
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         for msg in kept:  # the inner strategy averages the user's own metrics only
             strip_telemetry(
@@ -363,6 +376,34 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
+
+    def _rescale(self, msg: Message, scale: float) -> None:
+        """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round).
+
+        Only floating-point arrays move (:func:`flwr_adaptive.normalized_averaging.rescale_update`);
+        without the model sent (``configure_train`` not called) the reply is left as it is.
+        """
+        sent = getattr(self, "_sent_arrays", None)
+        if sent is None:
+            return
+        record = self._records_of[id(msg)][0]
+        names = list(record.keys())
+        if names != list(sent.keys()):
+            return  # screening compared layouts by name; an order mismatch is not rescaled blindly
+        global_arrays = self._sent_ndarrays(sent)
+        moved = rescale_update(global_arrays, [record[k].numpy() for k in names], scale)
+        new = ArrayRecord(array_dict=OrderedDict((k, Array(v)) for k, v in zip(names, moved)))
+        for name, rec in list(msg.content.items()):
+            if rec is record:
+                msg.content[name] = new
+        self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
+
+    def _sent_ndarrays(self, sent: ArrayRecord) -> list:
+        """The model sent this round as numpy arrays (decoded once per round)."""
+        cache = getattr(self, "_sent_cache", None)
+        if cache is None or cache[0] is not sent:
+            cache = self._sent_cache = (sent, [a.numpy() for a in sent.values()])
+        return cache[1]
 
     def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
         """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""

@@ -27,8 +27,10 @@ Contract
   is kept about node ids that left; client history rows beyond a limit are spilled to a
   temporary CSV (``history.ClientRows``). Memory and the state file stay linear in the
   partitions plus the connected nodes, whatever the node-id churn (docs/scale.md).
-- ``weights(round, reports)`` gives each kept reply its aggregation weight (see "Aggregation
-  weights" in docs/integration.md): samples processed this round, or the local data size.
+- ``weights(round, reports)`` gives each kept reply its aggregation weight and
+  ``update_scales(round, reports, weights)`` the factor of its model change under normalised
+  aggregation (``flwr_adaptive.strategies.normalization``; "Aggregation weights" in
+  docs/integration.md).
 - ``participants(round, nodes)`` chooses who trains among the nodes the inner strategy sampled
   (all of them here; selection baselines override it).
 - Faults: a node whose reply was skipped (error, timeout, invalid telemetry) is on probation for
@@ -70,13 +72,13 @@ from flwr_adaptive.accounting import account_round
 from flwr_adaptive.controller import POLICIES, AllocationController
 from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
+from flwr_adaptive.strategies.normalization import WEIGHTINGS, NormalizedAggregation, default_weighting
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.state_file import StateFileError, check_state_dir, read_state, set_aside, write_or_log
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
-WEIGHTINGS = ("samples", "data-size")
 STATE_FILE = "adaptive-state.json"
 CONTEXT_STATE_KEY = "flwr-adaptive"
 _STATE_VERSION = 1
@@ -87,7 +89,7 @@ def log(level: int, msg: str, *args: Any) -> None:
     logger.log(level, msg, *args)
 
 
-class AdaptiveCore(HistoryMixin):
+class AdaptiveCore(HistoryMixin, NormalizedAggregation):
     """Quota allocation, telemetry bookkeeping and state shared by both strategy APIs.
 
     Parameters
@@ -115,10 +117,13 @@ class AdaptiveCore(HistoryMixin):
         The paper's estimation and deadband (per-sample costs, no drift detection, the
         total-variation deadband) instead of the named policy's (see
         ``AllocationController.from_policy``).
-    weighting : str (default: "samples")
-        Aggregation weight of each update: ``"samples"`` processed this round (FedAvg; right when
-        any client may take any sample) or ``"data-size"``, the client's local data size (keeps
-        the federated objective unchanged when quotas move between owners of non-IID data).
+    weighting : str, optional
+        Aggregation of the updates (``flwr_adaptive.strategies.normalization``): ``"normalized"``
+        (FedNova: data weights, updates rescaled by their local work, so the federated objective
+        does not move when quotas move between owners of non-IID data), ``"samples"`` processed
+        this round (FedAvg; right when any client may take any sample) or ``"data-size"`` (the
+        claimed local data size, no rescaling). Default (``None``): ``"normalized"`` when
+        ``allow_cycling=False`` (private data), ``"samples"`` when ``allow_cycling=True``.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again. When False the
         strategy caps each client's quota at the data size it reports.
@@ -151,7 +156,7 @@ class AdaptiveCore(HistoryMixin):
         deadband: float | None = None,
         slack: float | None = None,
         paper: bool = False,
-        weighting: str = "samples",
+        weighting: str | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         forget_after: int = 3,
@@ -182,7 +187,7 @@ class AdaptiveCore(HistoryMixin):
         self.budget_per_node = None if budget_per_node is None else int(budget_per_node)
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-        if weighting not in WEIGHTINGS:
+        if weighting is not None and weighting not in WEIGHTINGS:
             raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
         if slack is not None and POLICIES[policy].objective != "min-energy":
             minimal = [p for p, v in POLICIES.items() if v.objective == "min-energy"]
@@ -202,8 +207,9 @@ class AdaptiveCore(HistoryMixin):
         self.budget = int(budget)
         self.policy = policy
         self.paper = paper
-        self.weighting = weighting
         self.allow_cycling = bool(allow_cycling)
+        self.weighting = default_weighting(weighting, self.allow_cycling)
+        self.last_scales = {}
         self.min_quota = min_quota
         # deadband / slack left out when None: the policy's own default applies.
         self._controller_kwargs = dict(
@@ -656,24 +662,6 @@ class AdaptiveCore(HistoryMixin):
                 len(reports),
                 self.budget,
             )
-
-    def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
-        """Aggregation weight of each kept reply, by ``weighting``."""
-        if self.weighting == "samples":
-            return {r.node_id: r.samples for r in reports}
-        out: dict[Hashable, float] = {}
-        for r in reports:
-            if r.data_size is None:
-                self._warn_once(
-                    "data-size",
-                    "[adaptive] weighting='data-size' but node %s does not "
-                    "report its data size; weighting it by samples",
-                    r.node_id,
-                )
-                out[r.node_id] = r.samples
-            else:
-                out[r.node_id] = r.data_size
-        return out
 
     # ------------------------------------------------------------------ round bookkeeping
     def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:

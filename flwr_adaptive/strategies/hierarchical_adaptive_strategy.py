@@ -19,7 +19,8 @@ clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks
   ranks than the quotas it was sent (its ranks setting changed; it split evenly) is aggregated and
   observed as usual and re-planned for its new k from the next round. Each rank's own compute time,
   energy and samples feed the controller (with an equal share of the silo's reported idle watts);
-  silo models are averaged by the inner strategy, weighted by samples (or data size, see ``weighting``).
+  silo models are averaged by the inner strategy, by default normalised (data weights; every
+  silo's local work is the ``steps`` sent, see ``weighting`` and ``local_steps``).
 - A silo round that started its ranks (``keys.COLD_START``) seeds ranks without an estimate; their
   first warm round replaces it (see ``observe_replies``). The rank split has no deadband unless
   one is given (``paper=True``: the paper's): re-splitting a silo's ranks moves no data.
@@ -209,9 +210,13 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         total-variation deadband) instead of the named policy's.
     smoothing : float (default: 0.5)
         EMA weight of the newest per-sample cost.
-    weighting : str (default: "samples")
-        Aggregation weight of each update: ``"samples"`` processed this round, or
-        ``"data-size"`` (each client's local data size; for private non-IID data).
+    weighting : str, optional
+        How silo models are aggregated: ``"normalized"`` (the default: silos are data owners;
+        each silo model weighs its claimed data size, capped at ``weight_cap`` × the round's
+        median claim, and is rescaled by its local work, which is the ``steps`` this strategy
+        sends, so with one optimizer on every silo the rescaling is 1 and the rule is the
+        data-weighted average whatever the silo budgets), ``"samples"`` (each silo's budget: a
+        silo with a larger budget weighs more) or ``"data-size"``.
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -250,7 +255,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         slack: float | None = None,
         paper: bool = False,
         smoothing: float = 0.5,
-        weighting: str = "samples",
+        weighting: str | None = None,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -295,7 +300,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             min_quota=int(min_rank),
             allow_cycling=True,
             smoothing=smoothing,
-            weighting=weighting,
+            weighting="normalized" if weighting is None else weighting,  # silos own their data
             forget_after=forget_after,
             cost_clip=cost_clip,
             trust=trust,
@@ -333,6 +338,14 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     def make_controller(self) -> AllocationController:
         """One controller over all ranks, one group per silo (groups are added as silos report)."""
         return AllocationController.from_policy(self.policy, {}, groups={}, paper=self.paper, **self._controller_kwargs)
+
+    def local_steps(self, reports: Sequence[ClientReport]) -> list[int] | None:
+        """Every silo's local steps: the DDP step count this strategy sent (server-known, not a claim).
+
+        A silo's steps per sample differ with its budget by design (its batch grows with it), so
+        the claim check of the base class would not apply; the count sent is what each silo ran.
+        """
+        return [self.steps] * len(reports)
 
     def silo_budget(self, silo: Hashable) -> int:
         """Samples per round of ``silo`` (its partition id, or ``"node-<id>"`` when unknown): ``budget``."""

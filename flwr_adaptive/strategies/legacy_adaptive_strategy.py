@@ -10,7 +10,9 @@ two things:
   ``keys.ALLOW_CYCLING`` and ``keys.ROUND`` to the inner strategy's config.
 - ``aggregate_fit`` reads each result's telemetry; results with invalid telemetry are logged and
   left out, clients in ``failures`` or without a result (round timeout) are logged; the kept
-  results' ``num_examples`` is set per ``weighting`` and the inner strategy aggregates them
+  results' ``num_examples`` is set per ``weighting`` (with ``"normalized"`` their parameters are
+  first rescaled to FedNova's step from the parameters sent: :mod:`flwr_adaptive.strategies.normalization`)
+  and the inner strategy aggregates them
   (``failures`` are passed on unchanged, so the inner ``accept_failures`` still applies to them).
   The inner strategy's ``fit_metrics_aggregation_fn`` sees each result's metrics without the
   telemetry keys; the telemetry is added to the aggregate under names that say how it was
@@ -36,12 +38,22 @@ from dataclasses import replace
 from logging import WARNING
 
 from flwr.app import Context
-from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar, parameters_to_ndarrays
+from flwr.common import (
+    EvaluateIns,
+    EvaluateRes,
+    FitIns,
+    FitRes,
+    Parameters,
+    Scalar,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
+from flwr_adaptive.normalized_averaging import rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout, size_reason
@@ -87,9 +99,13 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     paper : bool (default: False)
         The paper's estimation and deadband (per-sample costs, no drift detection, the
         total-variation deadband) instead of the named policy's.
-    weighting : str (default: "samples")
-        Aggregation weight of each update: ``"samples"`` processed this round, or
-        ``"data-size"`` (each client's local data size; for private non-IID data).
+    weighting : str, optional
+        How updates are aggregated: ``"normalized"`` (FedNova: each update weighs its owner's
+        data share, rescaled by its local work, so the objective does not move with the quotas),
+        ``"samples"`` processed this round, or ``"data-size"`` (claimed local data size, no
+        rescaling). Default (``None``): ``"normalized"`` when ``allow_cycling=False`` (private
+        data), ``"samples"`` when ``allow_cycling=True`` (data shared in a trusted domain).
+        Claimed data sizes are capped at ``weight_cap`` (2) × the round's median claim.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -133,7 +149,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         deadband: float | None = None,
         slack: float | None = None,
         paper: bool = False,
-        weighting: str = "samples",
+        weighting: str | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         forget_after: int = 3,
@@ -194,8 +210,11 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             self.forget_departed(connected)  # bounded state under node-id churn (docs/scale.md)
         pairs = self.strategy.configure_fit(server_round, parameters, client_manager)
         try:
-            self._reference_layout: ArrayLayout | None = ndarray_layout(parameters_to_ndarrays(parameters))
+            # the model of this round: the layout screens results, normalised aggregation rescales from it
+            self._sent_ndarrays: list | None = parameters_to_ndarrays(parameters)
+            self._reference_layout: ArrayLayout | None = ndarray_layout(self._sent_ndarrays)
         except Exception:  # noqa: BLE001 - parameters of another tensor type: results are compared with each other
+            self._sent_ndarrays = None
             self._reference_layout = None
         by_node: dict[Hashable, tuple[ClientProxy, FitIns]] = {}
         for proxy, ins in pairs:
@@ -243,9 +262,18 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
+        scales = self.update_scales(server_round, reports, weights)
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
         reweighted = [
-            (proxy, replace(res, num_examples=int(weights[node_id_of(proxy)]), metrics=user_metrics(res.metrics)))
+            (
+                proxy,
+                replace(
+                    res,
+                    parameters=self._rescaled(res.parameters, scales.get(node_id_of(proxy), 1.0)),
+                    num_examples=int(weights[node_id_of(proxy)]),
+                    metrics=user_metrics(res.metrics),
+                ),
+            )
             for proxy, res in kept
         ]
         if reweighted:
@@ -256,6 +284,14 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
+
+    def _rescaled(self, parameters: Parameters, scale: float) -> Parameters:
+        """``x + scale·(x_i − x)`` of a result's parameters (x: the model sent this round)."""
+        sent = getattr(self, "_sent_ndarrays", None)
+        if scale == 1.0 or sent is None:
+            return parameters
+        moved = rescale_update(sent, parameters_to_ndarrays(parameters), scale)
+        return ndarrays_to_parameters(moved)
 
     def setup_evidence(
         self, results: list[tuple[ClientProxy, FitRes]], failures: list[tuple[ClientProxy, FitRes] | BaseException]

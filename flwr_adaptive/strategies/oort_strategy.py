@@ -83,9 +83,9 @@ class OortStrategy(AdaptiveStrategy):
         A configured selector (default ``OortSelector(seed=seed)``: Oort's defaults).
     seed : int (default: 0)
         Seed of the default selector's sampling.
-    weighting : str (default: "samples")
-        Aggregation weight of each update: ``"samples"`` processed this round, or
-        ``"data-size"`` (each client's local data size; for private non-IID data).
+    weighting : str, optional
+        ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
+        (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -114,7 +114,7 @@ class OortStrategy(AdaptiveStrategy):
         fraction: float = DEFAULT_FRACTION,
         selector: OortSelector | None = None,
         seed: int = 0,
-        weighting: str = "samples",
+        weighting: str | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         trust: CostTrust | bool = True,

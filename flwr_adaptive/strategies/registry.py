@@ -97,7 +97,7 @@ def build_strategy(
     deadband: float | None = None,
     slack: float | None = None,
     paper: bool = False,
-    weighting: str = "samples",
+    weighting: str | None = None,
     allow_cycling: bool = False,
     min_quota: int = 1,
     forget_after: int = 3,
@@ -157,7 +157,7 @@ def build_strategy(
     given = {
         "slack": slack is not None,
         "paper": paper is not False,
-        "weighting": weighting != "samples",
+        "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
         "min_quota": min_quota != 1,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,

@@ -8,7 +8,9 @@ the node, the key and the value when the telemetry is missing or invalid (non-fi
 time, zero samples, wrong type, more samples than the quota from a client that selected its data
 with ``quota_data``, a count beyond ``MAX_COUNT``, a time or energy per sample outside
 ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, where the controller's arithmetic would underflow to 0 or
-overflow). The strategies skip such a reply: it is logged, not fatal.
+overflow; local-work keys out of range: steps < 1, momentum outside [0, 1), lr ≤ 0, μ < 0, or
+lr × μ ≥ 1). The strategies skip such a reply: it is logged, not fatal. The local-work keys
+(``keys.LOCAL_WORK_KEYS``) are optional: absent or -1 they are ``None`` (unknown).
 
 A client that trained on more samples than its quota **without** ``quota_data`` (it reports no
 local data size) is not hostile but mis-set-up: its report is kept with ``over_quota=True`` and
@@ -81,6 +83,14 @@ class ClientReport:
     cold_start : bool
         The client's first training call in its process (``keys.COLD_START``): imports and
         first-call set-up are inside ``time_s``.
+    steps : int or None
+        Local optimizer steps of the round (``keys.LOCAL_STEPS``); ``None`` when unknown.
+    momentum : float or None
+        Momentum of the local SGD, in [0, 1) (``keys.LOCAL_MOMENTUM``); ``None`` when unknown.
+    lr : float or None
+        Learning rate of the round's last local step (``keys.LOCAL_LR``); ``None`` when unknown.
+    proximal_mu : float or None
+        The proximal term's μ applied locally (``keys.LOCAL_PROXIMAL_MU``); ``None`` when unknown.
     """
 
     node_id: NodeId
@@ -97,6 +107,17 @@ class ClientReport:
     virtual_clock: bool
     over_quota: bool = False
     cold_start: bool = False
+    steps: int | None = None
+    momentum: float | None = None
+    lr: float | None = None
+    proximal_mu: float | None = None
+
+    @property
+    def proximal_alpha(self) -> float | None:
+        """α = lr × μ of the proximal term (0.0 without one; ``None``: μ > 0 but the lr is unknown)."""
+        if not self.proximal_mu:
+            return 0.0
+        return None if self.lr is None else self.lr * self.proximal_mu
 
     def to_report(self) -> Report:
         """The controller's view of this round: own compute time, active energy, samples."""
@@ -142,6 +163,45 @@ def _per_sample(node_id: NodeId, key: str, value: float, samples: int) -> None:
             f"{per!r} per sample, outside the computable range [{MIN_PER_SAMPLE:g}, "
             f"{MAX_PER_SAMPLE:g}]"
         )
+
+
+def _local_work(node_id: NodeId, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional local-work keys (``keys.LOCAL_WORK_KEYS``): ``None`` for absent or unknown (-1)."""
+    out: dict[str, Any] = {"steps": None, "momentum": None, "lr": None, "proximal_mu": None}
+    if keys.LOCAL_STEPS in metrics:
+        steps = _integer(node_id, metrics, keys.LOCAL_STEPS)
+        if steps != keys.UNKNOWN and steps < 1:
+            raise ValueError(
+                f"node {node_id}: telemetry {keys.LOCAL_STEPS!r} must be >= 1 (or {keys.UNKNOWN} for unknown), "
+                f"got {steps}: a client that trained took at least one optimizer step"
+            )
+        out["steps"] = None if steps == keys.UNKNOWN else steps
+    if keys.LOCAL_MOMENTUM in metrics:
+        rho = _number(node_id, metrics, keys.LOCAL_MOMENTUM)
+        if rho != keys.UNKNOWN and not 0.0 <= rho < 1.0:
+            raise ValueError(
+                f"node {node_id}: telemetry {keys.LOCAL_MOMENTUM!r} must be in [0, 1) (or -1 for unknown), got {rho!r}"
+            )
+        out["momentum"] = None if rho == keys.UNKNOWN else rho
+    if keys.LOCAL_LR in metrics:
+        lr = _number(node_id, metrics, keys.LOCAL_LR)
+        if lr != keys.UNKNOWN and not 0.0 < lr <= MAX_PER_SAMPLE:
+            raise ValueError(f"node {node_id}: telemetry {keys.LOCAL_LR!r} must be > 0 (or -1 for unknown), got {lr!r}")
+        out["lr"] = None if lr == keys.UNKNOWN else lr
+    if keys.LOCAL_PROXIMAL_MU in metrics:
+        mu = _number(node_id, metrics, keys.LOCAL_PROXIMAL_MU)
+        if mu != keys.UNKNOWN and not 0.0 <= mu <= MAX_PER_SAMPLE:
+            raise ValueError(
+                f"node {node_id}: telemetry {keys.LOCAL_PROXIMAL_MU!r} must be >= 0 (or -1 for unknown), got {mu!r}"
+            )
+        out["proximal_mu"] = None if mu == keys.UNKNOWN else mu
+    if out["proximal_mu"] and out["lr"] is not None and not out["lr"] * out["proximal_mu"] < 1.0:
+        raise ValueError(
+            f"node {node_id}: telemetry {keys.LOCAL_LR!r} × {keys.LOCAL_PROXIMAL_MU!r} = "
+            f"{out['lr'] * out['proximal_mu']!r} must be < 1 (a proximal step of lr × mu >= 1 overshoots "
+            "the global model: local training diverges); lower the learning rate or mu"
+        )
+    return out
 
 
 def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None) -> ClientReport:
@@ -219,4 +279,5 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
         virtual_clock=bool(virtual),
         over_quota=over_quota,
         cold_start=bool(cold),
+        **_local_work(node_id, metrics),
     )

@@ -61,9 +61,9 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     deadband : float, optional
         As for ``AdaptiveStrategy`` (applies while profiling); ``None``: 0, the split follows
         the profile exactly.
-    weighting : str (default: "samples")
-        Aggregation weight of each update: ``"samples"`` processed this round, or
-        ``"data-size"`` (each client's local data size; for private non-IID data).
+    weighting : str, optional
+        ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
+        (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -94,7 +94,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         profile_rounds: int = 1,
         smoothing: float = 0.5,
         deadband: float | None = None,
-        weighting: str = "samples",
+        weighting: str | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         cost_clip: float = 100.0,

@@ -1,0 +1,131 @@
+"""The local work behind a client's update: optimizer steps, momentum, learning rate, proximal μ.
+
+Contract
+--------
+Normalised aggregation (``weighting="normalized"``, :mod:`flwr_adaptive.normalized_averaging`)
+needs, per reply, how much local work produced the update. The telemetry wrapper opens one
+:class:`StepCounter` per training call (:func:`counting`) and reports :meth:`StepCounter.metrics`:
+
+============================  ==========================================================================
+``keys.LOCAL_STEPS``          torch optimizer steps taken inside the call (a process-wide
+                              ``torch.optim`` step hook, attributed to the call running in this
+                              thread through a context variable); -1 when none was seen (no torch,
+                              or torch imported only inside the call)
+``keys.LOCAL_MOMENTUM``       ``momentum=`` given to the wrapper, else the ``momentum`` of the
+                              stepping optimizer's first parameter group (SGD, RMSprop); -1 when
+                              unknown (e.g. Adam, which has none: the server counts it as plain SGD)
+``keys.LOCAL_LR``             the ``lr`` of the round's last step; -1 when unknown
+``keys.LOCAL_PROXIMAL_MU``    ``proximal_mu=`` given to the wrapper, else the μ Flower's FedProx sent in
+                              the round's config (``keys.FEDPROX_MU_KEYS``: FedProx requires the
+                              client to apply it), else 0.0
+============================  ==========================================================================
+
+A key your train function put in the reply itself (e.g. ``local-steps`` counted by hand, for a
+framework other than torch) is kept: the wrapper adds only the keys that are absent.
+Nesterov momentum is counted as heavy-ball momentum; weight decay and learning-rate schedules
+within the round are not modelled (the last step's rate is reported).
+
+Cost
+----
+One context-variable read and one dict lookup per optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from flwr_adaptive import keys
+
+__all__ = ["StepCounter", "counting", "fedprox_mu"]
+
+_CURRENT: contextvars.ContextVar[StepCounter | None] = contextvars.ContextVar("flwr_adaptive_steps", default=None)
+_HOOKED: list[Any] = []  # the process-wide hook's handle, once torch is loaded
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def fedprox_mu(config: Mapping[str, Any]) -> float | None:
+    """The proximal μ Flower's FedProx sent in the round's config (``None``: none sent)."""
+    for key in keys.FEDPROX_MU_KEYS:
+        if key in config:
+            return _finite(config[key])
+    return None
+
+
+class StepCounter:
+    """Counts the optimizer steps of one wrapped training call (see the module docstring).
+
+    Parameters
+    ----------
+    momentum : float, optional
+        The local optimizer's momentum, when the wrapper cannot read it (or to override it).
+    proximal_mu : float, optional
+        The proximal μ the train function applies (overrides FedProx's config entry; 0.0 when
+        your client ignores FedProx's ``proximal-mu``).
+    """
+
+    def __init__(self, momentum: float | None = None, proximal_mu: float | None = None) -> None:
+        self.steps = 0
+        self.momentum = momentum
+        self.proximal_mu = proximal_mu
+        self.seen_momentum: float | None = None
+        self.lr: float | None = None
+
+    def observe(self, optimizer: Any) -> None:
+        """One optimizer step (called by the step hook)."""
+        self.steps += 1
+        groups = getattr(optimizer, "param_groups", None) or [{}]
+        group = groups[0]
+        self.lr = _finite(group.get("lr"))
+        self.seen_momentum = _finite(group.get("momentum")) if "momentum" in group else None
+
+    def metrics(self, config: Mapping[str, Any]) -> dict[str, int | float]:
+        """The local-work keys for the reply (``config``: the round's config, for FedProx's μ)."""
+        momentum = self.momentum if self.momentum is not None else self.seen_momentum
+        mu = self.proximal_mu if self.proximal_mu is not None else fedprox_mu(config)
+        return {
+            keys.LOCAL_STEPS: int(self.steps) if self.steps else keys.UNKNOWN,
+            keys.LOCAL_MOMENTUM: float(keys.UNKNOWN) if momentum is None else float(momentum),
+            keys.LOCAL_LR: float(keys.UNKNOWN) if self.lr is None or self.lr <= 0 else float(self.lr),
+            keys.LOCAL_PROXIMAL_MU: 0.0 if mu is None else float(mu),
+        }
+
+
+def _on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    counter = _CURRENT.get()
+    if counter is not None:
+        counter.observe(optimizer)
+
+
+def _hook_torch() -> None:
+    """Install the process-wide step hook once torch is loaded (never imports torch itself)."""
+    if _HOOKED or "torch" not in sys.modules:
+        return
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:  # a torch without global optimizer hooks: steps stay unknown
+        _HOOKED.append(None)
+        return
+    _HOOKED.append(register_optimizer_step_post_hook(_on_step))
+
+
+@contextlib.contextmanager
+def counting(counter: StepCounter) -> Iterator[StepCounter]:
+    """Attribute the optimizer steps taken in this thread to ``counter`` while the block runs."""
+    _hook_torch()
+    token = _CURRENT.set(counter)
+    try:
+        yield counter
+    finally:
+        _CURRENT.reset(token)

@@ -1,0 +1,245 @@
+"""Normalised averaging (FedNova) as a rescaling of client models, and weights a client cannot inflate.
+
+Contract
+--------
+When client i takes τ_i local optimizer steps from the global model x, FedAvg's average of the
+returned models converges to the objective weighted by ``p_i·‖a_i‖₁ / Σ_j p_j·‖a_j‖₁`` (Wang et
+al., "Tackling the Objective Inconsistency Problem in Heterogeneous Federated Optimization",
+NeurIPS 2020), not by the data shares p_i: moving quota between owners of non-IID data moves the
+objective. FedNova's update keeps it:
+
+    x⁺ = x − τ_eff · Σ_i p_i · Δ_i / ‖a_i‖₁,   Δ_i = x − x_i,   τ_eff = Σ_i p_i · ‖a_i‖₁
+
+``‖a_i‖₁`` (:func:`local_work`) is the sum of the coefficients with which the local gradients
+enter the client's model change Δ_i = η · Σ_k a_{i,k} g_{i,k}:
+
+- plain SGD: ``τ``;
+- SGD with (heavy-ball, PyTorch) momentum ρ: ``[τ − ρ(1 − ρ^τ)/(1 − ρ)] / (1 − ρ)``;
+- a proximal term μ/2·‖x − x_global‖² (FedProx) with α = η·μ: ``[1 − (1 − α)^τ] / α``;
+- both: the same sum for the joint linear recursion (a 2×2 matrix power, exact).
+
+:func:`rescale_update` turns one client model into ``x + (τ_eff/‖a_i‖₁)·(x_i − x)``: a FedAvg of
+the rescaled models weighted by p_i **is** FedNova's update, so any aggregation rule
+that starts from a weighted average (FedAvg, FedProx, FedAdam, FedYogi, FedAvgM) applies its own
+server-side logic to FedNova's step, and a robust rule (FedTrimmedAvg, Krum) sees updates on one
+scale. Only floating-point arrays are rescaled; integer buffers (e.g. BatchNorm's
+``num_batches_tracked``) are counters, not directions, and pass through as the client sent them.
+
+Untrusted claims (every number here comes from a client):
+
+- :func:`capped_weights`: a claimed data size above ``cap ×`` the median claim of the round's
+  clients (at least 3) is clipped to it, so one client of n claiming any size gets at most
+  ``cap·n / (n − 1 + cap)`` times the weight of an honest median client (< ``cap``).
+- :func:`plausible_steps`: a client's claimed steps per sample is kept within ``[1/tol, tol]``
+  of the round's median (the upper side also admits up to the median step count, which a small
+  quota legitimately exceeds in steps per sample): too few claimed steps would enlarge its own
+  update, too many would enlarge τ_eff and so every client's step.
+
+Cost
+----
+O(clients) numpy for the plan; one pass over each model's arrays for the rescaling (float64
+arithmetic, cast back to the array's dtype).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "local_work",
+    "normalized_plan",
+    "rescale_update",
+    "fednova_update",
+    "capped_weights",
+    "plausible_steps",
+    "WEIGHT_CAP",
+    "STEP_TOLERANCE",
+]
+
+#: Default robust cap: no claimed data size counts for more than this many times the median claim.
+WEIGHT_CAP = 2.0
+#: Default tolerance of a claimed step count per sample around the round's median.
+STEP_TOLERANCE = 2.0
+
+
+def _as_array(x, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return a
+
+
+def local_work(steps, momentum=0.0, proximal_alpha=0.0) -> np.ndarray:
+    """``‖a_i‖₁``: the sum of the coefficients of the local gradients in a client's update.
+
+    Parameters
+    ----------
+    steps : int or array of int
+        Local optimizer steps τ (>= 1; 0 gives 0).
+    momentum : float or array (default: 0.0)
+        Heavy-ball momentum ρ of the local SGD, in [0, 1).
+    proximal_alpha : float or array (default: 0.0)
+        α = learning rate × proximal μ, in [0, 1).
+
+    Returns
+    -------
+    numpy.ndarray
+        One float per client (broadcast shape of the inputs).
+
+    Raises
+    ------
+    ValueError
+        A value outside its range (the strategies screen client claims before calling this).
+    """
+    tau = _as_array(steps, "steps")
+    rho = _as_array(momentum, "momentum")
+    alpha = _as_array(proximal_alpha, "proximal_alpha")
+    if np.any(tau < 0):
+        raise ValueError(f"steps must be >= 0, got {steps!r}")
+    if np.any((rho < 0) | (rho >= 1)):
+        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    if np.any((alpha < 0) | (alpha >= 1)):
+        raise ValueError(f"proximal_alpha (lr × mu) must be in [0, 1), got {proximal_alpha!r}")
+    shape = np.broadcast_shapes(tau.shape, rho.shape, alpha.shape)
+    tau, rho, alpha = (np.broadcast_to(v, shape).ravel() for v in (tau, rho, alpha))
+    out = tau.astype(float)
+    mom = (rho > 0) & (alpha == 0)
+    if np.any(mom):
+        r, t = rho[mom], tau[mom]
+        out[mom] = (t - r * (1.0 - r**t) / (1.0 - r)) / (1.0 - r)
+    prox = (alpha > 0) & (rho == 0)
+    if np.any(prox):
+        a, t = alpha[prox], tau[prox]
+        # 1 − (1 − α)^τ via expm1/log1p: exact for tiny α where the plain form cancels
+        out[prox] = -np.expm1(t * np.log1p(-a)) / a
+    for i in np.flatnonzero((alpha > 0) & (rho > 0)):
+        out[i] = _joint_work(int(tau[i]), float(rho[i]), float(alpha[i]))
+    return out.reshape(shape)
+
+
+def _joint_work(tau: int, rho: float, alpha: float) -> float:
+    """Momentum and proximal term together: the joint recursion's response to a unit gradient.
+
+    With y = x − x_global and u = η·v (PyTorch's buffer v ← ρv + g + μy; x ← x − ηv):
+    ``[y, u]⁺ = A [y, u] + η[−1, 1]·g`` with ``A = [[1 − α, −ρ], [α, ρ]]``. The sum of the
+    gradients' coefficients in y_τ is ``−e₁ᵀ Σ_{m<τ} A^m [−1, 1]``; ``Σ_{m<τ} A^m = (I − A)⁻¹ (I − A^τ)``
+    (``det(I − A) = α > 0``).
+    """
+    a = np.array([[1.0 - alpha, -rho], [alpha, rho]])
+    geometric = np.linalg.solve(np.eye(2) - a, np.eye(2) - np.linalg.matrix_power(a, tau))
+    return float(-(geometric @ np.array([-1.0, 1.0]))[0])
+
+
+def normalized_plan(weights, work) -> tuple[np.ndarray, float, np.ndarray]:
+    """``(p, τ_eff, scale)``: normalised data weights, FedNova's τ_eff and each model's rescaling.
+
+    Parameters
+    ----------
+    weights : array of float
+        Each client's (bounded) data weight, >= 0 with a positive sum.
+    work : array of float
+        Each client's ``‖a_i‖₁`` (:func:`local_work`), > 0.
+
+    Returns
+    -------
+    p : numpy.ndarray
+        ``weights / Σ weights`` (sums to 1).
+    tau_eff : float
+        ``Σ p_i ‖a_i‖₁``.
+    scale : numpy.ndarray
+        ``τ_eff / ‖a_i‖₁``: what :func:`rescale_update` multiplies client i's model change by.
+        With every ``‖a_i‖₁`` equal it is exactly 1 (FedAvg).
+    """
+    w = _as_array(weights, "weights")
+    a = _as_array(work, "work")
+    if w.shape != a.shape or w.ndim != 1 or not len(w):
+        raise ValueError(f"weights and work must be 1-d of one length, got {w.shape} and {a.shape}")
+    if np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(f"weights must be >= 0 with a positive sum, got {weights!r}")
+    if np.any(a <= 0):
+        raise ValueError(f"local work must be > 0 for every client, got {work!r}")
+    p = w / w.sum()
+    if np.all(a == a[0]):
+        return p, float(a[0]), np.ones_like(a)  # equal work: FedAvg, not FedAvg to rounding
+    tau_eff = float(p @ a)
+    return p, tau_eff, tau_eff / a
+
+
+def _is_float(x: np.ndarray) -> bool:
+    return np.issubdtype(x.dtype, np.floating)
+
+
+def rescale_update(global_arrays: Sequence[np.ndarray], local_arrays: Sequence[np.ndarray], scale: float):
+    """``x + scale·(x_i − x)`` for every floating-point array; other arrays returned as sent.
+
+    The arithmetic is float64 and cast back to each array's dtype; ``scale == 1`` returns the
+    client's arrays themselves (no rounding).
+    """
+    if len(global_arrays) != len(local_arrays):
+        raise ValueError(f"the model sent has {len(global_arrays)} arrays, the client's {len(local_arrays)}")
+    if scale == 1.0:
+        return list(local_arrays)
+    out = []
+    for x, xi in zip(global_arrays, local_arrays):
+        xi = np.asarray(xi)
+        if not _is_float(xi):
+            out.append(xi)
+            continue
+        x64 = np.asarray(x, dtype=np.float64)
+        out.append((x64 + float(scale) * (xi.astype(np.float64) - x64)).astype(xi.dtype))
+    return out
+
+
+def fednova_update(global_arrays: Sequence[np.ndarray], local_models: Sequence[Sequence[np.ndarray]], weights, work):
+    """FedNova's ``x − τ_eff Σ p_i Δ_i / ‖a_i‖₁`` written out directly (a reference for tests)."""
+    p, tau_eff, _ = normalized_plan(weights, work)
+    a = _as_array(work, "work")
+    out = []
+    for j, x in enumerate(global_arrays):
+        x64 = np.asarray(x, dtype=np.float64)
+        step = sum(p[i] * (x64 - np.asarray(m[j], dtype=np.float64)) / a[i] for i, m in enumerate(local_models))
+        out.append(x64 - tau_eff * step)
+    return out
+
+
+def capped_weights(claims, cap: float | None = WEIGHT_CAP) -> tuple[np.ndarray, np.ndarray]:
+    """``(weights, clipped)``: claimed data sizes clipped at ``cap ×`` the round's median claim.
+
+    Needs at least 3 claims (with 2 no statistic tells the liar from the honest one: nothing is
+    clipped); ``cap=None`` disables the cap. ``clipped`` marks the claims that were lowered.
+    """
+    w = _as_array(claims, "claims")
+    if np.any(w < 0):
+        raise ValueError(f"claimed data sizes must be >= 0, got {claims!r}")
+    if cap is None or len(w) < 3:
+        return w.copy(), np.zeros(len(w), dtype=bool)
+    if not cap >= 1:
+        raise ValueError(f"the weight cap must be >= 1 (a multiple of the median claim), got {cap!r}")
+    bound = cap * float(np.median(w))
+    clipped = w > bound
+    return np.where(clipped, bound, w), clipped
+
+
+def plausible_steps(steps, samples, tolerance: float = STEP_TOLERANCE) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, clipped)``: claimed steps kept within ``tolerance`` of the round's steps per sample.
+
+    With m the median of ``steps_i / samples_i`` over the clients (at least 3), client i's steps
+    are clipped into ``[max(1, samples_i·m/tol), max(samples_i·m·tol, median steps)]``. The upper
+    bound's second term admits a small quota's honest excess (a batch is at least one step even
+    when it holds few samples).
+    """
+    s = _as_array(steps, "steps")
+    n = _as_array(samples, "samples")
+    if s.shape != n.shape:
+        raise ValueError(f"steps and samples must have one length, got {s.shape} and {n.shape}")
+    if len(s) < 3:
+        return s.copy(), np.zeros(len(s), dtype=bool)
+    if not tolerance >= 1:
+        raise ValueError(f"the step tolerance must be >= 1, got {tolerance!r}")
+    m = float(np.median(s / n))
+    lo = np.maximum(1.0, n * m / tolerance)
+    hi = np.maximum(n * m * tolerance, float(np.median(s)))
+    out = np.clip(s, lo, np.maximum(lo, hi))
+    return out, out != s

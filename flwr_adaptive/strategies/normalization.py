@@ -1,0 +1,187 @@
+"""Aggregation weights and normalised (FedNova) updates for the adaptive strategies, from untrusted replies.
+
+Contract
+--------
+:class:`NormalizedAggregation` is mixed into :class:`~flwr_adaptive.strategies.core.AdaptiveCore`;
+the API classes call, per round and on the kept replies only:
+
+- ``weights(round, reports)``: each reply's aggregation weight, by ``self.weighting``:
+
+  ``"samples"``     samples processed this round (bounded by the quota the server sent);
+  ``"data-size"``   the local data size the client claims, **capped**;
+  ``"normalized"``  the same capped data weight p_i (FedNova's data share), used with the
+                    rescaling below.
+
+  The cap (``weight_cap``, default 2): a claim above ``weight_cap ×`` the median claim of the
+  round's kept replies (at least 3) is clipped to it, with one warning naming the node and its
+  partition (:func:`flwr_adaptive.normalized_averaging.capped_weights`). A reply without a data
+  size is weighted by its samples (one warning). Weights are ints (the legacy ``num_examples``
+  is an int) and at least 1.
+- ``update_scales(round, reports, weights)``: with ``"normalized"``, ``{node: τ_eff/‖a_i‖₁}``,
+  the factor the API class applies to the node's model change before the inner strategy
+  aggregates (:func:`flwr_adaptive.normalized_averaging.rescale_update`); empty otherwise.
+  ‖a_i‖₁ comes from the reply's local steps, momentum and proximal α = lr × μ. Steps come from
+  ``local_steps(report)`` (the claim, kept within ``step_tolerance`` of the round's steps per
+  sample, one warning per node clipped; the hierarchical strategy overrides it with the steps it
+  sent). When a kept reply does not say its steps, the round uses every reply's **samples** in
+  their place (right for one batch size and one pass over the quota; one warning): a mix of
+  units would be wrong. Unknown momentum counts as plain SGD; a μ > 0 with an unknown learning
+  rate is left out (one warning each).
+
+Cost
+----
+O(replies) numpy per round; the rescaling itself is one pass over each rescaled model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from flwr_adaptive.normalized_averaging import (
+    STEP_TOLERANCE,
+    WEIGHT_CAP,
+    capped_weights,
+    local_work,
+    normalized_plan,
+    plausible_steps,
+)
+from flwr_adaptive.strategies.reports import ClientReport
+
+__all__ = ["NormalizedAggregation", "WEIGHTINGS", "default_weighting"]
+
+#: The aggregation weightings; the first is the default with private data (``allow_cycling=False``).
+WEIGHTINGS = ("normalized", "samples", "data-size")
+
+
+def default_weighting(weighting: str | None, allow_cycling: bool) -> str:
+    """The weighting a strategy uses: ``weighting`` when given, else the default for the data setting.
+
+    ``None`` (the strategies' default) resolves to ``"normalized"`` with private data
+    (``allow_cycling=False``: quotas move between data owners, so the objective must not move with
+    them) and to ``"samples"`` with data shared in a trusted domain (``allow_cycling=True``: any
+    client may take any sample, the paper's PMA setting).
+
+    Raises
+    ------
+    ValueError
+        An unknown weighting.
+    """
+    if weighting is None:
+        return "samples" if allow_cycling else "normalized"
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+    return weighting
+
+
+class NormalizedAggregation:
+    """Weights and FedNova rescaling factors (see the module docstring). Needs ``weighting`` and
+    ``_warn_once`` / ``partition_of`` from the class it is mixed into."""
+
+    #: A claimed data size counts for at most this many times the round's median claim (``None``: no cap).
+    weight_cap: float | None = WEIGHT_CAP
+    #: A claimed step count per sample is kept within this factor of the round's median.
+    step_tolerance: float = STEP_TOLERANCE
+
+    weighting: str
+    #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
+    last_scales: dict[Hashable, float]
+
+    def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, int]:
+        """Aggregation weight of each kept reply, by ``weighting`` (claimed sizes capped)."""
+        if self.weighting == "samples":
+            return {r.node_id: r.samples for r in reports}
+        claims = []
+        for r in reports:
+            if r.data_size is None:
+                self._warn_once(
+                    "data-size",
+                    "[adaptive] weighting=%r but node %s does not report its data size (no quota_data?); "
+                    "weighting it by samples",
+                    self.weighting,
+                    r.node_id,
+                )
+                claims.append(r.samples)
+            else:
+                claims.append(r.data_size)
+        bounded, clipped = capped_weights(claims, self.weight_cap)
+        for r, claim, w, was in zip(reports, claims, bounded, clipped):
+            if was:
+                self._warn_once(
+                    f"weight-cap-{r.partition_id if r.partition_id is not None else r.node_id}",
+                    "[adaptive] round %s: node %s (partition %s) claims a data size of %d, above %g× the "
+                    "median claim of this round's nodes: its aggregation weight is capped at %d (a claimed "
+                    "size is not checked; set strategy.weight_cap to change the bound, None to trust claims)",
+                    server_round,
+                    r.node_id,
+                    r.partition_id,
+                    claim,
+                    self.weight_cap,
+                    int(w),
+                )
+        return {r.node_id: max(int(math.floor(w)), 1) for r, w in zip(reports, bounded)}
+
+    def local_steps(self, reports: Sequence[ClientReport]) -> list[int] | None:
+        """Each reply's local steps as claimed, or ``None`` when a reply does not say them."""
+        if any(r.steps is None for r in reports):
+            return None
+        return [int(r.steps) for r in reports]  # type: ignore[arg-type]
+
+    def update_scales(
+        self, server_round: int, reports: Sequence[ClientReport], weights: dict[Hashable, int]
+    ) -> dict[Hashable, float]:
+        """``{node: τ_eff/‖a_i‖₁}`` with ``weighting="normalized"`` (else ``{}``)."""
+        self.last_scales = {}
+        if self.weighting != "normalized" or not reports:
+            return {}
+        samples = np.array([r.samples for r in reports], dtype=float)
+        steps = self.local_steps(reports)
+        if steps is None:
+            missing = [r.node_id for r in reports if r.steps is None]
+            self._warn_once(
+                "no-steps",
+                "[adaptive] round %s: weighting='normalized' but %d client(s) (node %s, ...) do not report "
+                "their local optimizer steps (%s): every client's samples stand in for its steps this round "
+                "(exact for one batch size and one pass over the quota). Wrap the client with "
+                "flwr_adaptive.clients.telemetry, which counts torch optimizer steps, or report the key yourself",
+                server_round,
+                len(missing),
+                missing[0],
+                "local-steps",
+            )
+            tau = samples
+        else:
+            tau, clipped = plausible_steps(np.array(steps, dtype=float), samples, self.step_tolerance)
+            for r, was, t in zip(reports, clipped, tau):
+                if was:
+                    self._warn_once(
+                        f"steps-{r.partition_id if r.partition_id is not None else r.node_id}",
+                        "[adaptive] round %s: node %s (partition %s) claims %d local steps for %d samples, "
+                        "outside %g× this round's steps per sample: %g steps are used for its update's scale",
+                        server_round,
+                        r.node_id,
+                        r.partition_id,
+                        r.steps,
+                        r.samples,
+                        self.step_tolerance,
+                        t,
+                    )
+        rho = np.array([r.momentum or 0.0 for r in reports], dtype=float)
+        alphas = []
+        for r in reports:
+            alpha = r.proximal_alpha
+            if alpha is None:
+                self._warn_once(
+                    "no-lr",
+                    "[adaptive] node %s reports a proximal mu but no learning rate: its proximal term is "
+                    "left out of the normalisation (report the key 'local-lr')",
+                    r.node_id,
+                )
+                alpha = 0.0
+            alphas.append(alpha)
+        work = local_work(tau, rho, np.array(alphas, dtype=float))
+        _, _, scale = normalized_plan([weights[r.node_id] for r in reports], work)
+        self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
+        return dict(self.last_scales)

@@ -1,0 +1,109 @@
+"""The client side of normalised aggregation: steps, momentum, lr and proximal mu the wrappers report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flwr_adaptive import keys
+from flwr_adaptive.clients.local_work import StepCounter, counting
+from flwr_adaptive.clients.telemetry import TelemetryClient, telemetry_train
+from flwr_adaptive.normalized_averaging import local_work
+
+
+def _message(config):
+    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+    return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "config": ConfigRecord(config)}),
+                   dst_node_id=7, message_type="train")
+
+
+def _context():
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=1, node_id=7, node_config={"partition-id": 1}, state=RecordDict(), run_config={})
+
+
+def _train(steps, momentum=0.0, lr=0.05, extra=None):
+    """A Message-API train function taking ``steps`` SGD steps on a tiny linear model."""
+
+    def train(msg, context):
+        from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        for _ in range(steps):
+            opt.zero_grad()
+            model(torch.ones(4, 2)).sum().backward()
+            opt.step()
+        metrics = {"num-examples": 4, **(extra or {})}
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord(metrics)}),
+                       reply_to=msg)
+
+    return train
+
+
+def test_wrapped_train_counts_optimizer_steps_and_reads_momentum_and_lr(flower_identity):
+    # Execute
+    reply = telemetry_train(_train(7, momentum=0.9, lr=0.05))(_message({keys.QUOTA: 4}), _context())
+    metrics = reply.content["metrics"]
+    # Assert
+    assert metrics[keys.LOCAL_STEPS] == 7
+    assert metrics[keys.LOCAL_MOMENTUM] == pytest.approx(0.9) and metrics[keys.LOCAL_LR] == pytest.approx(0.05)
+    assert metrics[keys.LOCAL_PROXIMAL_MU] == 0.0
+
+
+def test_steps_outside_the_wrapped_call_are_not_counted(flower_identity):
+    _train(3)(_message({}), _context())  # unwrapped: no counter is active
+    reply = telemetry_train(_train(2))(_message({keys.QUOTA: 4}), _context())
+    assert reply.content["metrics"][keys.LOCAL_STEPS] == 2
+
+
+def test_fedprox_mu_from_the_config_and_the_arguments_override_it(flower_identity):
+    fedprox = _message({keys.QUOTA: 4, "proximal-mu": 0.3})
+    assert telemetry_train(_train(1))(fedprox, _context()).content["metrics"][keys.LOCAL_PROXIMAL_MU] == 0.3
+    mine = telemetry_train(_train(1), proximal_mu=0.0, momentum=0.5)(fedprox, _context()).content["metrics"]
+    assert mine[keys.LOCAL_PROXIMAL_MU] == 0.0 and mine[keys.LOCAL_MOMENTUM] == 0.5
+
+
+def test_a_step_count_the_train_function_reports_itself_is_kept(flower_identity):
+    reply = telemetry_train(_train(2, extra={keys.LOCAL_STEPS: 40}))(_message({keys.QUOTA: 4}), _context())
+    assert reply.content["metrics"][keys.LOCAL_STEPS] == 40
+
+
+def test_without_any_step_the_count_is_unknown(flower_identity):
+    metrics = telemetry_train(_train(0))(_message({keys.QUOTA: 4}), _context()).content["metrics"]
+    assert metrics[keys.LOCAL_STEPS] == keys.UNKNOWN and metrics[keys.LOCAL_LR] == keys.UNKNOWN
+
+
+def test_telemetry_client_reports_the_steps_of_its_fit(flower_identity):
+    from flwr.client import NumPyClient
+
+    class Client(NumPyClient):
+        def fit(self, parameters, config):
+            _train(5, momentum=0.5)(_message({}), _context())
+            return parameters, 4, {}
+
+    _, _, metrics = TelemetryClient(Client(), _context()).fit([np.ones(2)], {keys.QUOTA: 4, "proximal_mu": 0.1})
+    assert metrics[keys.LOCAL_STEPS] == 5 and metrics[keys.LOCAL_MOMENTUM] == 0.5
+    assert metrics[keys.LOCAL_PROXIMAL_MU] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("steps, momentum, mu", [(5, 0.0, 0.0), (5, 0.9, 0.0), (8, 0.0, 2.0), (12, 0.9, 0.5)])
+def test_local_work_is_what_torch_sgd_does_on_a_linear_loss(steps, momentum, mu):
+    # A linear loss has the constant gradient g, so torch's model change is −lr·‖a‖₁·g exactly
+    # (the proximal term μ/2·‖w − w₀‖² added to the loss, as FedProx's clients do).
+    lr, g = 0.1, torch.tensor([1.0, -2.0], dtype=torch.float64)
+    w0 = torch.zeros(2, dtype=torch.float64)
+    w = torch.nn.Parameter(w0.clone())
+    opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
+    counter = StepCounter()
+    with counting(counter):
+        for _ in range(steps):
+            opt.zero_grad()
+            (w @ g + mu / 2 * ((w - w0) ** 2).sum()).backward()
+            opt.step()
+    work = local_work(counter.steps, counter.seen_momentum, lr * mu)
+    np.testing.assert_allclose((w.detach() - w0).numpy(), (-lr * work * g).numpy(), rtol=1e-10)
+    assert counter.steps == steps and counter.lr == pytest.approx(lr)

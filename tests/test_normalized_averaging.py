@@ -1,0 +1,196 @@
+"""FedNova's normalised averaging (flwr_adaptive.normalized_averaging): hand-computed steps and properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flwr_adaptive.normalized_averaging import (
+    capped_weights,
+    fednova_update,
+    local_work,
+    normalized_plan,
+    plausible_steps,
+    rescale_update,
+)
+
+
+def _aggregate(x, models, weights, work):
+    """What the strategies do: rescale every model, then FedAvg (a weighted mean) of them."""
+    p, _, scale = normalized_plan(weights, work)
+    moved = [rescale_update([x], [m], s)[0] for m, s in zip(models, scale)]
+    return sum(pi * np.asarray(m, dtype=float) for pi, m in zip(p, moved))
+
+
+def _recursion(tau, rho, alpha, eta=0.1):
+    """PyTorch's SGD (v ← ρv + g + μ(x − x₀); x ← x − ηv) on a unit gradient: −(x_τ − x₀)/η."""
+    mu, y, v = alpha / eta, 0.0, 0.0
+    for _ in range(tau):
+        v = rho * v + 1.0 + mu * y
+        y -= eta * v
+    return -y / eta
+
+
+# --------------------------------------------------------------------------- hand-computed
+def test_local_work_of_plain_sgd_is_the_step_count():
+    assert local_work([1, 2, 7]).tolist() == [1.0, 2.0, 7.0]
+
+
+def test_local_work_with_momentum_by_hand():
+    # ρ = 0.5, τ = 3: the gradients enter with 1 + ρ + ρ², 1 + ρ, 1 = 1.75 + 1.5 + 1
+    assert local_work(3, momentum=0.5) == pytest.approx(4.25, abs=1e-15)
+    # the closed form [τ − ρ(1 − ρ^τ)/(1 − ρ)] / (1 − ρ) at ρ = 0.9, τ = 5
+    assert local_work(5, momentum=0.9) == pytest.approx((5 - 0.9 * (1 - 0.9**5) / 0.1) / 0.1, rel=1e-14)
+
+
+def test_local_work_with_a_proximal_term_by_hand():
+    # α = 0.5, τ = 3: each step keeps (1 − α) of the previous distance: 1 + 0.5 + 0.25
+    assert local_work(3, proximal_alpha=0.5) == pytest.approx(1.75, abs=1e-15)
+    # tiny α: no cancellation (→ τ)
+    assert local_work(1000, proximal_alpha=1e-12) == pytest.approx(1000.0 - 1e-12 * 1000 * 999 / 2, rel=1e-12)
+
+
+def test_local_work_with_momentum_and_proximal_term_matches_the_recursion():
+    for tau, rho, alpha in [(1, 0.9, 0.1), (5, 0.9, 0.1), (40, 0.5, 0.02), (300, 0.99, 0.001)]:
+        assert local_work(tau, rho, alpha) == pytest.approx(_recursion(tau, rho, alpha), rel=1e-9)
+
+
+def test_fednova_step_by_hand_differs_from_fedavg():
+    # x = 1; client A: 2 steps to 0 (Δ = 1), client B: 6 steps to -5 (Δ = 6); equal data.
+    # τ_eff = 4, Σ p Δ/τ = 0.5·0.5 + 0.5·1 = 0.75 → x⁺ = 1 − 4·0.75 = −2 (FedAvg: −2.5)
+    got = _aggregate(np.array([1.0]), [np.array([0.0]), np.array([-5.0])], [10, 10], [2, 6])
+    assert got.tolist() == [-2.0]
+    assert fednova_update([np.array([1.0])], [[np.array([0.0])], [np.array([-5.0])]], [10, 10], [2, 6])[0] == -2.0
+
+
+def test_rescale_passes_integer_buffers_through_and_keeps_dtypes():
+    x = [np.zeros(3, dtype=np.float32), np.array([5], dtype=np.int64)]
+    xi = [np.ones(3, dtype=np.float32), np.array([9], dtype=np.int64)]
+    out = rescale_update(x, xi, 2.5)
+    assert out[0].dtype == np.float32 and out[0].tolist() == [2.5, 2.5, 2.5]
+    assert out[1] is xi[1]
+
+
+def test_out_of_range_inputs_are_refused():
+    with pytest.raises(ValueError, match="momentum"):
+        local_work(3, momentum=1.0)
+    with pytest.raises(ValueError, match="proximal_alpha"):
+        local_work(3, proximal_alpha=1.5)
+    with pytest.raises(ValueError, match="local work must be > 0"):
+        normalized_plan([1, 1], [0, 2])
+
+
+def test_one_liar_of_five_gets_at_most_twice_its_fair_weight():
+    for lie in (2**53 - 1, 10 * 1000):
+        w, clipped = capped_weights([1000, 1000, 1000, 1000, lie])
+        share = w[-1] / w.sum()
+        assert clipped.tolist() == [False] * 4 + [True]
+        assert share <= 2 * (1 / 5)
+        assert share == pytest.approx(2 / 6)
+
+
+def test_two_claims_are_not_capped():
+    w, clipped = capped_weights([100, 300])
+    assert w.tolist() == [100, 300] and not clipped.any()
+
+
+def test_plausible_steps_by_hand():
+    # 100 samples per 4 steps is the median (m = 0.04): a claim of 1 step for 100 samples is
+    # raised to 100·m/2 = 2; a claim of 1000 steps is lowered to max(100·m·2, median 4) = 8.
+    steps, clipped = plausible_steps([4, 4, 4, 1, 1000], [100, 100, 100, 100, 100])
+    assert steps.tolist() == [4, 4, 4, 2, 8] and clipped.tolist() == [False, False, False, True, True]
+    # a small quota takes more steps per sample (one batch is one step): kept up to the median count
+    steps, clipped = plausible_steps([10, 10, 10, 1], [320, 320, 320, 5])
+    assert steps.tolist() == [10, 10, 10, 1] and not clipped.any()
+
+
+# --------------------------------------------------------------------------- properties
+sizes = st.integers(min_value=1, max_value=10**6)
+steps_st = st.integers(min_value=1, max_value=500)
+values = st.floats(min_value=-10, max_value=10, allow_nan=False)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(sizes, values), min_size=1, max_size=8), steps_st, st.sampled_from([0.0, 0.5, 0.9]))
+def test_equal_steps_reduce_to_fedavg(clients, tau, rho):
+    x = np.array([0.25, -1.0])
+    models = [np.array([v, 2 * v]) for _, v in clients]
+    weights = [n for n, _ in clients]
+    work = local_work([tau] * len(clients), rho)
+    got = _aggregate(x, models, weights, work)
+    np.testing.assert_allclose(got, np.average(models, axis=0, weights=weights), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(sizes, values, steps_st), min_size=2, max_size=8), st.data())
+def test_direction_is_invariant_to_how_many_steps_a_client_splits_its_work_into(clients, data):
+    # Linear loss, plain SGD: a client's change is η·τ_i·g_i. FedNova's step direction
+    # (x⁺ − x)/τ_eff is −η·Σ p_i g_i whatever the τ_i; FedAvg's would weigh g_i by τ_i.
+    eta, x = 0.01, np.array([1.0])
+    i = data.draw(st.integers(0, len(clients) - 1))
+    new_tau = data.draw(steps_st)
+
+    def direction(taus):
+        models = [x - eta * t * g for (_, g, _), t in zip(clients, taus)]
+        weights = [n for n, _, _ in clients]
+        _, tau_eff, _ = normalized_plan(weights, taus)
+        return (_aggregate(x, models, weights, np.array(taus, float)) - x) / tau_eff
+
+    taus = [t for _, _, t in clients]
+    changed = list(taus)
+    changed[i] = new_tau
+    np.testing.assert_allclose(direction(taus), direction(changed), rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(sizes, values, steps_st), min_size=1, max_size=6), st.data())
+def test_splitting_a_client_in_two_halves_changes_nothing(clients, data):
+    x = np.array([0.5])
+    i = data.draw(st.integers(0, len(clients) - 1))
+    models = [np.array([v]) for _, v, _ in clients]
+    weights = [float(n) for n, _, _ in clients]
+    work = [float(t) for _, _, t in clients]
+    split_models = models + [models[i]]
+    split_weights = weights[:i] + [weights[i] / 2] + weights[i + 1 :] + [weights[i] / 2]
+    split_work = work + [work[i]]
+    np.testing.assert_allclose(
+        _aggregate(x, models, weights, work), _aggregate(x, split_models, split_weights, split_work), rtol=1e-12
+    )
+
+
+@settings(max_examples=100)
+@given(st.lists(sizes, min_size=1, max_size=12), st.lists(steps_st, min_size=12, max_size=12))
+def test_weights_sum_to_one(claims, steps):
+    bounded, _ = capped_weights(claims)
+    p, tau_eff, scale = normalized_plan(bounded, local_work(steps[: len(claims)]))
+    assert p.sum() == pytest.approx(1.0, rel=1e-12)
+    assert np.all(p >= 0) and np.all(scale > 0) and tau_eff > 0
+
+
+@settings(max_examples=100)
+@given(st.lists(sizes, min_size=3, max_size=12), st.integers(0, 2**53 - 1), st.sampled_from([1.0, 2.0, 4.0]))
+def test_a_claimed_weight_never_exceeds_the_bound(honest, lie, cap):
+    claims = honest + [lie]
+    bounded, _ = capped_weights(claims, cap)
+    assert np.all(bounded <= cap * np.median(claims))
+    assert np.all(bounded <= np.asarray(claims, float))
+    # one liar among n: at most cap·n/(n − 1 + cap) times the share of a median claim
+    n = len(claims)
+    median = np.median(claims)
+    if np.all(np.asarray(honest) == honest[0]):
+        assert bounded[-1] / bounded.sum() <= cap * n / (n - 1 + cap) / n * (1 + 1e-12)
+    assert bounded[-1] <= cap * median
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(steps_st, st.integers(1, 5000)), min_size=3, max_size=10))
+def test_plausible_steps_stay_within_the_tolerance(pairs):
+    steps = np.array([s for s, _ in pairs], float)
+    samples = np.array([n for _, n in pairs], float)
+    out, clipped = plausible_steps(steps, samples, 2.0)
+    m = np.median(steps / samples)
+    assert np.all(out >= np.maximum(1.0, samples * m / 2) - 1e-9)
+    assert np.all(out <= np.maximum(np.maximum(samples * m * 2, np.median(steps)), np.maximum(1.0, samples * m / 2)))
+    assert np.array_equal(clipped, out != steps)

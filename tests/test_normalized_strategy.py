@@ -1,0 +1,212 @@
+"""Normalised aggregation and capped weights in the strategies (both APIs), with messages built by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import adaptive_support as sup
+from adaptive_support import FakeGrid
+from flwr_adaptive import keys
+from flwr_adaptive.normalized_averaging import fednova_update, local_work
+from flwr_adaptive.strategies import AdaptiveStrategy, HierarchicalAdaptiveStrategy, LegacyAdaptiveStrategy
+from flwr_adaptive.strategies.registry import build_strategy
+
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+
+
+def telemetry(samples, partition, *, steps=None, data_size=1000, momentum=None, lr=None, mu=None):
+    out = {keys.SAMPLES: samples, keys.TIME_S: 0.001 * samples, keys.CPU_TIME_S: 0.001 * samples,
+           keys.WALL_TIME_S: 0.001 * samples, keys.ENERGY_J: -1.0, keys.DATA_SIZE: data_size,
+           keys.PARTITION_ID: partition, keys.QUOTA_CAPPED: 0, keys.IDLE_W: 1.0, keys.VIRTUAL_CLOCK: 1}
+    for key, value in ((keys.LOCAL_STEPS, steps), (keys.LOCAL_MOMENTUM, momentum), (keys.LOCAL_LR, lr),
+                       (keys.LOCAL_PROXIMAL_MU, mu)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def reply(msg, metrics, model):
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    return Message(RecordDict({"arrays": ArrayRecord([np.asarray(a) for a in model]),
+                               "metrics": MetricRecord({"num-examples": 1, **metrics})}), reply_to=msg)
+
+
+def _fedavg(n):
+    from flwr.serverapp.strategy import FedAvg
+
+    return FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n)
+
+
+def message_round(strategy, x, per_node, rnd=1):
+    """One configure/aggregate round; ``per_node[i] = (metrics_kwargs, model)`` for the i-th node."""
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    nodes = [100 + i for i in range(len(per_node))]
+    msgs = list(strategy.configure_train(rnd, ArrayRecord([np.asarray(a) for a in x]), ConfigRecord(), FakeGrid(nodes)))
+    by_node = {m.metadata.dst_node_id: m for m in msgs}
+    quota = {m.metadata.dst_node_id: m.content["config"][keys.QUOTA] for m in msgs}
+    replies = []
+    for i, (kw, model) in enumerate(per_node):
+        node = nodes[i]
+        kw = dict(kw)
+        samples = min(kw.pop("samples", quota[node]), quota[node])
+        replies.append(reply(by_node[node], telemetry(samples, i, **kw), model))
+    arrays, _ = strategy.aggregate_train(rnd, replies)
+    return arrays.to_numpy_ndarrays()
+
+
+X = [np.array([1.0, -2.0])]
+
+
+def test_default_weighting_follows_the_data_setting():
+    assert AdaptiveStrategy(budget=10).weighting == "normalized"
+    assert AdaptiveStrategy(budget=10, allow_cycling=True).weighting == "samples"
+    assert LegacyAdaptiveStrategy(budget=10).weighting == "normalized"
+    assert LegacyAdaptiveStrategy(budget=10, allow_cycling=True).weighting == "samples"
+    assert HierarchicalAdaptiveStrategy(budget=10, steps=2).weighting == "normalized"  # silos own their data
+    assert build_strategy("time", budget=10).weighting == "normalized"
+    assert build_strategy("static", budget=10, allow_cycling=True).weighting == "samples"
+    assert build_strategy("oort", budget=10).weighting == "normalized"
+
+
+def test_message_api_aggregates_fednova_steps_for_sgd_momentum_and_proximal_clients():
+    # Prepare: three nodes, different data sizes, steps, momentum and a proximal term
+    models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]
+    kws = [dict(steps=2, data_size=100), dict(steps=6, data_size=300, momentum=0.9),
+           dict(steps=4, data_size=200, lr=0.1, mu=1.0)]
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy.step_tolerance = 10.0  # the claims here are hand-picked, not a round's plausible spread
+    # Execute
+    got = message_round(strategy, X, list(zip(kws, models)))
+    # Assert: FedNova's x − τ_eff Σ p_i Δ_i/‖a_i‖₁, with ‖a‖ = 2, momentum's and the proximal closed form
+    work = local_work([2, 6, 4], [0.0, 0.9, 0.0], [0.0, 0.0, 0.1])
+    expected = fednova_update(X, models, [100, 300, 200], work)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
+    fedavg = np.average([m[0] for m in models], axis=0, weights=[100, 300, 200])
+    assert not np.allclose(got[0], fedavg)
+
+
+def test_equal_steps_give_the_data_weighted_fedavg_exactly():
+    models = [[np.array([0.5, 1.5])], [np.array([-1.0, 2.0])], [np.array([3.0, 0.25])]]
+    kws = [dict(steps=5, data_size=n) for n in (100, 300, 200)]
+    got = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal"), X, list(zip(kws, models)))
+    np.testing.assert_allclose(got[0], np.average([m[0] for m in models], axis=0, weights=[100, 300, 200]),
+                               rtol=1e-15)
+
+
+def test_integer_arrays_are_passed_through_unscaled():
+    x = [np.array([0.0]), np.array([3], dtype=np.int64)]
+    models = [[np.array([1.0]), np.array([4], dtype=np.int64)], [np.array([2.0]), np.array([6], dtype=np.int64)],
+              [np.array([3.0]), np.array([8], dtype=np.int64)]]
+    kws = [dict(steps=s) for s in (10, 10, 40)]
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy.step_tolerance = 10.0
+    got = message_round(strategy, x, list(zip(kws, models)))
+    # the float array is FedNova's; the counter is FedAvg's average of what the clients sent
+    assert got[0][0] == pytest.approx(fednova_update(x[:1], [m[:1] for m in models], [1, 1, 1], [10, 10, 40])[0][0])
+    assert got[1][0] == int(np.average([4, 6, 8]))
+
+
+@pytest.mark.parametrize("lie", [2**53 - 1, 10 * 1000])
+def test_one_node_of_five_claiming_a_huge_data_size_gets_at_most_twice_its_fair_weight(lie, caplog):
+    # Prepare: the liar's model is 1, the others' 0, all with the same steps: the aggregate is its share
+    per_node = [(dict(steps=3, data_size=1000), [np.zeros(2)]) for _ in range(4)]
+    per_node.append((dict(steps=3, data_size=lie), [np.ones(2)]))
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal")
+    # Execute
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = message_round(strategy, [np.zeros(2)], per_node)
+    # Assert: at most 2× the fair 1/5 (it gets 2/6), with one warning naming its partition
+    assert got[0][0] <= 2 * 0.2 and got[0][0] == pytest.approx(2 / 6)
+    warned = [line for line in sup.adaptive_lines(caplog) if "aggregation weight is capped" in line]
+    assert len(warned) == 1 and "(partition 4)" in warned[0]
+
+
+def test_data_size_weighting_is_capped_too():
+    per_node = [(dict(steps=3, data_size=1000), [np.zeros(2)]) for _ in range(4)]
+    per_node.append((dict(steps=3, data_size=2**53 - 1), [np.ones(2)]))
+    got = message_round(AdaptiveStrategy(_fedavg(5), budget=500, policy="equal", weighting="data-size"),
+                        [np.zeros(2)], per_node)
+    assert got[0][0] == pytest.approx(2 / 6)
+
+
+def test_a_node_claiming_one_step_does_not_get_its_update_inflated(caplog):
+    # Prepare: every node took 10 steps for its 100 samples; the liar claims 1 to get a 10× factor
+    per_node = [(dict(steps=10), [np.zeros(1)]) for _ in range(3)] + [(dict(steps=1), [np.ones(1)])]
+    strategy = AdaptiveStrategy(_fedavg(4), budget=400, policy="equal")
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = message_round(strategy, [np.zeros(1)], per_node)
+    # Assert: its steps are raised to 100·0.1/2 = 5: factor τ_eff/5 with τ_eff = (30 + 5)/4
+    assert got[0][0] == pytest.approx(0.25 * (35 / 4) / 5)
+    assert any("claims 1 local steps for 100 samples" in line for line in sup.adaptive_lines(caplog))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("steps", 0, "'local-steps' must be >= 1"),
+    ("momentum", 1.5, "'local-momentum' must be in"),
+    ("momentum", float("nan"), "'local-momentum' must be finite"),
+    ("lr", -0.1, "'local-lr' must be > 0"),
+    ("mu", 20.0, "must be < 1"),
+])
+def test_an_absurd_local_work_claim_skips_the_reply_with_one_line(field, value, match, caplog):
+    kws = [dict(steps=4), dict(steps=4), dict(steps=4, lr=0.1)]
+    kws[2][field] = value
+    models = [[np.zeros(2)], [np.zeros(2)], [np.ones(2)]]
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = message_round(strategy, [np.zeros(2)], list(zip(kws, models)))
+    assert got[0].tolist() == [0.0, 0.0]  # the round completed without it
+    assert strategy.history.iloc[-1]["skipped"] == 1
+    assert any(match in line for line in sup.adaptive_lines(caplog))
+
+
+def test_missing_steps_fall_back_to_samples_with_one_warning(caplog):
+    # Prepare: no local-steps key (a client not wrapped by this release); quotas 100 each, one of
+    # them processed 50 samples only: samples stand in for steps (factor τ_eff/50 on its change)
+    per_node = [(dict(samples=100), [np.zeros(1)]), (dict(samples=100), [np.zeros(1)]),
+                (dict(samples=50), [np.ones(1)])]
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = message_round(strategy, [np.zeros(1)], per_node)
+        message_round(strategy, [np.zeros(1)], per_node, rnd=2)
+    tau_eff = (100 + 100 + 50) / 3
+    assert got[0][0] == pytest.approx(tau_eff / 50 / 3)
+    warned = [line for line in sup.adaptive_lines(caplog) if "do not report their local optimizer steps" in line]
+    assert len(warned) == 1
+
+
+def test_legacy_api_aggregates_the_same_fednova_step():
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
+
+    from test_strategy_core import _Manager
+
+    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300, policy="equal")
+    strategy.step_tolerance = 10.0
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
+    models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]
+    kws = [dict(steps=2, data_size=100), dict(steps=6, data_size=300, momentum=0.9), dict(steps=4, data_size=200)]
+    ok = Status(Code.OK, "")
+    results = [(proxy, FitRes(ok, ndarrays_to_parameters(m), 1, telemetry(100, i, **kw)))
+               for i, ((proxy, _), m, kw) in enumerate(zip(pairs, models, kws))]
+    params, _ = strategy.aggregate_fit(1, results, [])
+    expected = fednova_update(X, models, [100, 300, 200], local_work([2, 6, 4], [0.0, 0.9, 0.0]))
+    np.testing.assert_allclose(parameters_to_ndarrays(params)[0], expected[0], rtol=1e-12)
+
+
+def test_fedadam_applies_its_server_logic_to_the_fednova_step():
+    from flwr.serverapp.strategy import FedAdam
+
+    # Prepare: the same replies through FedAvg and through FedAdam (server optimizer on the average)
+    models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]
+    kws = [dict(steps=2), dict(steps=6), dict(steps=4)]
+    adam = AdaptiveStrategy(FedAdam(fraction_evaluate=0.0, min_train_nodes=3, min_available_nodes=3, eta=0.1),
+                            budget=300, policy="equal")
+    # Execute
+    got = message_round(adam, X, list(zip(kws, models)))
+    # Assert: FedAdam's first step moves x by η·sign-like m/√v of FedNova's pseudo-gradient
+    nova = fednova_update(X, models, [1000, 1000, 1000], [2, 6, 4])[0]
+    delta = nova - X[0]
+    assert np.all(np.sign(got[0] - X[0]) == np.sign(delta))
