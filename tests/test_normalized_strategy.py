@@ -210,3 +210,47 @@ def test_fedadam_applies_its_server_logic_to_the_fednova_step():
     nova = fednova_update(X, models, [1000, 1000, 1000], [2, 6, 4])[0]
     delta = nova - X[0]
     assert np.all(np.sign(got[0] - X[0]) == np.sign(delta))
+
+
+def test_client_history_shows_each_updates_weight_and_scale():
+    per_node = [(dict(steps=2, data_size=100), [np.zeros(1)]), (dict(steps=6, data_size=300), [np.zeros(1)]),
+                (dict(steps=4, data_size=200), [np.zeros(1)])]
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy.step_tolerance = 10.0
+    message_round(strategy, [np.zeros(1)], per_node)
+    rows = strategy.client_history.sort_values("partition_id")
+    tau_eff = (100 * 2 + 300 * 6 + 200 * 4) / 600
+    assert rows["agg_weight"].tolist() == [100, 300, 200]
+    np.testing.assert_allclose(rows["agg_scale"], [tau_eff / 2, tau_eff / 6, tau_eff / 4], rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighting, expected", [(None, (1 * 100 + 2 * 300 + 3 * 200) / 600),
+                                                  ("samples", (1 * 600 + 2 * 100 + 3 * 300) / 1000)])
+def test_hfl_silos_with_different_budgets_are_weighted_by_their_data_by_default(weighting, expected):
+    from flwr.app import ArrayRecord, ConfigRecord
+    from test_hfl import hierarchical, silo_reply
+
+    # Prepare: silo budgets 600, 100, 300 samples, partitions of 100, 300, 200; each silo's model
+    # is its partition id + 1, and it claims 1 local step (the strategy sent 10: its own count is used)
+    budgets, sizes = {0: 600, 1: 100, 2: 300}, {0: 100, 1: 300, 2: 200}
+
+    class Budgets(type(hierarchical(3))):
+        def silo_budget(self, silo):
+            return budgets.get(silo, self.budget)
+
+    kw = {} if weighting is None else {"weighting": weighting}
+    strategy = hierarchical(3, **kw)
+    strategy.__class__ = Budgets
+    node_of = {1000 + p: p for p in budgets}
+    for rnd in (1, 2):  # round 1 learns the partitions, round 2 uses their budgets
+        msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
+        replies = [silo_reply(m, node_of[m.metadata.dst_node_id], [0.001, 0.002],
+                              value=node_of[m.metadata.dst_node_id] + 1.0,
+                              extra={keys.DATA_SIZE: sizes[node_of[m.metadata.dst_node_id]], keys.LOCAL_STEPS: 1})
+                   for m in msgs]
+        arrays, _ = strategy.aggregate_train(rnd, replies)
+    # Assert: normalised = the data-weighted average (every silo ran the same 10 steps); samples
+    # = weighted by the silo budgets
+    assert strategy.weighting == (weighting or "normalized")
+    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [expected] * 2, rtol=1e-12)
+    assert set(strategy.last_scales.values()) <= {1.0}

@@ -104,3 +104,13 @@ def test_legacy_state_is_keyed_by_partition_id(legacy_run):
     assert sorted(state["controller"]["ids"]) == list(range(N))
     tau = dict(zip(state["controller"]["ids"], state["controller"]["time_per_sample"]))
     assert tau == {pid: sup.COST_S * s for pid, s in enumerate(sup.SLOWDOWNS)}
+
+
+def test_legacy_default_is_the_normalised_rule_with_data_weights(legacy_run):
+    # The clients take no torch optimizer step (no local-steps): every round uses their samples in
+    # place of steps, so an update is rescaled by (mean samples) / its samples, weights are data sizes
+    rows = legacy_run.client_history
+    assert legacy_run.weighting == "normalized"
+    assert (rows["agg_weight"] == 2000).all()
+    for _, rnd in rows.groupby("round"):
+        np.testing.assert_allclose(rnd["agg_scale"], rnd["samples"].mean() / rnd["samples"], rtol=1e-12)

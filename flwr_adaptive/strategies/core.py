@@ -209,7 +209,8 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         self.paper = paper
         self.allow_cycling = bool(allow_cycling)
         self.weighting = default_weighting(weighting, self.allow_cycling)
-        self.last_scales = {}
+        self.last_scales: dict[Hashable, float] = {}
+        self.last_weights: dict[Hashable, int] = {}
         self.min_quota = min_quota
         # deadband / slack left out when None: the policy's own default applies.
         self._controller_kwargs = dict(
@@ -703,6 +704,9 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
                     "data_size": r.data_size,
                     "capped": r.capped,
                     "cold_start": r.cold_start,
+                    # the aggregation weight (weight key) and FedNova factor of its model change
+                    "agg_weight": self.last_weights.get(r.node_id, np.nan),
+                    "agg_scale": self.last_scales.get(r.node_id, 1.0),
                     "status": (
                         "probe"
                         if r.node_id in self._probation
@@ -729,6 +733,8 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
                     "data_size": None,
                     "capped": False,
                     "cold_start": False,
+                    "agg_weight": np.nan,
+                    "agg_scale": np.nan,
                     "status": reason,
                 }
             )

@@ -88,11 +88,14 @@ class NormalizedAggregation:
     weighting: str
     #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
     last_scales: dict[Hashable, float]
+    #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
+    last_weights: dict[Hashable, int]
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, int]:
         """Aggregation weight of each kept reply, by ``weighting`` (claimed sizes capped)."""
         if self.weighting == "samples":
-            return {r.node_id: r.samples for r in reports}
+            self.last_weights = {r.node_id: r.samples for r in reports}
+            return dict(self.last_weights)
         claims = []
         for r in reports:
             if r.data_size is None:
@@ -121,7 +124,8 @@ class NormalizedAggregation:
                     self.weight_cap,
                     int(w),
                 )
-        return {r.node_id: max(int(math.floor(w)), 1) for r, w in zip(reports, bounded)}
+        self.last_weights = {r.node_id: max(int(math.floor(w)), 1) for r, w in zip(reports, bounded)}
+        return dict(self.last_weights)
 
     def local_steps(self, reports: Sequence[ClientReport]) -> list[int] | None:
         """Each reply's local steps as claimed, or ``None`` when a reply does not say them."""
