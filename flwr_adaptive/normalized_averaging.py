@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = [
     "local_work",
@@ -64,14 +65,14 @@ WEIGHT_CAP = 2.0
 STEP_TOLERANCE = 2.0
 
 
-def _as_array(x, name: str) -> np.ndarray:
+def _as_array(x: ArrayLike, name: str) -> np.ndarray:
     a = np.asarray(x, dtype=float)
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite, got {x!r}")
     return a
 
 
-def local_work(steps, momentum=0.0, proximal_alpha=0.0) -> np.ndarray:
+def local_work(steps: ArrayLike, momentum: ArrayLike = 0.0, proximal_alpha: ArrayLike = 0.0) -> np.ndarray:
     """``‖a_i‖₁``: the sum of the coefficients of the local gradients in a client's update.
 
     Parameters
@@ -132,7 +133,7 @@ def _joint_work(tau: int, rho: float, alpha: float) -> float:
     return float(-(geometric @ np.array([-1.0, 1.0]))[0])
 
 
-def normalized_plan(weights, work) -> tuple[np.ndarray, float, np.ndarray]:
+def normalized_plan(weights: ArrayLike, work: ArrayLike) -> tuple[np.ndarray, float, np.ndarray]:
     """``(p, τ_eff, scale)``: normalised data weights, FedNova's τ_eff and each model's rescaling.
 
     Parameters
@@ -171,7 +172,9 @@ def _is_float(x: np.ndarray) -> bool:
     return np.issubdtype(x.dtype, np.floating)
 
 
-def rescale_update(global_arrays: Sequence[np.ndarray], local_arrays: Sequence[np.ndarray], scale: float):
+def rescale_update(
+    global_arrays: Sequence[np.ndarray], local_arrays: Sequence[np.ndarray], scale: float
+) -> list[np.ndarray]:
     """``x + scale·(x_i − x)`` for every floating-point array; other arrays returned as sent.
 
     The arithmetic is float64 and cast back to each array's dtype; ``scale == 1`` returns the
@@ -192,7 +195,12 @@ def rescale_update(global_arrays: Sequence[np.ndarray], local_arrays: Sequence[n
     return out
 
 
-def fednova_update(global_arrays: Sequence[np.ndarray], local_models: Sequence[Sequence[np.ndarray]], weights, work):
+def fednova_update(
+    global_arrays: Sequence[np.ndarray],
+    local_models: Sequence[Sequence[np.ndarray]],
+    weights: ArrayLike,
+    work: ArrayLike,
+) -> list[np.ndarray]:
     """FedNova's ``x − τ_eff Σ p_i Δ_i / ‖a_i‖₁`` written out directly (a reference for tests)."""
     p, tau_eff, _ = normalized_plan(weights, work)
     a = _as_array(work, "work")
@@ -204,7 +212,7 @@ def fednova_update(global_arrays: Sequence[np.ndarray], local_models: Sequence[S
     return out
 
 
-def capped_weights(claims, cap: float | None = WEIGHT_CAP) -> tuple[np.ndarray, np.ndarray]:
+def capped_weights(claims: ArrayLike, cap: float | None = WEIGHT_CAP) -> tuple[np.ndarray, np.ndarray]:
     """``(weights, clipped)``: claimed data sizes clipped at ``cap ×`` the round's median claim.
 
     Needs at least 3 claims (with 2 no statistic tells the liar from the honest one: nothing is
@@ -222,7 +230,9 @@ def capped_weights(claims, cap: float | None = WEIGHT_CAP) -> tuple[np.ndarray, 
     return np.where(clipped, bound, w), clipped
 
 
-def plausible_steps(steps, samples, tolerance: float = STEP_TOLERANCE) -> tuple[np.ndarray, np.ndarray]:
+def plausible_steps(
+    steps: ArrayLike, samples: ArrayLike, tolerance: float = STEP_TOLERANCE
+) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, clipped)``: claimed steps kept within ``tolerance`` of the round's steps per sample.
 
     With m the median of ``steps_i / samples_i`` over the clients (at least 3), client i's steps

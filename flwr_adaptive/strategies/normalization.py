@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -90,6 +91,10 @@ class NormalizedAggregation:
     last_scales: dict[Hashable, float]
     #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
     last_weights: dict[Hashable, int]
+
+    if TYPE_CHECKING:  # provided by the class this is mixed into (AdaptiveCore)
+
+        def _warn_once(self, tag: str, msg: str, *args: Any) -> None: ...
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, int]:
         """Aggregation weight of each kept reply, by ``weighting`` (claimed sizes capped)."""
