@@ -254,3 +254,30 @@ def test_hfl_silos_with_different_budgets_are_weighted_by_their_data_by_default(
     assert strategy.weighting == (weighting or "normalized")
     np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [expected] * 2, rtol=1e-12)
     assert set(strategy.last_scales.values()) <= {1.0}
+
+
+def test_a_reply_with_its_arrays_in_another_order_is_rescaled_array_by_array():
+    from collections import OrderedDict
+
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+    # Prepare: the model has arrays "0" (= 0) and "1" (= 10); node 2's reply lists them reversed
+    x = [np.zeros(1), np.full(1, 10.0)]
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy.step_tolerance = 10.0
+    msgs = list(strategy.configure_train(1, ArrayRecord(x), ConfigRecord(), FakeGrid([100, 101, 102])))
+    steps = {100: 10, 101: 10, 102: 40}
+    replies = []
+    for m in msgs:
+        node = m.metadata.dst_node_id
+        items = [("0", Array(np.ones(1))), ("1", Array(np.full(1, 11.0)))]
+        record = ArrayRecord(array_dict=OrderedDict(items[::-1] if node == 102 else items))
+        metrics = MetricRecord({"num-examples": 1, **telemetry(100, node - 100, steps=steps[node])})
+        replies.append(Message(RecordDict({"arrays": record, "metrics": metrics}), reply_to=m))
+    # Execute
+    arrays, _ = strategy.aggregate_train(1, replies)
+    got = dict(arrays.items())
+    # Assert: every node moved each array by +1; FedNova's step is the same for both arrays
+    expected = fednova_update([np.zeros(1)], [[np.ones(1)]] * 3, [1, 1, 1], [10, 10, 40])[0][0]
+    assert got["0"].numpy()[0] == pytest.approx(expected)
+    assert got["1"].numpy()[0] == pytest.approx(10.0 + expected)

@@ -53,6 +53,7 @@ from datetime import datetime
 from logging import INFO, WARNING
 from typing import cast
 
+import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
@@ -380,29 +381,31 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     def _rescale(self, msg: Message, scale: float) -> None:
         """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round).
 
-        Only floating-point arrays move (:func:`flwr_adaptive.normalized_averaging.rescale_update`);
-        without the model sent (``configure_train`` not called) the reply is left as it is.
+        Arrays are paired by name (screening checked that the reply holds the model's names,
+        shapes and dtypes); only floating-point arrays move
+        (:func:`flwr_adaptive.normalized_averaging.rescale_update`). Without the model sent
+        (``configure_train`` not called) the reply is left as it is.
         """
         sent = getattr(self, "_sent_arrays", None)
         if sent is None:
             return
         record = self._records_of[id(msg)][0]
         names = list(record.keys())
-        if names != list(sent.keys()):
-            return  # screening compared layouts by name; an order mismatch is not rescaled blindly
-        global_arrays = self._sent_ndarrays(sent)
-        moved = rescale_update(global_arrays, [record[k].numpy() for k in names], scale)
+        by_name = self._sent_ndarrays(sent)
+        if any(k not in by_name for k in names):
+            return  # screening refuses such a reply; nothing here to rescale from
+        moved = rescale_update([by_name[k] for k in names], [record[k].numpy() for k in names], scale)
         new = ArrayRecord(array_dict=OrderedDict((k, Array(v)) for k, v in zip(names, moved)))
         for name, rec in list(msg.content.items()):
             if rec is record:
                 msg.content[name] = new
         self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
 
-    def _sent_ndarrays(self, sent: ArrayRecord) -> list:
-        """The model sent this round as numpy arrays (decoded once per round)."""
+    def _sent_ndarrays(self, sent: ArrayRecord) -> dict[str, np.ndarray]:
+        """The model sent this round as ``{name: numpy array}`` (decoded once per round)."""
         cache = getattr(self, "_sent_cache", None)
         if cache is None or cache[0] is not sent:
-            cache = self._sent_cache = (sent, [a.numpy() for a in sent.values()])
+            cache = self._sent_cache = (sent, {k: a.numpy() for k, a in sent.items()})
         return cache[1]
 
     def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
