@@ -358,22 +358,21 @@ class EstimateStore:
         Time and energy are fitted in one call (their rows stacked: the fit is row by row).
         """
         self.grow_model()
-        hist = self.hist[slots]
-        n, t, e = hist[..., 0], hist[..., 1], hist[..., 2]
+        # the windows transposed, (WINDOW, P) per quantity: the fit works on contiguous columns
+        n, t, e = np.ascontiguousarray(self.hist[slots].transpose(2, 1, 0))
         P = len(slots)
-        fa, fb, fidentified, fnoise = estimation.fit_affine(np.concatenate([n, n]), np.concatenate([t, e]))
+        fa, fb, fidentified, fnoise, ffilled, fsum = estimation.fit_columns(
+            np.concatenate([n, n], axis=1), np.concatenate([t, e], axis=1)
+        )
         self.noise_cache = (slots, fnoise[:P])
         out = []
-        for k, (col, y, per_sample) in enumerate(((0, t, self.tau[slots]), (2, e, self.eps[slots]))):
+        for k, (col, per_sample) in enumerate(((0, self.tau[slots]), (2, self.eps[slots]))):
             part = slice(k * P, (k + 1) * P)
-            a, b, identified = fa[part], fb[part], fidentified[part]
+            a, b, identified, filled = fa[part], fb[part], fidentified[part], ffilled[:, part]
             stored_a, stored_b = self.fit[slots, col], self.fit[slots, col + 1]
             has_stored = ~np.isnan(stored_b)
-            filled = ~(np.isnan(n) | np.isnan(y))
             with np.errstate(divide="ignore", invalid="ignore"):
-                level = np.where(filled, y, 0.0).sum(axis=1) / np.where(
-                    filled, stored_a[:, None] + stored_b[:, None] * n, 0.0
-                ).sum(axis=1)
+                level = fsum[part] / np.where(filled, stored_a + stored_b * n, 0.0).sum(axis=0)
             relevel = ~identified & has_stored & np.isfinite(level) & (level > 0)
             a = np.where(identified, a, np.where(relevel, stored_a * level, 0.0))
             b = np.where(identified, b, np.where(relevel, stored_b * level, per_sample))

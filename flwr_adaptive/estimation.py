@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["WINDOW", "MIN_POINTS", "MAX_SLOPE_ERROR", "INTERCEPT_T", "fit_affine", "drifted"]
+__all__ = ["WINDOW", "MIN_POINTS", "MAX_SLOPE_ERROR", "INTERCEPT_T", "fit_affine", "fit_columns", "drifted"]
 
 WINDOW = 6  # observations kept per participant
 MIN_POINTS = 3  # a line through 2 points has no residual: nothing tells its intercept from jitter
@@ -45,18 +45,24 @@ INTERCEPT_T = np.array([np.inf, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365
 _MAX_FIXED_SHARE = 0.95  # the fixed cost may explain at most this share of the mean observation
 
 
-def _line(sw: np.ndarray, n: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _line(
+    sw: np.ndarray, n: np.ndarray, y: np.ndarray, w: np.ndarray, means: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weighted least-squares ``y = a + b·n`` per column of ``(WINDOW, P)`` arrays (``w = 0`` where a
-    cell is empty; ``sw`` = the column sums of ``w``, positive or replaced by 1)."""
-    n_bar = (w * n).sum(axis=0) / sw
-    y_bar = (w * y).sum(axis=0) / sw
+    cell is empty; ``sw`` = the column sums of ``w``, positive or replaced by 1). Returns ``(a, b,
+    Σw·(n − n̄)²)``. ``means``: ``(n̄, ȳ)`` when already known (0/1 weights: the plain means)."""
+    if means is None:
+        n_bar = (w * n).sum(axis=0) / sw
+        y_bar = (w * y).sum(axis=0) / sw
+    else:
+        n_bar, y_bar = means
     dn = n - n_bar
     wdn = w * dn
     snn = (wdn * dn).sum(axis=0)
     sny = (wdn * (y - y_bar)).sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         b = np.where(snn > 0, sny / snn, np.nan)
-    return y_bar - b * n_bar, b
+    return y_bar - b * n_bar, b, snn
 
 
 def _sort_columns(v: np.ndarray) -> np.ndarray:
@@ -96,7 +102,6 @@ def column_median(v: np.ndarray, present: np.ndarray) -> np.ndarray:
         return np.where(count > 0, (low + high) / 2, np.nan)
 
 
-@np.errstate(divide="ignore", invalid="ignore", over="ignore")
 def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Fit ``y = a + b·n`` per row of ``(P, WINDOW)`` arrays; NaN marks an empty cell.
 
@@ -105,14 +110,26 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     and identified rows whose intercept is not significant, get ``a = 0`` and the proportional
     ``b = Σy/Σn``. ``noise`` is the robust relative scatter of the row's observations around the
     returned line (1.4826 · median |residual| / mean y), NaN with fewer than 3 observations.
-
-    Works on the transposed ``(WINDOW, P)`` arrays (each window position a contiguous vector over
-    participants) and takes the medians by a sorting network: O(P·WINDOW), no Python loop over
-    participants, no masked arrays. The sums run in the same order as a row sum, so the result
-    is the same, bit for bit, as a row-wise implementation.
+    See :func:`fit_columns` (the same on transposed windows) for how it is computed.
     """
     n = np.ascontiguousarray(np.asarray(n, dtype=float).T)
     y = np.ascontiguousarray(np.asarray(y, dtype=float).T)
+    return fit_columns(n, y)[:4]
+
+
+@np.errstate(divide="ignore", invalid="ignore", over="ignore")
+def fit_columns(
+    n: np.ndarray, y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_affine` of the transposed ``(WINDOW, P)`` windows (one column per participant);
+    also returns the mask of filled cells and each column's ``Σy`` over them.
+
+    Each window position is a contiguous vector over participants and the medians are taken by
+    a sorting network: O(P·WINDOW), no Python loop over participants, no masked arrays. The sums
+    run in the same order as a row sum, so the result is the same, bit for bit, as a row-wise
+    implementation (the 0/1 weights of the first line give its means and spread of ``n``
+    exactly, so they are not summed twice).
+    """
     filled = ~(np.isnan(n) | np.isnan(y))
     w = filled.astype(float)
     n0 = np.where(filled, n, 0.0)
@@ -125,21 +142,20 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     mean_n = sum_n / count_safe
     mean_y = sum_y / count_safe
     spread = (np.where(filled, n, -np.inf).max(axis=0) - np.where(filled, n, np.inf).min(axis=0)) / mean_n
-    a, b = _line(count_safe, n0, y0, w)
+    a, b, snn = _line(count_safe, n0, y0, w, means=(mean_n, mean_y))
     # One robust step: residuals far beyond the row's typical residual lose their weight.
     resid = np.where(filled, y0 - (a + b * n0), 0.0)
     scale = 1.4826 * column_median(np.abs(resid), filled)
     scale = np.maximum(np.nan_to_num(scale), 0.01 * np.abs(mean_y)) + 1e-300
     w2 = w / (1.0 + (resid / (3.0 * scale)) ** 2)
     sw2 = w2.sum(axis=0)
-    a2, b2 = _line(np.where(sw2 > 0, sw2, 1.0), n0, y0, w2)
+    a2, b2, _ = _line(np.where(sw2 > 0, sw2, 1.0), n0, y0, w2)
     ok = np.isfinite(a2) & np.isfinite(b2)
     a = np.where(ok, a2, a)
     b = np.where(ok, b2, b)
     # Identified: 3+ points and a slope the scatter cannot fake; a fixed cost only when the
     # intercept stands out of its standard error, else the proportional line.
     resid = np.where(filled, y0 - (a + b * n0), 0.0)
-    snn = np.where(filled, (n0 - mean_n) ** 2, 0.0).sum(axis=0)
     df = np.clip(count - 2, 1, len(INTERCEPT_T) - 1).astype(np.int64)
     sigma = np.sqrt((resid**2).sum(axis=0) / df)
     slope_error = sigma / np.sqrt(snn)
@@ -157,7 +173,7 @@ def fit_affine(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
     noise = 1.4826 * column_median(np.abs(y0 - (a + b * n0)), filled) / mean_y
     noise = np.where(count >= 3, noise, np.nan)
-    return a, b, identified, noise
+    return a, b, identified, noise, filled, sum_y
 
 
 def drifted(observed: np.ndarray, predicted: np.ndarray, threshold: float) -> np.ndarray:
