@@ -348,12 +348,17 @@ class AllocationController:
         with ``w_energy > 0``, an id that is not ``str`` or ``int``. A participant seen for the
         first time gets its slot at the next ``allocate`` (all new ones together).
         """
-        t = getattr(report, "time_s", None)
-        e = getattr(report, "energy_j", None)
-        n = getattr(report, "samples", None)
         # Fast path first: this runs once per participant per round.
+        exact = type(report) is Report
+        if exact:
+            t, e, n = report.time_s, report.energy_j, report.samples
+        else:  # not a Report: validated below (the fields may be missing)
+            t = getattr(report, "time_s", None)
+            e = getattr(report, "energy_j", None)
+            n = getattr(report, "samples", None)
         if not (
-            type(n) is int
+            exact
+            and type(n) is int
             and 0 < n <= MAX_BUDGET
             and type(t) is float
             and MIN_PER_SAMPLE <= t / n <= MAX_PER_SAMPLE
@@ -367,7 +372,6 @@ class AllocationController:
                     )
                 )
             )
-            and type(report) is Report
         ):
             t, e, n = self._validate(participant, report, t, e, n)
         if e is None:
