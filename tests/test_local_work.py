@@ -107,3 +107,16 @@ def test_local_work_is_what_torch_sgd_does_on_a_linear_loss(steps, momentum, mu)
     work = local_work(counter.steps, counter.seen_momentum, lr * mu)
     np.testing.assert_allclose((w.detach() - w0).numpy(), (-lr * work * g).numpy(), rtol=1e-10)
     assert counter.steps == steps and counter.lr == pytest.approx(lr)
+
+
+def test_a_silo_reports_its_ddp_step_count_and_the_momentum_it_is_given():
+    from test_silo import telemetry
+
+    from flwr_adaptive.clients.silo import SiloRound
+
+    steps = [[0.3, 0.5, 0.1], [0.4, 0.2, 0.1]]
+    result = SiloRound(quotas=[60, 40], telemetry=[telemetry(0, 60, 0.9, steps), telemetry(1, 40, 0.7, steps)],
+                       state=None, start=0, end=100, wall_s=1.0)
+    m = result.metrics(partition_id=1, data_size=500, momentum=0.9)
+    assert m[keys.LOCAL_STEPS] == 3 and m[keys.LOCAL_MOMENTUM] == 0.9 and m[keys.LOCAL_PROXIMAL_MU] == 0.0
+    assert result.metrics()[keys.LOCAL_MOMENTUM] == keys.UNKNOWN

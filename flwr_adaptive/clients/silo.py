@@ -226,7 +226,7 @@ class SiloRound:
             keys.IDLE_W: float(keys.UNKNOWN) if idle_w is None else float(idle_w),
             keys.VIRTUAL_CLOCK: int(self.clock == "process"),
             keys.COLD_START: int(self.cold_start),
-            keys.LOCAL_STEPS: len(tel[0].batch_sizes) if tel and tel[0].batch_sizes else keys.UNKNOWN,
+            keys.LOCAL_STEPS: int(tel[0].steps) if tel and tel[0].steps else keys.UNKNOWN,
             keys.LOCAL_MOMENTUM: float(keys.UNKNOWN) if momentum is None else float(momentum),
             keys.LOCAL_LR: float(keys.UNKNOWN),
             keys.LOCAL_PROXIMAL_MU: 0.0,  # the DDP worker adds no proximal term

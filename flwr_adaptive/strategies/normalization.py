@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import (
     STEP_TOLERANCE,
     WEIGHT_CAP,
@@ -158,7 +159,7 @@ class NormalizedAggregation:
                 server_round,
                 len(missing),
                 missing[0],
-                "local-steps",
+                keys.LOCAL_STEPS,
             )
             tau = samples
         else:
@@ -185,8 +186,9 @@ class NormalizedAggregation:
                 self._warn_once(
                     "no-lr",
                     "[adaptive] node %s reports a proximal mu but no learning rate: its proximal term is "
-                    "left out of the normalisation (report the key 'local-lr')",
+                    "left out of the normalisation (report the key %r)",
                     r.node_id,
+                    keys.LOCAL_LR,
                 )
                 alpha = 0.0
             alphas.append(alpha)
