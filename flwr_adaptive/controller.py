@@ -350,6 +350,9 @@ class AllocationController:
         """
         # Fast path first: this runs once per participant per round.
         exact = type(report) is Report
+        t: Any
+        e: Any
+        n: Any
         if exact:
             t, e, n = report.time_s, report.energy_j, report.samples
         else:  # not a Report: validated below (the fields may be missing)
