@@ -64,7 +64,7 @@ def policy_round_ms(make: Callable[[int], AllocationController], participants: i
     devices = Devices(participants)
     ids = list(range(participants))
     ctrl = make(100 * participants)
-    quotas = np.array([ctrl.allocate(ids)[p] for p in ids])
+    quotas = np.fromiter(ctrl.allocate(ids).values(), dtype=np.int64, count=participants)
     observe_s, total_s = [], []
     for r in range(warmup + rounds):
         reports = devices.reports(quotas)
