@@ -60,6 +60,15 @@ def test_flwr_run_comparison_works_offline_from_a_clean_clone_and_leaves_nothing
     assert re.search(r"^Equal\s+2\s", text, re.M) and re.search(r"^Time-only \(paper\)\s+2\s", text, re.M)
     assert json.loads((out / "summary-time-paper.json").read_text())["config"]["paper"] is True
     assert "VIRTUAL clock" in text
+    # Time-only's split shortens the rounds: round 1 is the equal split for both, round 2 follows
+    # the measured costs (virtual clock). Summed over the 2 rounds it measured 0.91 and 0.97 of
+    # Equal's in two runs here (round 1, equal for both, dilutes it), so the check is "below
+    # Equal's", not a tighter figure
+    import pandas as pd
+
+    table = pd.read_csv(out / "comparison.csv").set_index("policy")
+    ratio = table.loc["Time-only (paper)", "makespan vs first"]
+    assert ratio < 1.0, table
     assert re.search(r"This command: [0-9.]+ s wall clock; peak resident memory .* [0-9.]+ GB", text)
     assert "processes left running: 0" in text
     seen = json.loads((out / "processes.json").read_text())

@@ -525,3 +525,52 @@ def test_groups_set_later_survive_a_state_roundtrip():
     fresh = AllocationController({"s1": 10}, groups={"a": "s1"})
     fresh.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))
     assert fresh.allocate(["a", 7]) == ctrl.allocate(["a", 7]) == {"a": 10, 7: 5}
+
+
+# --------------------------------------------------------------------------- state: found by mutation testing
+def _affine_state():
+    ctrl = AllocationController.from_policy("time", 300)
+    for _ in range(4):
+        q = ctrl.allocate(["a", "b", "c"])
+        for pid, cost in (("a", 0.01), ("b", 0.02), ("c", 0.04)):
+            ctrl.observe(pid, Report(time_s=0.5 + cost * q[pid], samples=q[pid]))
+    return ctrl, json.loads(json.dumps(ctrl.state_dict()))
+
+
+def test_a_state_whose_fit_history_has_fewer_rows_than_participants_is_padded_on_load():
+    # Prepare: the fit history is kept lazily, so a state may hold rows for the first participants
+    # only (scripts/mutation.sh: `count - len(hist)` -> `count / len(hist)` survived)
+    ctrl, state = _affine_state()
+    state["model"]["history"] = state["model"]["history"][:1]
+    state["model"]["fit"] = state["model"]["fit"][:1]
+    fresh = AllocationController.from_policy("time", 300)
+    # Execute
+    fresh.load_state_dict(state)
+    # Assert: loads, allocates, and writes one row per participant again
+    assert sum(fresh.allocate(["a", "b", "c"]).values()) == 300
+    again = fresh.state_dict()
+    assert len(again["model"]["history"]) == len(again["model"]["fit"]) == 3
+    assert again["model"]["history"][0] == state["model"]["history"][0]
+
+
+def test_a_state_with_a_negative_count_is_refused_naming_the_field():
+    # Prepare (scripts/mutation.sh: int lists accepting -1 survived)
+    _, state = _affine_state()
+    state["unanswered"][1] = -1
+    fresh = AllocationController.from_policy("time", 300)
+    # Execute / Assert
+    with pytest.raises(ValueError, match="unanswered"):
+        fresh.load_state_dict(state)
+    assert fresh.state_dict()["ids"] == []  # unchanged
+
+
+def test_idle_watts_survive_a_state_round_trip():
+    # Prepare (scripts/mutation.sh: the loop reading model.idle_w never run survived)
+    ctrl = AllocationController.from_policy("min-energy", 300)
+    ctrl.set_idle_power("a", 3.0)
+    ctrl.set_idle_power("b", 1.5)
+    fresh = AllocationController.from_policy("min-energy", 300)
+    # Execute
+    fresh.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))
+    # Assert
+    assert fresh.state_dict()["model"]["idle_w"] == [["a", 3.0], ["b", 1.5]]

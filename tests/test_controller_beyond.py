@@ -370,3 +370,18 @@ def test_early_rounds_benchmark_runs_both_estimations_on_the_same_costs():
     floors = table.pivot(index="seed", columns="policy", values="floor, rounds 3+")
     assert (floors["time"] == floors["time-paper"]).all()
     assert (table[["round 3", "round 4", "rounds 3+"]] >= 1.0 - 1e-9).all().all()
+
+
+def test_fit_affine_identifies_a_clear_line_from_four_noisy_points():
+    from flwr_adaptive.estimation import fit_affine
+
+    # Prepare: t = 1 + 0.01·n at n = 100..400 with ±0.02 s of scatter: the slope's standard
+    # error, σ/√Σ(n − mean n)², is 0.2 % of it (scripts/mutation.sh: Σ(n/mean n)² in its place,
+    # 80x smaller, left this line unidentified and survived)
+    n = np.array([[100.0, 200.0, 300.0, 400.0, np.nan, np.nan]])
+    y = 1.0 + 0.01 * n + np.array([[0.02, -0.02, 0.01, -0.01, np.nan, np.nan]])
+    # Execute
+    a, b, identified, _ = fit_affine(n, y)
+    # Assert: identified, with its fixed cost (least squares: a = 1.015, b = 0.00994)
+    assert identified.tolist() == [True]
+    assert a[0] == pytest.approx(1.015, abs=0.005) and b[0] == pytest.approx(0.00994, rel=1e-3)

@@ -510,6 +510,34 @@ def test_plausibility_and_growth_cap_bound_a_liars_claim():
         CostTrust(plausible_range=0.5)
 
 
+def test_server_evidence_needs_the_claim_exceeded_by_evidence_min_s_and_a_group(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare (scripts/mutation.sh survivors: the seconds margin computed as a ratio, and a group of
+    # min_group + 1 = 3 timed nodes relaxed to 2). Node 4 claims 0.5 s; the server's evidence
+    # implies 5 s: 10x its claim but only 4.5 s above it, inside the 7-s margin of two polls.
+    trust = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    claims = [_claim(1, 8.0), _claim(2, 9.0), _claim(3, 8.5), _claim(4, 0.5)]
+    observed = {1: 13.0, 2: 14.0, 3: 13.5, 4: 10.0}  # common overhead 5 s: node 4 implies 5 s
+    # Execute
+    inside = [trust.believe(r, claims, observed)[4].time_s for r in (1, 2, 3)]
+    pair = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    two = [pair.believe(r, [_claim(1, 8.0), _claim(4, 0.2)], {1: 13.0, 4: 30.0})[4].time_s for r in (1, 2, 3)]
+    # Assert: both believed as claimed (two timed nodes: no group to take the overhead from)
+    assert inside == [0.5, 0.5, 0.5]
+    assert two == [0.2, 0.2, 0.2]
+    assert not any("server observed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("trust", [0, 1, None, "yes"])
+def test_trust_that_is_not_a_bool_or_a_cost_trust_is_refused(trust):
+    from flwr_adaptive.strategies.trust import resolve_trust
+
+    # 0 and 1 are not False and True (scripts/mutation.sh: `trust is False` -> `== False` survived)
+    with pytest.raises(ValueError, match="trust must be True"):
+        resolve_trust(trust)
+
+
 @pytest.mark.parametrize("what", ["time", "energy"])
 def test_plausible_range_boundary_is_one_quarter_of_the_others_median(what):
     from dataclasses import replace
@@ -613,3 +641,11 @@ def test_evaluation_replies_weighing_nothing_give_no_aggregate():
                for m in msgs]
     # Execute / Assert: no division by zero out of the inner FedAvg
     assert strategy.aggregate_evaluate(1, replies) is None
+
+
+def test_the_harmonized_metrics_line_names_each_key_with_its_nodes():
+    from flwr_adaptive.strategies.screening import describe_removed
+
+    # scripts/mutation.sh: "node" / "nodes" swapped survived (the operator's log line)
+    text = describe_removed({"y": [2], "x": [0, 1], "z": list(range(7))}, [11, 12, 13, 14, 15, 16, 17])
+    assert text == "'x' (nodes 11, 12); 'y' (node 13); 'z' (nodes 11, 12, 13, 14, 15…)"

@@ -235,3 +235,51 @@ def test_fedasync_sends_allow_cycling_as_given(cycling, flower_identity):
     strategy.start(grid=Grid(), initial_arrays=ArrayRecord([np.zeros(2)]), num_rounds=1, timeout=60.0)
     # Assert
     assert sent and all(c[keys.ALLOW_CYCLING] is cycling for c in sent)
+
+
+def test_every_node_of_a_grid_listing_some_twice_gets_one_message(flower_identity):
+    import random
+
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    # Prepare: the grid lists every node twice (Flower's sampling shuffles the list, seeded here);
+    # scripts/mutation.sh: skipping the rest of the list at the first repeat survived
+    random.seed(0)
+    strategy = AdaptiveStrategy(budget=400)
+    # Execute
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord(),
+                                         sup.FakeGrid([1, 2, 3, 4, 1, 2, 3, 4])))
+    # Assert
+    assert sorted(m.metadata.dst_node_id for m in msgs) == [1, 2, 3, 4]
+    assert sum(m.content["config"][keys.QUOTA] for m in msgs) == 400
+
+
+def test_slack_with_a_policy_other_than_min_energy_names_the_policy_that_takes_it():
+    # scripts/mutation.sh: the list of policies named in the message inverted survived
+    with pytest.raises(ValueError, match=r"slack=0.2 applies to policy 'min-energy' only, not 'time'"):
+        AdaptiveStrategy(budget=100, policy="time", slack=0.2)
+
+
+def test_legacy_history_path_takes_a_path_and_refuses_anything_else(tmp_path):
+    # scripts/mutation.sh: the type check inverted survived
+    assert LegacyAdaptiveStrategy(budget=10, history_path=str(tmp_path / "h.csv")).history_path == str(tmp_path / "h.csv")
+    assert LegacyAdaptiveStrategy(budget=10, history_path=tmp_path / "h.csv").history_path == tmp_path / "h.csv"
+    with pytest.raises(ValueError, match="history_path must be a CSV file path .* got int 123"):
+        LegacyAdaptiveStrategy(budget=10, history_path=123)
+
+
+def test_legacy_configure_fit_with_a_manager_that_cannot_list_its_clients():
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server.strategy import FedAvg
+
+    # Prepare: all() fails (nothing is pruned), sampling works (scripts/mutation.sh: the except
+    # clause narrowed survived)
+    class Unlisted(_Manager):
+        def all(self):
+            raise RuntimeError("cannot list")
+
+    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=2, min_available_clients=2), budget=100)
+    # Execute
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters([np.zeros(2)]), Unlisted([11, 12]))
+    # Assert
+    assert sorted(ins.config[keys.QUOTA] for _, ins in pairs) == [50, 50]
