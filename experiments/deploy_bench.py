@@ -19,7 +19,9 @@ Time-only) on it. It prints one table, all on the **wall clock** of this machine
   transfers;
 - ``vs Equal`` — the ratio of round wall times in this run.
 
-``--quick`` runs 2 nodes × 2 rounds (the suite's smoke test). Every process is stopped by PID at
+``--quick`` runs 2 nodes × 2 rounds (the suite's smoke test). ``--targets`` runs
+:mod:`experiments.deploy_targets` instead (4 nodes at slowdown 1, 1, 2, 4, per-round tables
+against the ideal balanced round plus the measured overhead, restarts; its own options follow). Every process is stopped by PID at
 the end, also on errors. Results (summaries, history CSVs) go to ``--out``.
 
 Cost
@@ -60,6 +62,11 @@ def policy_row(policy: str, summary: dict[str, Any], clients: pd.DataFrame) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--targets" in argv:  # the per-round targets against the ideal (experiments.deploy_targets)
+        from experiments import deploy_targets
+
+        return deploy_targets.main([a for a in argv if a != "--targets"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=3, help="SuperNodes (partition-id 0..n-1)")
     ap.add_argument("--slowdown", type=float, nargs="*", default=None,

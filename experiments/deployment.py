@@ -357,6 +357,15 @@ class LocalDeployment:
         path = self._nodes[index].log_path
         return path.read_text() if path is not None and path.exists() else ""
 
+    def stop_node(self, index: int, timeout_s: float = 60.0) -> None:
+        """SIGTERM SuperNode ``index`` and wait for it (an operator's restart, not a crash)."""
+        node = self._nodes[index]
+        if node.proc is None or node.proc.poll() is not None:
+            raise RuntimeError(f"SuperNode {index} is not running")
+        self._remember_tree()
+        node.proc.terminate()
+        node.proc.wait(timeout=timeout_s)
+
     def kill_node(self, index: int) -> None:
         """SIGKILL SuperNode ``index`` and its descendants (a machine that crashed)."""
         node = self._nodes[index]

@@ -484,6 +484,22 @@ class AllocationController:
         """Smoothed ``(seconds per sample, joules per sample)`` of every participant with an estimate."""
         return self._store.estimates()
 
+    def predict_seconds(self, quotas: Mapping[ParticipantId, int]) -> dict[ParticipantId, float]:
+        """Seconds each participant with an estimate is expected to need for its quota.
+
+        The cost model in use (affine ``a + b·n`` once fitted, else the smoothed per-sample cost
+        × n); participants without an estimate are left out. Registers no participant.
+        """
+        store = self._store
+        store.flush()
+        store.grow_model()
+        known = [(p, store.index[p], int(n)) for p, n in quotas.items() if p in store.index]
+        if not known:
+            return {}
+        slots = np.array([s for _, s, _ in known], dtype=np.int64)
+        t, _ = store.predict(slots, np.array([n for _, _, n in known], dtype=float))
+        return {p: float(v) for (p, _, _), v in zip(known, t) if math.isfinite(v) and v > 0}
+
     def costs(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, float]:
         """The combined dimensionless cost ``c_i`` the next ``allocate(participants)`` would use."""
         participants = self._check_participants(participants)

@@ -265,7 +265,7 @@ def test_a_two_second_first_call_is_back_within_5_percent_of_equal_share_by_roun
     assert status[(1, 9001)] == ("cold-start" if flag_cold else "outlier") and status[(2, 9001)] == "ok"
 
 
-def test_a_federation_whose_every_call_is_cold_is_still_measured_from_its_second_round():
+def test_a_federation_whose_every_call_is_cold_is_measured_from_its_first_round():
     # Prepare: deployment runs each message in a fresh process: every call is cold, always;
     # node 9001 is genuinely 2x slower (no one-off extra)
     strategy = AdaptiveStrategy(_fedavg(), budget=400, deadband=0.0)
@@ -278,9 +278,10 @@ def test_a_federation_whose_every_call_is_cold_is_still_measured_from_its_second
         strategy.aggregate_train(rnd, [reply(m, {**telemetry(q[m.metadata.dst_node_id], q[m.metadata.dst_node_id] * (
             0.002 if m.metadata.dst_node_id == 9001 else 0.001), PARTS[m.metadata.dst_node_id]), keys.COLD_START: 1})
             for m in msgs])
-    # Assert: round 1's cold reports are held (could be one-off), round 2's are the real cost
-    assert history[1] == {n: 100 for n in NODES}
-    assert history[2][9001] == pytest.approx(400 / 7, abs=1) and sum(history[2].values()) == 400
+    # Assert: every report of round 1 is cold (a fresh process per message: the start-up is part
+    # of every round's cost), so round 1 is observed and round 2 is already split by the 2x
+    for q in history[1:]:
+        assert q[9001] == pytest.approx(400 / 7, abs=1) and sum(q.values()) == 400
 
 
 def test_a_genuinely_slow_device_beyond_the_outlier_ratio_is_measured_from_its_next_round():

@@ -65,6 +65,7 @@ from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
     array_layout,
@@ -135,6 +136,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
         The ServerApp context: the state is also kept in ``context.state``.
+    round_timeout : RoundTimeout, optional
+        Each training round's timeout from the prediction: ``factor`` × the predicted makespan
+        (compute + the overhead observed last round), within ``[floor_s, ceiling_s]``
+        (``flwr_adaptive.strategies.round_timeout``); ``start(timeout=...)`` stays the upper
+        bound. A node that misses it is skipped and on probation like any timeout (logged).
     history_path : str or Path, optional
         CSV to which every round's history row is appended as the round ends (its per-client
         rows go to ``<stem>-clients.csv`` beside it); a fresh run starts the files anew, a
@@ -168,6 +174,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         state_dir: str | os.PathLike | None = None,
         context: Context | None = None,
         history_path: str | os.PathLike | None = None,
+        round_timeout: RoundTimeout | None = None,
     ) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
         if not isinstance(self.strategy, Strategy):
@@ -200,6 +207,14 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 f"{history_path!r}; pass e.g. history_path='history.csv', or None"
             )
         self.history_path = history_path
+        if round_timeout is not None and not isinstance(round_timeout, RoundTimeout):
+            raise ValueError(
+                f"round_timeout must be a flwr_adaptive.strategies.round_timeout.RoundTimeout, got "
+                f"{type(round_timeout).__name__} {round_timeout!r}; "
+                "e.g. RoundTimeout(factor=3, floor_s=30, ceiling_s=600)"
+            )
+        self.round_timeout = round_timeout
+        self._round_limit: tuple[float, float | None] | None = None  # (timeout, predicted) of this round
 
     #: Seconds ``configure_train`` waits for the nodes the inner strategy needs (its
     #: ``min_available_nodes`` / ``min_train_nodes``) before the run fails with
@@ -208,6 +223,26 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     node_wait_s: float = DEFAULT_NODE_WAIT_S
     #: What the operator should pass to get the nodes (in the progress lines and the error).
     node_wait_hint: str = "start more SuperNodes, or lower the inner strategy's min_available_nodes / min_train_nodes"
+
+    def start(self, grid: Grid, *args, **kwargs):
+        """Flower's ``Strategy.start``; with ``round_timeout`` on a ``TimedGrid`` (each training
+        round waits at most ``round_timeout_s()``)."""
+        return super().start(self.timed_grid(grid), *args, **kwargs)
+
+    def timed_grid(self, grid: Grid) -> Grid:
+        """``grid`` wrapped so that training rounds get ``round_timeout_s()`` (unchanged without it)."""
+        if self.round_timeout is None or isinstance(grid, TimedGrid):
+            return grid
+        return TimedGrid(grid, self)
+
+    def round_timeout_s(self) -> float | None:
+        """This round's timeout in seconds (``None`` without ``round_timeout``): see ``RoundTimeout``."""
+        if self.round_timeout is None:
+            return None
+        predicted = self.predicted_makespan_s()
+        limit = self.round_timeout.seconds(predicted)
+        self._round_limit = (limit, predicted)
+        return limit
 
     #: Metric keys removed from each kept reply before the inner strategy aggregates the metrics
     #: (:mod:`flwr_adaptive.strategies.train_metrics`); their aggregate is added under named keys.
@@ -356,6 +391,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         # first: a set-up mistake stops the run with one error, not a warning per reply
         self.check_setup(server_round, *self.setup_evidence(replies))
         kept, reports, skipped = self.screen_train_replies(server_round, replies)
+        self._note_overhead(reports)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
@@ -500,11 +536,22 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         for node in self._assigned:
             if node not in answered:
                 skipped[node] = "no-reply"
+                limit = getattr(self, "_round_limit", None)
                 log(
                     WARNING,
-                    "[adaptive] round %s: no reply from %s (timeout or lost); skipped",
+                    "[adaptive] round %s: no reply from %s (%s); skipped%s",
                     server_round,
                     self.who(node),
+                    "timeout or lost"
+                    if limit is None
+                    else f"late: past the round timeout of {limit[0]:.1f} s = "
+                    + (
+                        "the ceiling, no prediction yet"
+                        if limit[1] is None
+                        else f"{self.round_timeout.factor:g} x the predicted {limit[1]:.1f} s within "
+                        f"[{self.round_timeout.floor_s:g}, {self.round_timeout.ceiling_s:g}] s"
+                    ),
+                    "" if limit is None else ", on probation next round",
                 )
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
@@ -524,6 +571,13 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         except (TypeError, ValueError):
             return
         self._arrived_s[node] = arrived - sent_at
+
+    def _note_overhead(self, reports: Sequence[ClientReport]) -> None:
+        """The per-round overhead the server saw: the median of (observed − reported compute)."""
+        observed = self.observed_seconds(reports)
+        gaps = [max(observed[r.node_id] - r.time_s, 0.0) for r in reports if r.node_id in observed]
+        if gaps:
+            self._overhead_s = float(sorted(gaps)[len(gaps) // 2])
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Per node, the seconds the server observed between its instruction and its reply."""

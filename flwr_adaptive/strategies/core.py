@@ -278,6 +278,7 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         if self.budget_per_node is not None:
             self.set_round_budget(self.budget_per_node * len(node_ids))
         node_ids = self.trainers(server_round, list(node_ids))
+        self._round_keys: dict[Hashable, Hashable] = {}
         if not node_ids:
             return {}
         probe = self.probe_quota()
@@ -311,6 +312,7 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
                 self.controller.set_max_quota(k, c)
             by_key = self.controller.allocate(ids)
             split = {n: by_key[k] for n, k in zip(node_ids, ids)}
+            self._round_keys = dict(zip(node_ids, ids))  # for the round's predicted makespan
         quotas = {n: q for n, q in split.items() if q > 0}  # a zero quota trains nothing: no message
         for n in quotas:
             self._last_trained[n] = server_round
@@ -602,10 +604,12 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
           per sample is unknown.
         - ``"cold-start"``: the client's first call in its process (``keys.COLD_START``):
           imports and first-call set-up would bill a one-off start-up as slowness. Held when the
-          round has warm reports (simulation: actors are reused, so its next call is warm) or it
-          is the participant's first cold report. A participant cold again in a round where
-          every report is cold is observed: there every call starts a fresh process (Flower's
-          deployment runtime), so the start-up is paid every round and is part of its cost.
+          round has warm reports (simulation: actors are reused, so its next call is warm). In a
+          round where every report is cold (Flower's deployment runtime starts a fresh process
+          per message, so the start-up is paid every round and is part of the cost; or the
+          first round of a simulation, where every actor starts) the reports are observed, so
+          the split adapts from round 2; only a participant's first cold report beyond
+          ``outlier_ratio`` times the round's median (at least 3 reports) is held, as a one-off.
         - ``"outlier"``: the participant's first observation, more than ``outlier_ratio`` times
           the round's median time per sample (at least 3 reports).
         """
@@ -614,7 +618,14 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         if report.cold_start:
             first_cold = key not in self._cold_seen
             self._cold_seen.add(key)
-            if warm or first_cold:
+            if warm:
+                return "cold-start"
+            if (
+                first_cold
+                and median is not None
+                and median > 0
+                and report.time_s / report.samples > self.outlier_ratio * median
+            ):
                 return "cold-start"
         if (
             median is not None
@@ -668,6 +679,19 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
     def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
         """Remember what was assigned (the API classes call this from configure_*)."""
         self._assigned = dict(quotas)
+
+    def predicted_makespan_s(self) -> float | None:
+        """Seconds this round is expected to take: the slowest assigned node's predicted compute
+        for its quota plus the per-round overhead observed last round (``_overhead_s``);
+        ``None`` when a node of the round cannot be predicted (no estimate yet)."""
+        keys_of = getattr(self, "_round_keys", {})
+        if not self._assigned or any(n not in keys_of for n in self._assigned):
+            return None
+        by_key = {keys_of[n]: q for n, q in self._assigned.items()}
+        predicted = self.controller.predict_seconds(by_key)
+        if len(predicted) < len(by_key):
+            return None
+        return max(predicted.values()) + float(getattr(self, "_overhead_s", 0.0))
 
     def assigned_quota(self, node_id: Hashable) -> int | None:
         """What ``node_id`` was asked to process this round (``None``: nothing assigned)."""

@@ -247,6 +247,8 @@ class ResumableRun:
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
                 self.metrics[0] = dict(res)
+        if hasattr(strategy, "timed_grid"):  # round_timeout: each training round's own timeout
+            grid = strategy.timed_grid(grid)
         for current_round in range(done + 1, num_rounds + 1):
             log(INFO, "")
             log(INFO, "[ROUND %s/%s]", current_round, num_rounds)

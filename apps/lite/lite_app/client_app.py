@@ -19,15 +19,27 @@ from flwr_adaptive.clients import mark_warm, node_partition, quota_data, telemet
 from lite_app.task import partition, run_config, sgd, slowdown
 
 app = ClientApp()
-# The measured call holds no per-process set-up (the imports above run when Flower loads the app,
-# before any call is measured), so no call of this process is a cold start, although under the
-# Deployment Engine every message gets a fresh process.
-mark_warm()
 
 
 @app.train()
-@telemetry_train
 def train(msg: Message, context: Context) -> Message:
+    """The per-message start-up (``startup-s × slowdown``, unmeasured: a slow board imports
+    slowly too), then the measured call.
+
+    The measured call holds no per-process set-up (the imports above run when Flower loads the
+    app, before any call is measured), so with ``mark-warm`` (default) no call is a cold start,
+    although under the Deployment Engine every message gets a fresh process; ``mark-warm=false``
+    is an app written without this project's helpers: every call reports a cold start.
+    """
+    cfg = run_config(context)
+    if bool(cfg["mark-warm"]):
+        mark_warm()
+    time.sleep(float(cfg["startup-s"]) * slowdown(context.node_config))
+    return _train(msg, context)
+
+
+@telemetry_train
+def _train(msg: Message, context: Context) -> Message:
     """SGD on the quota, then the emulated cost; reply with the weights and the loss."""
     started_s = time.time() - psutil.Process().create_time()
     cfg = run_config(context)

@@ -14,6 +14,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from flwr_adaptive.strategies import build_strategy
 from flwr_adaptive.strategies.resumable import ResumableRun
+from flwr_adaptive.strategies.round_timeout import RoundTimeout
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 from lite_app.task import DEFAULTS, holdout, initial_weights, min_nodes, mse, run_config
 
@@ -35,6 +36,9 @@ def main(grid: Grid, context: Context) -> None:
                                     min_available_nodes=waits_for),
             budget=int(cfg["budget"]), num_nodes=waits_for, seed=int(cfg["seed"]),
             smoothing=float(cfg["smoothing"]), allow_cycling=True, state_dir=cfg["state-dir"] or None)
+        if float(cfg["round-timeout-factor"]) > 0:  # each round's timeout from the prediction
+            strategy.round_timeout = RoundTimeout(float(cfg["round-timeout-factor"]),
+                                                  float(cfg["round-timeout-floor-s"]), float(cfg["timeout"]))
         x_holdout, y_holdout = holdout(int(cfg["seed"]))
         last = [time.perf_counter()]
 

@@ -1,0 +1,114 @@
+"""Round timeouts from the prediction: a hung node no longer holds a round for the fixed ``timeout``.
+
+Contract
+--------
+:class:`RoundTimeout` turns the round's predicted makespan into its timeout:
+``clip(factor × predicted, floor_s, ceiling_s)``. The prediction is the strategy's: the slowest
+assigned node's expected compute for its quota (the controller's cost model,
+``AllocationController.predict_seconds``) plus the per-round overhead the server observed in the
+last round (message out → reply in, minus the reported compute: start-up, polling, transfer). A
+round with a node the controller cannot predict yet (the first round, a newcomer) gets
+``ceiling_s``. The fixed ``timeout`` passed to ``Strategy.start`` stays an upper bound.
+
+:class:`TimedGrid` applies it: it wraps the ``Grid`` the strategy's rounds run on and gives each
+training ``send_and_receive`` the strategy's ``round_timeout_s()`` (evaluation messages keep
+the caller's timeout). A node whose reply misses it is handled like any timeout: the round goes
+on without it, it is logged (with the timeout and the prediction) and put on probation for its
+next round.
+
+Cost
+----
+One ``predict_seconds`` over the round's quotas (vectorised) per round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import Message, MessageType
+from flwr.serverapp import Grid
+
+__all__ = ["RoundTimeout", "TimedGrid"]
+
+
+@dataclass(frozen=True)
+class RoundTimeout:
+    """Each round's timeout: ``factor`` × the predicted makespan, within ``[floor_s, ceiling_s]``.
+
+    Parameters
+    ----------
+    factor : float (default: 3.0)
+        Multiple of the predicted makespan a round may last (> 1: a node may be that much slower
+        than predicted before it counts as late).
+    floor_s : float (default: 30.0)
+        Shortest timeout (seconds): covers the start-up and polling a prediction may miss.
+    ceiling_s : float (default: 3600.0)
+        Longest timeout, and the timeout of a round that cannot be predicted yet.
+    """
+
+    factor: float = 3.0
+    floor_s: float = 30.0
+    ceiling_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("factor", "floor_s", "ceiling_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"RoundTimeout {name}={value!r} must be a finite number")
+        if self.factor <= 1.0:
+            raise ValueError(f"RoundTimeout factor={self.factor!r} must be > 1 (a multiple of the predicted makespan)")
+        if not 0 < self.floor_s <= self.ceiling_s:
+            raise ValueError(
+                f"RoundTimeout needs 0 < floor_s <= ceiling_s, got floor_s={self.floor_s!r}, "
+                f"ceiling_s={self.ceiling_s!r}"
+            )
+
+    def seconds(self, predicted_s: float | None) -> float:
+        """The timeout for a round predicted to last ``predicted_s`` (``None``: unknown → ceiling)."""
+        if predicted_s is None or not math.isfinite(predicted_s) or predicted_s <= 0:
+            return float(self.ceiling_s)
+        return float(min(max(self.factor * predicted_s, self.floor_s), self.ceiling_s))
+
+
+class TimedGrid(Grid):
+    """A ``Grid`` whose training rounds wait ``strategy.round_timeout_s()`` at most.
+
+    Everything else is delegated to the wrapped grid unchanged.
+    """
+
+    def __init__(self, grid: Grid, strategy: Any) -> None:
+        self.grid = grid
+        self.strategy = strategy
+
+    def set_run(self, run: Any) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self.grid.run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def get_nodes(self) -> Iterable[Any]:
+        return self.grid.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        if messages and all(m.metadata.message_type == MessageType.TRAIN for m in messages):
+            limit = self.strategy.round_timeout_s()
+            if limit is not None:
+                timeout = limit if timeout is None else min(float(timeout), limit)
+        return self.grid.send_and_receive(messages, timeout=timeout)
