@@ -589,19 +589,29 @@ class SleepEmulatedMeter(EmulatedMeter):
 
 
 # --------------------------------------------------------------------------- auto
+def _zeus_installed() -> bool:
+    """Whether the optional ``zeus`` package is importable (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("zeus") is not None
+
+
 def auto_meter(
     device: str = "cpu",
     profile: DeviceProfile | None = None,
     rapl_root: str | os.PathLike[str] = "/sys/class/powercap",
     nvml: Any = None,
     watts_per_core: float = DEFAULT_WATTS_PER_CORE,
+    zeus: Any = None,
     **emulated: Any,
 ) -> Meter:
     """The best meter available here, logging which one and why the others were skipped.
 
     Order: an :class:`EmulatedMeter` when ``profile`` is given (emulation was asked for);
-    otherwise for ``device="cuda..."`` NVML, then RAPL, then the psutil model; for ``"cpu"``
-    RAPL, then the psutil model. Never raises for missing hardware (a ``cuda:<index>`` this
+    otherwise Zeus (:class:`~flwr_adaptive.zeus_meter.ZeusMeter`, when the ``[zeus]`` extra is
+    installed and Zeus finds a counter: GPUs for ``"cuda..."``, CPU packages / DRAM / an SoC),
+    then for ``device="cuda..."`` NVML, then RAPL, then the psutil model; for ``"cpu"`` RAPL, then
+    the psutil model. Never raises for missing hardware (a ``cuda:<index>`` this
     machine lacks included: logged, then the next meter); a malformed ``device`` is a ValueError.
 
     Parameters
@@ -612,6 +622,9 @@ def auto_meter(
         Emulate this device on the virtual clock (``emulated`` kwargs go to EmulatedMeter).
     rapl_root, nvml : optional
         Injection points for tests (fake powercap tree, fake ``pynvml`` module).
+    zeus : optional
+        ``False`` to skip Zeus; a callable ``(gpu_indices, cpu_indices) -> ZeusMonitor-like``
+        for tests; ``None`` (default): Zeus when it is installed.
     watts_per_core : float
         For the psutil model fallback.
     """
@@ -620,11 +633,22 @@ def auto_meter(
         log.info("energy meter: %s (virtual clock)", meter.source)
         return meter
     candidates: list[tuple[str, Callable[[], Meter]]] = []
+    gpus: list[int] | None = []
     if device.startswith("cuda"):
         suffix = device.split(":", 1)[1] if ":" in device else None
         if suffix is not None and not suffix.isdigit():
             raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:<index>'")
         gpus = None if suffix is None else [int(suffix)]
+    if zeus is not False and (zeus is not None or _zeus_installed()):
+
+        def make_zeus() -> Meter:
+            from flwr_adaptive.zeus_meter import ZeusMeter
+
+            monitor = None if zeus is None else zeus(gpus, None)
+            return ZeusMeter(gpu_indices=gpus, monitor=monitor)
+
+        candidates.append(("zeus", make_zeus))
+    if device.startswith("cuda"):
 
         def make_nvml() -> Meter:
             try:
