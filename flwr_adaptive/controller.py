@@ -264,6 +264,7 @@ class AllocationController:
         self._cur_budget: Any = None
         self._cur_groups: list[Hashable] | None = None  # each current participant's group
         self._idle_w: dict[ParticipantId, float] = {}
+        self._fixed_s: dict[ParticipantId, float] = {}  # per-round seconds beyond the reported compute
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -331,6 +332,24 @@ class AllocationController:
                 f"got {watts!r}; pass None when unknown"
             )
         self._idle_w[participant] = float(watts)
+
+    def set_fixed_time(self, participant: ParticipantId, seconds: float | None) -> None:
+        """Set (or with ``None`` forget) the seconds per round ``participant`` costs beyond its
+        reported compute (what a server observes: start-up, polling, transfer); they are added
+        to its affine model's fixed term ``a`` when splitting and predicting."""
+        participant = as_id(participant)
+        if seconds is None:
+            self._fixed_s.pop(participant, None)
+            return
+        if isinstance(seconds, bool) or not isinstance(seconds, REAL_TYPES) or not 0.0 <= seconds < math.inf:
+            raise ValueError(
+                f"participant {participant!r}: fixed time must be a finite number of seconds >= 0, got "
+                f"{seconds!r}; pass None when unknown"
+            )
+        self._fixed_s[participant] = float(seconds)
+
+    def _fixed_of(self, participants: Sequence[ParticipantId]) -> np.ndarray:
+        return np.array([self._fixed_s.get(p, 0.0) for p in participants], dtype=float)
 
     def _max_of(self, participant: ParticipantId) -> int:
         bound = self._max_map.get(participant, self._default_max)
@@ -466,6 +485,7 @@ class AllocationController:
                 self._max_map.pop(p, None)
                 self._min_map.pop(p, None)
                 self._idle_w.pop(p, None)
+                self._fixed_s.pop(p, None)
                 if self.groups is not None:
                     self.groups.pop(p, None)
 
@@ -488,7 +508,8 @@ class AllocationController:
         """Seconds each participant with an estimate is expected to need for its quota.
 
         The cost model in use (affine ``a + b·n`` once fitted, else the smoothed per-sample cost
-        × n); participants without an estimate are left out. Registers no participant.
+        × n) plus its fixed time (``set_fixed_time``); participants without an estimate are left
+        out. Registers no participant.
         """
         store = self._store
         store.flush()
@@ -498,6 +519,7 @@ class AllocationController:
             return {}
         slots = np.array([s for _, s, _ in known], dtype=np.int64)
         t, _ = store.predict(slots, np.array([n for _, _, n in known], dtype=float))
+        t = t + self._fixed_of([p for p, _, _ in known])
         return {p: float(v) for (p, _, _), v in zip(known, t) if math.isfinite(v) and v > 0}
 
     def costs(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, float]:
@@ -634,6 +656,8 @@ class AllocationController:
             idx = codes == k
             check_fits(budgets[k], lo[idx], hi[idx], g)
         a, b, c, d = self._store.model(slots, known, int(sum(budgets)))
+        if self._fixed_s:  # what the server waits for beyond the compute: part of the fixed term
+            a = a + self._fixed_of(participants)
         if self.objective == "weighted":  # the weighted cost, affine: equalise A_i + B_i·n_i
             A, B = weighted_affine(a, b, c, d, self.w_time, self.w_energy)
             quotas = np.zeros(len(slots), dtype=np.int64)

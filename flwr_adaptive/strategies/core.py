@@ -69,7 +69,7 @@ import numpy as np
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger
 from flwr_adaptive.accounting import account_round
-from flwr_adaptive.controller import POLICIES, AllocationController
+from flwr_adaptive.controller import POLICIES, AllocationController, Report
 from flwr_adaptive.priors import cautious_cost, provisional_caps
 from flwr_adaptive.strategies.history import ClientRows, HistoryMixin
 from flwr_adaptive.strategies.normalization import WEIGHTINGS, NormalizedAggregation, default_weighting
@@ -255,6 +255,7 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         #: Controller ids whose estimate came from a resumed state and no reply has checked yet:
         #: a state file is untrusted input too (see ``_check_resumed``).
         self._unverified: set[Hashable] = set()
+        self._overheads: dict[Hashable, deque[float]] = {}  # controller id -> recent observed overheads
         self._resume()
 
     # ------------------------------------------------------------------ overridable hooks
@@ -487,6 +488,7 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         median = float(np.median(per_sample)) if len(per_sample) >= 3 else None
         estimated = self.controller.estimates() if median is not None or self._unverified else {}
         discarded: list[str] = []  # resumed estimates this round's replies contradict
+        observed = self.observed_seconds(reports) if self.server_time else {}
         for r in reports:
             self._replied.add(r.node_id)
             if r.partition_id is not None:
@@ -517,7 +519,7 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
             if key in self._unverified:
                 discarded += self._check_resumed(key, estimated.get(key), self._believed.get(r.node_id, r))
             try:
-                self.controller.observe(key, self._believed.get(r.node_id, r).to_report())
+                self.controller.observe(key, self.server_report(key, self._believed.get(r.node_id, r), observed))
             except ValueError as err:
                 log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s", server_round, r.node_id, err)
                 continue
@@ -570,6 +572,41 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Seconds the server itself observed per node this round (none here: the Message API has them)."""
         return {}
+
+    #: Whether the time the server waits for a node (message out → reply in) beyond its reported
+    #: compute enters its cost as a fixed per-round term (see ``server_report``).
+    server_time: bool = True
+
+    #: Rounds of observed overhead per participant whose median is its fixed per-round term.
+    overhead_window: int = 5
+
+    def server_report(self, key: Hashable, believed: ClientReport, observed: Mapping[Hashable, float]) -> Report:
+        """The controller's observation (the believed compute); the node's fixed overhead set beside it.
+
+        What the server waits for a node is its compute plus a per-round overhead the client
+        never reports (a fresh ClientApp process per message: start-up and imports, slower on a
+        slower device; the SuperNode's and the ServerApp's polling; transfers). Each round that
+        the server timed it (``observed``, wall-clock reports only: a virtual clock has no wall
+        time to compare with), ``observed − compute`` (at least 0) joins the participant's last
+        ``overhead_window`` values, and their **median** is the participant's fixed time
+        (``AllocationController.set_fixed_time``): the reported compute keeps setting the
+        affine model's per-sample term, the observed remainder is added to its fixed term
+        (``a``), and the median smooths out Flower's 3-s polling steps. The compute was already
+        bounded by the server's evidence (``trust``); the remainder is the server's own
+        measurement.
+        """
+        history = self._overheads.get(key)
+        seconds = observed.get(believed.node_id)
+        if seconds is not None and math.isfinite(seconds) and not believed.virtual_clock:
+            if history is None:
+                history = self._overheads[key] = deque(maxlen=self.overhead_window)
+            history.append(max(float(seconds) - believed.time_s, 0.0))
+            self.controller.set_fixed_time(key, float(np.median(history)))
+        return believed.to_report()
+
+    def fixed_overheads(self) -> dict[Hashable, float]:
+        """Each participant's fixed per-round overhead in use (the median of its recent ones), seconds."""
+        return {k: float(np.median(v)) for k, v in self._overheads.items() if v}
 
     def believed_reports(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, ClientReport]:
         """``{node: report as believed}`` by ``self.trust`` (probes excluded: they time overhead)."""
@@ -1153,6 +1190,7 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         for k in ids:
             self._node_keys.discard(k)
             self._seconds_per_sample.pop(k, None)
+            self._overheads.pop(k, None)  # the controller's fixed time goes with forget(config=True)
             if self._caps.pop(k, None) is not None:
                 self._sizes = None
         self.controller.forget(ids, config=True)
