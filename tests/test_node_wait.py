@@ -94,3 +94,18 @@ def test_the_strategy_fails_round_1_instead_of_entering_flower_s_endless_wait():
     strategy.node_wait_hint = "pass -c num-clients=2"
     with pytest.raises(NodeWaitError, match=r"round 1 needs 6 connected nodes, 2 connected .*; pass -c num-clients=2"):
         strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)
+
+
+def test_the_legacy_strategy_fails_instead_of_the_client_manager_s_silent_day_long_wait():
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+    from flwr_adaptive.strategies import LegacyAdaptiveStrategy
+    from test_strategy_core import _Manager
+
+    assert nodes_needed(LegacyFedAvg(min_fit_clients=4, min_available_clients=3)) == 4
+    strategy = LegacyAdaptiveStrategy(LegacyFedAvg(min_fit_clients=3, min_available_clients=3), budget=300)
+    strategy.node_wait_s = 0.0
+    with pytest.raises(NodeWaitError, match="round 1 needs 3 connected nodes, 2 connected"):
+        strategy.configure_fit(1, ndarrays_to_parameters([]), _Manager([11, 12]))
+    assert len(strategy.configure_fit(1, ndarrays_to_parameters([]), _Manager([11, 12, 13]))) == 3

@@ -55,6 +55,7 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
@@ -191,6 +192,14 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             )
         self.history_path = history_path
 
+    #: Seconds ``configure_fit`` waits for the clients the inner strategy needs
+    #: (``min_available_clients`` / ``min_fit_clients``) before the run fails with
+    #: :class:`~flwr_adaptive.strategies.node_wait.NodeWaitError` (Flower's own wait is a silent
+    #: day); a progress line at least every 30 s meanwhile. Set it on the instance to change it.
+    node_wait_s: float = DEFAULT_NODE_WAIT_S
+    #: What the operator should pass to get the clients (in the progress lines and the error).
+    node_wait_hint: str = "start more SuperNodes, or lower the inner strategy's min_available_clients / min_fit_clients"
+
     def __repr__(self) -> str:
         return f"LegacyAdaptiveStrategy({self.strategy!r}, budget={self.budget}, policy={self.policy!r})"
 
@@ -201,7 +210,19 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        """The inner strategy's ``FitIns``, one distinct copy per client with its quota."""
+        """The inner strategy's ``FitIns``, one distinct copy per client with its quota.
+
+        First waits (at most ``node_wait_s``) for the clients the inner strategy needs, so that
+        its own silent wait never starts (see :mod:`flwr_adaptive.strategies.node_wait`).
+        """
+        if hasattr(client_manager, "all"):
+            wait_for_nodes(
+                ClientManagerNodes(client_manager),
+                nodes_needed(self.strategy),
+                timeout_s=self.node_wait_s,
+                hint=self.node_wait_hint,
+                what=f"round {server_round}",
+            )
         try:
             connected = {node_id_of(proxy) for proxy in client_manager.all().values()}
         except Exception:  # noqa: BLE001 - a manager that cannot list its clients: nothing is pruned

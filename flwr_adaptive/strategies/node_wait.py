@@ -35,7 +35,14 @@ from typing import Any
 
 from flwr_adaptive._logging import logger
 
-__all__ = ["DEFAULT_NODE_WAIT_S", "MAX_LOG_INTERVAL_S", "NodeWaitError", "nodes_needed", "wait_for_nodes"]
+__all__ = [
+    "DEFAULT_NODE_WAIT_S",
+    "MAX_LOG_INTERVAL_S",
+    "NodeWaitError",
+    "ClientManagerNodes",
+    "nodes_needed",
+    "wait_for_nodes",
+]
 
 #: Seconds a round waits for its nodes before the run fails (``AdaptiveStrategy.node_wait_s``).
 DEFAULT_NODE_WAIT_S = 600.0
@@ -48,14 +55,27 @@ class NodeWaitError(RuntimeError):
     """Fewer nodes than a round needs connected within the wait: the run fails (message: the fix)."""
 
 
+class ClientManagerNodes:
+    """A legacy ``ClientManager`` seen as :func:`wait_for_nodes` sees a grid: its connected ids."""
+
+    def __init__(self, client_manager: Any) -> None:
+        self.client_manager = client_manager
+
+    def get_node_ids(self) -> list[Any]:
+        return list(self.client_manager.all())
+
+
 def nodes_needed(strategy: Any) -> int:
     """Nodes ``strategy`` (a Flower Message-API strategy) waits for before it samples.
 
     Flower's ``sample_nodes`` waits until ``max(min_available_nodes, sample_size)`` are
-    connected, and ``sample_size`` is at least ``min_train_nodes``; a strategy without these
-    attributes waits for none.
+    connected, and ``sample_size`` is at least ``min_train_nodes``; the legacy ``FedAvg``'s
+    ``configure_fit`` waits for ``max(min_available_clients, min_fit_clients)`` (the
+    ClientManager's ``wait_for``, a silent day-long wait). A strategy without these attributes
+    waits for none.
     """
-    counts = [getattr(strategy, name, 0) for name in ("min_available_nodes", "min_train_nodes")]
+    names = ("min_available_nodes", "min_train_nodes", "min_available_clients", "min_fit_clients")
+    counts = [getattr(strategy, name, 0) for name in names]
     return max([int(c) for c in counts if isinstance(c, int) and not isinstance(c, bool)] + [0])
 
 
