@@ -99,7 +99,73 @@ def test_a_late_node_misses_the_predicted_timeout_is_logged_and_put_on_probation
     assert q4[504] == 1 and sum(q4.values()) == 800  # probation: the probe quota, the others take the rest
 
 
-def test_without_the_option_the_grid_and_the_timeout_are_untouched():
+def test_without_the_option_the_timeout_is_the_caller_s():
+    from flwr.app import ArrayRecord, ConfigRecord
+
     strategy = _strategy(None)
     grid = RecordingGrid(NODES)
-    assert strategy.timed_grid(grid) is grid and strategy.round_timeout_s() is None
+    timed = strategy.timed_grid(grid)
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), timed))
+    timed.send_and_receive(msgs, timeout=3600)
+    assert grid.timeouts == [3600] and strategy.round_timeout_s() is None
+
+
+class FlowerLikeGrid:
+    """Push/pull like Flower's grids (a module name under ``flwr.``): node i's reply is ready after
+    ``ready[i]`` seconds of a fake clock that each sleep advances."""
+
+    __module__ = "flwr.fake_grid"
+
+    def __init__(self, clock, ready):
+        self.clock, self.ready, self.pushed, self.pulls = clock, ready, {}, 0
+
+    def get_node_ids(self):
+        return list(NODES)
+
+    def push_messages(self, messages):
+        ids = []
+        for i, m in enumerate(messages):
+            m.metadata.__dict__["_message_id"] = f"m{i}"
+            self.pushed[f"m{i}"] = (m, self.clock.now)
+            ids.append(f"m{i}")
+        return ids
+
+    def pull_messages(self, ids):
+        self.pulls += 1
+        out = []
+        for i in list(ids):
+            m, t0 = self.pushed[i]
+            if self.clock.now - t0 >= self.ready[m.metadata.dst_node_id]:
+                out.append(reply(m, telemetry(m.content["config"][keys.QUOTA], 1.0, PARTS[m.metadata.dst_node_id],
+                                              virtual=0)))
+        return out
+
+
+def test_replies_are_pulled_every_half_second_and_timed_on_the_server_s_clock(monkeypatch):
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from flwr_adaptive.strategies import round_timeout as rt
+
+    now = [1000.0]
+
+    class Clock:
+        @property
+        def now(self):
+            return now[0]
+
+    monkeypatch.setattr(rt.time, "time", lambda: now[0])
+    monkeypatch.setattr(rt.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    strategy = _strategy(RoundTimeout(factor=2, floor_s=5, ceiling_s=60))
+    grid = FlowerLikeGrid(Clock(), {501: 1.2, 502: 2.0, 503: 3.1, 504: 70.0})
+    timed = strategy.timed_grid(grid)
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), timed))
+    strategy._sent_at = now[0]  # configure_train stamped the wall clock; the fake clock starts here
+    replies = list(timed.send_and_receive(msgs, timeout=3600))
+    # node 504 hangs: the round stops at the ceiling (60 s, round 1), not at start's 3600 s
+    answered = {grid.pushed[r.metadata.reply_to_message_id][0].metadata.dst_node_id for r in replies}
+    assert answered == {501, 502, 503}
+    assert now[0] - 1000.0 == pytest.approx(60.0)
+    strategy.aggregate_train(1, replies)
+    # each arrival on the server's clock, to the next 0.5-s pull (Flower's own loop: 3-s steps)
+    observed = strategy.observed_seconds(list(strategy._believed.values()))
+    assert {n: round(v, 1) for n, v in observed.items()} == {501: 1.5, 502: 2.0, 503: 3.5}

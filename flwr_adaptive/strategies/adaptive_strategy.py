@@ -225,13 +225,14 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     node_wait_hint: str = "start more SuperNodes, or lower the inner strategy's min_available_nodes / min_train_nodes"
 
     def start(self, grid: Grid, *args, **kwargs):
-        """Flower's ``Strategy.start``; with ``round_timeout`` on a ``TimedGrid`` (each training
-        round waits at most ``round_timeout_s()``)."""
+        """Flower's ``Strategy.start`` on a ``TimedGrid`` (replies pulled every 0.5 s and timed on
+        this clock; with ``round_timeout`` each training round waits at most ``round_timeout_s()``)."""
         return super().start(self.timed_grid(grid), *args, **kwargs)
 
     def timed_grid(self, grid: Grid) -> Grid:
-        """``grid`` wrapped so that training rounds get ``round_timeout_s()`` (unchanged without it)."""
-        if self.round_timeout is None or isinstance(grid, TimedGrid):
+        """``grid`` wrapped in a :class:`TimedGrid`: training rounds get ``round_timeout_s()``
+        (with ``round_timeout``), replies are pulled every 0.5 s and their arrival stamped."""
+        if isinstance(grid, TimedGrid):
             return grid
         return TimedGrid(grid, self)
 
@@ -564,7 +565,12 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         """
         sent_at = getattr(self, "_sent_at", None)
         stamp = getattr(msg.metadata, "delivered_at", "")
-        if sent_at is None or not stamp:
+        if sent_at is None:
+            return
+        if not stamp:  # a ServerApp in its own process: the TimedGrid's own clock (see round_timeout)
+            pulled = getattr(self, "_reply_times", {}).get(msg.metadata.reply_to_message_id)
+            if pulled is not None:
+                self._arrived_s[node] = pulled - sent_at
             return
         try:
             arrived = datetime.fromisoformat(stamp).timestamp()

@@ -12,7 +12,11 @@ round with a node the controller cannot predict yet (the first round, a newcomer
 
 :class:`TimedGrid` applies it: it wraps the ``Grid`` the strategy's rounds run on and gives each
 training ``send_and_receive`` the strategy's ``round_timeout_s()`` (evaluation messages keep
-the caller's timeout). A node whose reply misses it is handled like any timeout: the round goes
+the caller's timeout). It also pulls the replies every ``poll_s`` (0.5 s; Flower's own loop
+sleeps 3 s, which rounds every round up to 3-s steps) and stamps each reply's arrival on the
+ServerApp's clock (``received_at``): the server-observed round time per node that ``trust`` and
+the fixed per-round term use, since Flower's ``delivered_at`` stays on the SuperLink. A node
+whose reply misses it is handled like any timeout: the round goes
 on without it, it is logged (with the timeout and the prediction) and put on probation for its
 next round.
 
@@ -24,6 +28,7 @@ One ``predict_seconds`` over the round's quotas (vectorised) per round.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -105,10 +110,38 @@ class TimedGrid(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return self.grid.pull_messages(message_ids)
 
+    #: Seconds between two pulls of the replies (Flower's own ``send_and_receive`` sleeps 3 s).
+    poll_s: float = 0.5
+
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Push, then pull every ``poll_s`` until every reply is in or ``timeout`` passed.
+
+        Each reply's arrival is stamped on this process's clock (``received_at``, by the id of
+        the message it answers): Flower's ``delivered_at`` does not reach a ServerApp that runs
+        in its own process (Flower 1.42's message proto has no such field). A grid that is not
+        one of Flower's own (an in-process test grid) answers through its own
+        ``send_and_receive``.
+        """
         messages = list(messages)
         if messages and all(m.metadata.message_type == MessageType.TRAIN for m in messages):
             limit = self.strategy.round_timeout_s()
             if limit is not None:
                 timeout = limit if timeout is None else min(float(timeout), limit)
-        return self.grid.send_and_receive(messages, timeout=timeout)
+        self.received_at: dict[str, float] = {}
+        self.strategy._reply_times = self.received_at  # the strategy reads its arrival times here
+        if not type(self.grid).__module__.startswith("flwr."):
+            return self.grid.send_and_receive(messages, timeout=timeout)
+        pending = set(self.grid.push_messages(messages))
+        end = math.inf if timeout is None else time.time() + float(timeout)
+        replies: list[Message] = []
+        while pending:
+            got = list(self.grid.pull_messages(pending))
+            now = time.time()
+            for msg in got:
+                self.received_at.setdefault(msg.metadata.reply_to_message_id, now)
+            replies.extend(got)
+            pending.difference_update(msg.metadata.reply_to_message_id for msg in got)
+            if not pending or now >= end:
+                break
+            time.sleep(min(self.poll_s, max(end - now, 0.0)))
+        return replies
