@@ -8,6 +8,8 @@ spread evenly over the other classes. Partition 0's device is ``SLOW``× slower 
 Every read costs ``COST_S`` on the fake CPU clock, so the emulated devices' times are exact.
 """
 
+import os
+
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
@@ -25,7 +27,8 @@ SLOW = 4.0
 PROFILES = tuple(DeviceProfile(f"dev{i}", "x86_64", slowdown=SLOW if i == 0 else 1.0, active_w=10.0, idle_w=2.0)
                  for i in range(CLASSES))
 MEANS = torch.randn(CLASSES, FEATURES, generator=torch.Generator().manual_seed(1234)) * 1.6
-torch.manual_seed(0)  # the template initialises its Net and shuffles unseeded: fewer run-to-run swings
+# the template initialises its Net and shuffles unseeded: seed them (NONIID_SEED: the measurement's seeds)
+torch.manual_seed(int(os.environ.get("NONIID_SEED", "0")))
 
 
 class FakeCpuClock:

@@ -7,9 +7,9 @@ fake CPU clock), 10 rounds of 600 samples, the template's SGD with momentum 0.9.
 node 0 about 1/21 of the budget (one optimizer step a round against the others' four).
 
 Asserted: with the default weighting (``"normalized"``, private data) the accuracy on node 0's
-class stays within ``MARGIN`` of Equal's, while its quota really shrank. Measured once (run this
-file: ``python tests/test_noniid_e2e.py``), ``weighting="samples"`` collapses that class; the figures
-are in docs/integration.md.
+class stays within ``MARGIN`` of Equal's, while its quota really shrank. Measured (run this file:
+``cd tests && python test_noniid_e2e.py 0 1 2``, one line per seed and run), ``weighting="samples"``
+collapses that class; the figures are in docs/integration.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 BUDGET = 600
 ROUNDS = 10
-MARGIN = 0.25  # accuracy on node 0's class: default weighting vs Equal (measured: +0.01 seeded, -0.16 unseeded)
+MARGIN = 0.25  # accuracy on node 0's class: default weighting vs Equal (measured: +0.01 to +0.04, 3 seeds)
 
 
 def _edits(policy: str, weighting: str | None):
@@ -84,13 +84,17 @@ def test_the_slow_nodes_class_keeps_equals_accuracy_with_the_default_weighting(r
     assert time["overall"] >= equal["overall"] - MARGIN / 3, (time, equal)
 
 
-if __name__ == "__main__":  # the one-off measurement quoted in docs/integration.md
+if __name__ == "__main__":  # the measurement quoted in docs/integration.md: python test_noniid_e2e.py [seeds...]
+    import os
     import tempfile
 
     sys.path.insert(0, str(HERE))
-    with tempfile.TemporaryDirectory() as tmp:
-        for policy, weighting in (("equal", None), ("time", None), ("time", "samples")):
-            out = run_case(Path(tmp) / f"{policy}-{weighting}", policy, weighting)
-            print(f"{policy:6s} weighting={out['weighting']:10s} class 0 (slow node's) {out['per_class'][0]:.3f} | "
-                  f"overall {out['overall']:.3f} | classes {' '.join(f'{a:.2f}' for a in out['per_class'])} | "
-                  f"slow node's quotas {out['slow_quota']}")
+    for seed in sys.argv[1:] or ["0"]:
+        os.environ["NONIID_SEED"] = seed  # read by the task when the simulation's workers import it
+        with tempfile.TemporaryDirectory() as tmp:
+            for policy, weighting in (("equal", None), ("time", None), ("time", "samples")):
+                out = run_case(Path(tmp) / f"{policy}-{weighting}", policy, weighting)
+                print(f"seed {seed} {policy:6s} weighting={out['weighting']:10s} class 0 (slow node's) "
+                      f"{out['per_class'][0]:.3f} | overall {out['overall']:.3f} | classes "
+                      f"{' '.join(f'{a:.2f}' for a in out['per_class'])} | slow node's quotas {out['slow_quota']}",
+                      flush=True)
