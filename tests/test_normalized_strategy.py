@@ -281,3 +281,20 @@ def test_a_reply_with_its_arrays_in_another_order_is_rescaled_array_by_array():
     expected = fednova_update([np.zeros(1)], [[np.ones(1)]] * 3, [1, 1, 1], [10, 10, 40])[0][0]
     assert got["0"].numpy()[0] == pytest.approx(expected)
     assert got["1"].numpy()[0] == pytest.approx(10.0 + expected)
+
+
+def test_sizes_the_operator_configured_bound_a_claim_instead_of_the_median_cap():
+    # Prepare: partition 4 really holds 5000 samples (5x the others): the median cap alone would
+    # clip it; with the operator's sizes it keeps 5000 and a claim above its size is lowered
+    per_node = [(dict(steps=3, data_size=1000), [np.zeros(1)]) for _ in range(4)]
+    per_node.append((dict(steps=3, data_size=5000), [np.ones(1)]))
+    capped = message_round(AdaptiveStrategy(_fedavg(5), budget=500, policy="equal"), [np.zeros(1)], per_node)
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal")
+    strategy.data_sizes = {4: 5000}
+    known = message_round(strategy, [np.zeros(1)], per_node)
+    strategy.data_sizes = {4: 5000, 0: 10}  # partition 0 claims 1000 but the operator knows 10
+    lower = message_round(strategy, [np.zeros(1)], per_node, rnd=2)
+    # Assert
+    assert capped[0][0] == pytest.approx(2000 / 6000)
+    assert known[0][0] == pytest.approx(5000 / 9000)
+    assert lower[0][0] == pytest.approx(5000 / (3 * 1000 + 10 + 5000))

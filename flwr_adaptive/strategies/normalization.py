@@ -14,7 +14,8 @@ the API classes call, per round and on the kept replies only:
 
   The cap (``weight_cap``, default 2): a claim above ``weight_cap ×`` the median claim of the
   round's kept replies (at least 3) is clipped to it, with one warning naming the node and its
-  partition (:func:`flwr_adaptive.normalized_averaging.capped_weights`). A reply without a data
+  partition (:func:`flwr_adaptive.normalized_averaging.capped_weights`). A partition whose size
+  the operator set (``data_sizes = {partition id: size}``) is bounded by that size instead. A reply without a data
   size is weighted by its samples (one warning). Weights are ints (the legacy ``num_examples``
   is an int) and at least 1.
 - ``update_scales(round, reports, weights)``: with ``"normalized"``, ``{node: τ_eff/‖a_i‖₁}``,
@@ -84,6 +85,9 @@ class NormalizedAggregation:
 
     #: A claimed data size counts for at most this many times the round's median claim (``None``: no cap).
     weight_cap: float | None = WEIGHT_CAP
+    #: ``{partition id: data size}`` the operator knows (e.g. from the partitioning it ran): such a
+    #: partition's weight is its claim bounded by this size, and the median cap does not apply to it.
+    data_sizes: dict[int, int] | None = None
     #: A claimed step count per sample is kept within this factor of the round's median.
     step_tolerance: float = STEP_TOLERANCE
 
@@ -116,6 +120,11 @@ class NormalizedAggregation:
             else:
                 claims.append(r.data_size)
         bounded, clipped = capped_weights(claims, self.weight_cap)
+        sizes = self.data_sizes or {}
+        for i, r in enumerate(reports):
+            known = sizes.get(r.partition_id) if r.partition_id is not None else None
+            if known is not None:  # the operator's size is the bound: no median cap, never above it
+                bounded[i], clipped[i] = min(float(claims[i]), float(known)), False
         for r, claim, w, was in zip(reports, claims, bounded, clipped):
             if was:
                 self._warn_once(
