@@ -548,7 +548,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                     else f"late: past the round timeout of {limit[0]:.1f} s = "
                     + (
                         "the ceiling, no prediction yet"
-                        if limit[1] is None
+                        if limit[1] is None or self.round_timeout is None
                         else f"{self.round_timeout.factor:g} x the predicted {limit[1]:.1f} s within "
                         f"[{self.round_timeout.floor_s:g}, {self.round_timeout.ceiling_s:g}] s"
                     ),
