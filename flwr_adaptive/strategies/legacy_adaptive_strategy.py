@@ -65,6 +65,14 @@ from flwr_adaptive.strategies.trust import CostTrust
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
 
+def _connected(client_manager: ClientManager) -> set[Hashable] | None:
+    """Node ids of the manager's clients, or ``None`` when it cannot list them."""
+    try:
+        return {node_id_of(proxy) for proxy in client_manager.all().values()}
+    except Exception:  # noqa: BLE001 - any manager of the user's: listing is optional
+        return None
+
+
 def node_id_of(proxy: ClientProxy) -> Hashable:
     """The node id behind a legacy ``ClientProxy`` (int when its cid is numeric)."""
     try:
@@ -215,7 +223,9 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         First waits (at most ``node_wait_s``) for the clients the inner strategy needs, so that
         its own silent wait never starts (see :mod:`flwr_adaptive.strategies.node_wait`).
         """
-        if hasattr(client_manager, "all"):
+        # A manager that cannot list its clients is neither waited for (its own sampling waits)
+        # nor pruned.
+        if _connected(client_manager) is not None:
             wait_for_nodes(
                 ClientManagerNodes(client_manager),
                 nodes_needed(self.strategy),
@@ -223,10 +233,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 hint=self.node_wait_hint,
                 what=f"round {server_round}",
             )
-        try:
-            connected = {node_id_of(proxy) for proxy in client_manager.all().values()}
-        except Exception:  # noqa: BLE001 - a manager that cannot list its clients: nothing is pruned
-            connected = None
+        connected = _connected(client_manager)
         if connected is not None:
             self.forget_departed(connected)  # bounded state under node-id churn (docs/scale.md)
         pairs = self.strategy.configure_fit(server_round, parameters, client_manager)
