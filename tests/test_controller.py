@@ -574,3 +574,20 @@ def test_idle_watts_survive_a_state_round_trip():
     fresh.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))
     # Assert
     assert fresh.state_dict()["model"]["idle_w"] == [["a", 3.0], ["b", 1.5]]
+
+
+@pytest.mark.parametrize("bound, value", [("min_quota", 1), ("max_quota", -1)])
+def test_a_state_whose_current_split_breaks_its_own_bounds_is_refused(bound, value):
+    # Prepare: one quota of the saved split moved below its min_quota / above its max_quota
+    # (scripts/mutation.sh: the lower side of the check dropped survived)
+    _, state = _affine_state()
+    cur = state["current"]
+    i = 0
+    if bound == "min_quota":
+        cur["min_quota"][i] = cur["quota"][i] + value
+    else:
+        cur["max_quota"][i] = cur["quota"][i] + value
+    fresh = AllocationController.from_policy("time", 300)
+    # Execute / Assert
+    with pytest.raises(ValueError, match=r"current.quota.*outside its \[min_quota, max_quota\]"):
+        fresh.load_state_dict(state)

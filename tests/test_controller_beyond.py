@@ -385,3 +385,44 @@ def test_fit_affine_identifies_a_clear_line_from_four_noisy_points():
     # Assert: identified, with its fixed cost (least squares: a = 1.015, b = 0.00994)
     assert identified.tolist() == [True]
     assert a[0] == pytest.approx(1.015, abs=0.005) and b[0] == pytest.approx(0.00994, rel=1e-3)
+
+
+def test_fit_affine_reweights_once_as_documented():
+    from flwr_adaptive.estimation import fit_affine
+
+    # Prepare: an exact line t = 1 + 0.01·n with one observation 10 % high. The documented robust
+    # step: least squares, residuals r, scale s = 1.4826·median|r| (at least 1 % of the mean),
+    # weights 1 / (1 + (r / 3s)²), weighted least squares again; computed here with numpy alone
+    # (scripts/mutation.sh: the weight's r / 3s replaced by r + 3s survived)
+    n = np.array([100.0, 200.0, 300.0, 400.0, 500.0, 600.0])
+    y = 1.0 + 0.01 * n
+    y[2] *= 1.1
+    b0, a0 = np.polyfit(n, y, 1)
+    r = y - (a0 + b0 * n)
+    s = max(1.4826 * np.median(np.abs(r)), 0.01 * abs(y.mean()))
+    b1, a1 = np.polyfit(n, y, 1, w=np.sqrt(1.0 / (1.0 + (r / (3.0 * s)) ** 2)))
+    # Execute
+    a, b, identified, _ = fit_affine(n[None], y[None])
+    # Assert (the plain least-squares line would be a = 1.083)
+    assert identified.tolist() == [True]
+    assert a[0] == pytest.approx(a1, rel=1e-9) and b[0] == pytest.approx(b1, rel=1e-9)
+
+
+def test_column_median_is_numpys_median_for_every_count_and_order():
+    import itertools
+
+    from flwr_adaptive.estimation import WINDOW, column_median
+
+    # Prepare: every order of 1..WINDOW distinct values (the sorting networks per count), the
+    # unused cells NaN (scripts/mutation.sh: one comparator of the 4-value network moved survived)
+    rng = np.random.default_rng(0)
+    for count in range(1, WINDOW + 1):
+        values = rng.uniform(0.0, 10.0, count)
+        orders = list(itertools.permutations(range(count)))
+        v = np.full((WINDOW, len(orders)), np.nan)
+        for j, order in enumerate(orders):
+            v[:count, j] = values[list(order)]
+        # Execute
+        got = column_median(v, ~np.isnan(v))
+        # Assert
+        assert got.tolist() == [float(np.median(values))] * len(orders), count

@@ -649,3 +649,26 @@ def test_the_harmonized_metrics_line_names_each_key_with_its_nodes():
     # scripts/mutation.sh: "node" / "nodes" swapped survived (the operator's log line)
     text = describe_removed({"y": [2], "x": [0, 1], "z": list(range(7))}, [11, 12, 13, 14, 15, 16, 17])
     assert text == "'x' (nodes 11, 12); 'y' (node 13); 'z' (nodes 11, 12, 13, 14, 15…)"
+
+
+def test_a_fast_majority_is_held_only_up_to_max_group_of_the_nodes(caplog):
+    from dataclasses import replace
+
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: 9 nodes, 6 claiming ~1/60 of the 3 others' cost. docs/security.md: groups of up to
+    # max_group (1/3) of the nodes are judged against the rest; a larger coalition moves the median
+    # and is not defended. So the 3 lowest claims are held (at the median of the other 6, 0.51 s)
+    # and the other 3 are believed (scripts/mutation.sh: groups of up to max_group + n survived)
+    claims = [_claim(i, 1.0 if i <= 3 else 0.01 + 0.001 * i) for i in range(1, 10)]
+    # Execute
+    believed = CostTrust().believe(1, claims)
+    time_lines = [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    energy = CostTrust().believe(1, [replace(c, time_s=1.0, energy_j=c.time_s) for c in claims])
+    energy_lines = [r.getMessage() for r in caplog.records]
+    # Assert: the same rule on joules; each log line names its unit
+    assert [round(believed[n].time_s, 4) for n in range(1, 10)] == [1.0] * 3 + [0.5095] * 3 + [0.017, 0.018, 0.019]
+    assert [round(energy[n].energy_j, 4) for n in range(1, 10)] == [1.0] * 3 + [0.5095] * 3 + [0.017, 0.018, 0.019]
+    assert any("claims 0.00014 s per sample" in t for t in time_lines), time_lines
+    assert any("claims 0.00014 J per sample" in t for t in energy_lines), energy_lines
