@@ -961,6 +961,8 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
             "partitions": [[n, p] for n, p in self._partition_of.items() if isinstance(n, (int, str))],
             # partition -> local data size (cycling off): the same bounds, so the split is held
             "caps": [[k, c] for k, c in self._caps.items() if type(k) is int],
+            # partition -> its recent server-observed overheads: the fixed terms survive a resume
+            "overheads": [[k, list(v)] for k, v in self._overheads.items() if type(k) is int and v],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -1008,9 +1010,36 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         self.controller = controller
         self._rounds_done = rounds
         self._unverified = set(controller.estimates())
+        overheads = self._saved_overheads(state.get("overheads", []))
         self._partition_of.update(partitions)
         self._caps.update(caps)
         self._sizes = None
+        for key, values in overheads.items():
+            self._overheads[key] = deque(values, maxlen=self.overhead_window)
+            self.controller.set_fixed_time(key, float(np.median(values)))
+
+    @staticmethod
+    def _saved_overheads(pairs: Any) -> dict[int, list[float]]:
+        """The saved ``[[partition id, [seconds, ...]], ...]`` (``StateFileError`` when malformed)."""
+        if not isinstance(pairs, list):
+            raise StateFileError(f"the saved overheads are not a list of [partition id, [seconds]]: {pairs!r:.200}")
+        out: dict[int, list[float]] = {}
+        for pair in pairs:
+            ok = (
+                isinstance(pair, list)
+                and len(pair) == 2
+                and type(pair[0]) is int
+                and isinstance(pair[1], list)
+                and 0 < len(pair[1]) <= 1000
+                and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1e7
+                    for v in pair[1]
+                )
+            )
+            if not ok:
+                raise StateFileError(f"a saved overhead entry {pair!r:.200} is not [partition id, [seconds >= 0]]")
+            out[pair[0]] = [float(v) for v in pair[1]]
+        return out
 
     @staticmethod
     def _saved_partitions(pairs: Any, what: str = "node partition") -> dict[Hashable, int]:
