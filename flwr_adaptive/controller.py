@@ -21,8 +21,10 @@ What is accepted (the :class:`Report`, the numeric limits, the refusals): ``flwr
 The per-participant estimates (EMA, affine history, drift, how estimates age):
 ``flwr_adaptive.estimates``. The bounded integer split: ``flwr_adaptive.split``; the affine and
 min-energy splits: ``flwr_adaptive.solver``. The saved state: ``flwr_adaptive.state_format``.
-The named policies: ``flwr_adaptive.policies``. This module holds the API, the argument checks,
-the choice of split and the deadband.
+The named policies: ``flwr_adaptive.policies``. This round's proposed split (the option's
+solver): ``flwr_adaptive.proposal``; the committed split and the deadband that keeps it:
+``flwr_adaptive.deadband``. This module holds the API: it checks the arguments, records the
+reports, commits the split and keeps the per-participant settings.
 
 This module imports numpy only: it is shared by the Flower strategies, the DDP launcher and the
 experiments, none of which it knows about.
@@ -32,13 +34,13 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from flwr_adaptive.estimates import EstimateStore, weighted_affine
+from flwr_adaptive.deadband import CommittedSplit
+from flwr_adaptive.estimates import EstimateStore
 from flwr_adaptive.limits import (
     MAX_BUDGET,
     MAX_COST_CLIP,
@@ -48,16 +50,19 @@ from flwr_adaptive.limits import (
     MIN_PER_SAMPLE,
     MIN_WEIGHT,
     NEVER,
-    REAL_TYPES,
     UNBOUNDED,
     ParticipantId,
     Report,
     as_id,
     check_bound,
+    check_drift,
+    check_fixed_seconds,
+    check_idle_watts,
     check_int,
-    check_real,
+    check_participants,
+    check_settings,
+    check_slack,
     id_list,
-    is_id,
     parse_bound,
     show,
     validate_report,
@@ -71,8 +76,7 @@ from flwr_adaptive.policies import (
     POLICIES,
     Policy,
 )
-from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
-from flwr_adaptive.split import bounded_split, check_fits, group_makespans
+from flwr_adaptive.proposal import propose
 from flwr_adaptive.state_format import StateReader, write_state
 
 __all__ = [
@@ -94,9 +98,6 @@ __all__ = [
     "MAX_WEIGHT",
     "MAX_IDLE_W",
 ]
-
-#: A split's predicted objective (group makespans, or energy and round time): what the gain deadband compares.
-Predicted = Callable[[np.ndarray], np.ndarray]
 
 
 class AllocationController:
@@ -184,23 +185,9 @@ class AllocationController:
         drift: float | None = None,
         deadband_rule: str = "tv",
     ) -> None:
-        weights = {}
-        for name, w in (("w_time", w_time), ("w_energy", w_energy)):
-            weights[name] = check_real(name, w)
-            if not (weights[name] == 0.0 or MIN_WEIGHT <= weights[name] <= MAX_WEIGHT):
-                raise ValueError(
-                    f"{name} must be 0 or lie in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] "
-                    f"(only the ratio of the weights matters), got {w!r}"
-                )
-        smoothing = check_real("smoothing", smoothing)
-        if not 0.0 < smoothing <= 1.0:
-            raise ValueError(f"smoothing must lie in (0, 1], got {smoothing!r}")
-        deadband = check_real("deadband", deadband)
-        if not 0.0 <= deadband < 1.0:
-            raise ValueError(f"deadband must lie in [0, 1), got {deadband!r}")
-        cost_clip = check_real("cost_clip", cost_clip)
-        if not 1.0 <= cost_clip <= MAX_COST_CLIP:
-            raise ValueError(f"cost_clip must lie in [1, {MAX_COST_CLIP:g}], got {cost_clip!r}")
+        w_time, w_energy, smoothing, deadband, cost_clip = check_settings(
+            w_time=w_time, w_energy=w_energy, smoothing=smoothing, deadband=deadband, cost_clip=cost_clip
+        )
         for name, value, allowed in (
             ("objective", objective, OBJECTIVES),
             ("cost_model", cost_model, COST_MODELS),
@@ -208,18 +195,12 @@ class AllocationController:
         ):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, allowed))}")
-        if isinstance(slack, bool) or not isinstance(slack, REAL_TYPES) or math.isnan(slack) or slack < 0:
-            raise ValueError(f"slack must be a number >= 0 (math.inf: no makespan limit), got {slack!r}")
-        if drift is not None and (
-            isinstance(drift, bool) or not isinstance(drift, REAL_TYPES) or not 0.0 < drift < math.inf
-        ):
-            raise ValueError(f"drift must be a number > 0 (e.g. 0.3) or None to disable, got {drift!r}")
+        slack, drift = check_slack(slack), check_drift(drift)
         self.objective = objective
-        self.slack = float(slack)
+        self.slack = slack
         self.deadband_rule = deadband_rule
         forget_after = min(check_int("forget_after", forget_after, minimum=1), NEVER)
-        self.w_time = weights["w_time"]
-        self.w_energy = weights["w_energy"]
+        self.w_time, self.w_energy = w_time, w_energy
         self.deadband = deadband
 
         self.groups: dict[ParticipantId, Hashable] | None = None
@@ -253,16 +234,10 @@ class AllocationController:
             forget_after=forget_after,
             cost_clip=cost_clip,
             cost_model=cost_model,
-            drift=None if drift is None else float(drift),
+            drift=drift,
         )
         self._round = 0  # number of allocate() calls so far
-        # The committed split and what it was computed under (for the deadband).
-        self._cur_slots = np.empty(0, dtype=np.int64)
-        self._cur_quota = np.empty(0, dtype=np.int64)
-        self._cur_lo = np.empty(0, dtype=np.int64)
-        self._cur_hi = np.empty(0, dtype=np.int64)
-        self._cur_budget: Any = None
-        self._cur_groups: list[Hashable] | None = None  # each current participant's group
+        self._committed = CommittedSplit()  # the committed split and what it was computed under
         self._idle_w: dict[ParticipantId, float] = {}
         self._fixed_s: dict[ParticipantId, float] = {}  # per-round seconds beyond the reported compute
 
@@ -326,12 +301,7 @@ class AllocationController:
         if watts is None:
             self._idle_w.pop(participant, None)
             return
-        if isinstance(watts, bool) or not isinstance(watts, REAL_TYPES) or not 0.0 <= watts <= MAX_IDLE_W:
-            raise ValueError(
-                f"participant {participant!r}: idle watts must be a number in [0, {MAX_IDLE_W:g}], "
-                f"got {watts!r}; pass None when unknown"
-            )
-        self._idle_w[participant] = float(watts)
+        self._idle_w[participant] = check_idle_watts(participant, watts)
 
     def set_fixed_time(self, participant: ParticipantId, seconds: float | None) -> None:
         """Set (or with ``None`` forget) the seconds per round ``participant`` costs beyond its
@@ -341,12 +311,7 @@ class AllocationController:
         if seconds is None:
             self._fixed_s.pop(participant, None)
             return
-        if isinstance(seconds, bool) or not isinstance(seconds, REAL_TYPES) or not 0.0 <= seconds < math.inf:
-            raise ValueError(
-                f"participant {participant!r}: fixed time must be a finite number of seconds >= 0, got "
-                f"{seconds!r}; pass None when unknown"
-            )
-        self._fixed_s[participant] = float(seconds)
+        self._fixed_s[participant] = check_fixed_seconds(participant, seconds)
 
     def _fixed_of(self, participants: Sequence[ParticipantId]) -> np.ndarray:
         return np.array([self._fixed_s.get(p, 0.0) for p in participants], dtype=float)
@@ -445,23 +410,12 @@ class AllocationController:
         Pending reports must be flushed first. Dropping a participant of the current split
         forgets the split (the deadband releases: the participant set changed anyway).
         """
-        renumber = self._store.drop(dead)
-        cur = renumber[self._cur_slots]
-        if (cur < 0).any():
-            self._forget_current()
-        else:
-            self._cur_slots = cur
-
-    def _forget_current(self) -> None:
-        empty = np.empty(0, dtype=np.int64)
-        self._cur_slots, self._cur_quota, self._cur_lo, self._cur_hi = empty, empty, empty, empty
-        self._cur_budget = None
-        self._cur_groups = None
+        self._committed.renumber(self._store.drop(dead))
 
     def _compact(self) -> None:
         """Drop slots that hold nothing: no estimate and not in the current split."""
         dead = np.isnan(self._store.tau)
-        dead[self._cur_slots] = False
+        dead[self._committed.slots] = False
         if dead.any():
             self._drop_slots(dead)
 
@@ -524,7 +478,7 @@ class AllocationController:
 
     def costs(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, float]:
         """The combined dimensionless cost ``c_i`` the next ``allocate(participants)`` would use."""
-        participants = self._check_participants(participants)
+        participants = check_participants(participants)
         self._store.flush()
         registered = len(self._store.ids)
         try:
@@ -543,22 +497,10 @@ class AllocationController:
     @property
     def current(self) -> dict[ParticipantId, int]:
         """The committed split (what the last ``allocate`` returned)."""
-        return dict(zip((self._store.ids[s] for s in self._cur_slots.tolist()), self._cur_quota.tolist()))
+        cur = self._committed
+        return dict(zip((self._store.ids[s] for s in cur.slots.tolist()), cur.quota.tolist()))
 
     # ------------------------------------------------------------------ allocate
-    @staticmethod
-    def _check_participants(participants: Sequence[ParticipantId]) -> list[ParticipantId]:
-        participants = id_list(participants)
-        if not set(map(type, participants)) <= {int, str}:
-            bad = [p for p in participants if not is_id(p)]
-            if bad:
-                raise ValueError(f"participant ids must be str or int, got {bad[:5]!r}")
-            participants = [p if type(p) is str else int(p) for p in participants]
-        if len(set(participants)) != len(participants):
-            dup = {p for p, n in Counter(participants).items() if n > 1}
-            raise ValueError(f"participants are listed more than once: {sorted(dup, key=repr)!r}")
-        return participants
-
     def _group_codes(self, participants: list[ParticipantId]) -> tuple[np.ndarray, list[Hashable]]:
         """Group index of each participant and the group names (one group without ``groups``)."""
         if self.groups is None:
@@ -584,7 +526,7 @@ class AllocationController:
             bounds that cannot hold a group's budget (``Σ min_quota > budget`` or
             ``Σ max_quota < budget``).
         """
-        participants = self._check_participants(participants)
+        participants = check_participants(participants)
         self._store.flush()
         registered = len(self._store.ids)
         try:
@@ -605,132 +547,50 @@ class AllocationController:
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
         codes, names = self._group_codes(participants)
         budgets = [self.budget[g] for g in names] if isinstance(self.budget, dict) else [self.budget]
-        if not known.any() or (
-            self.objective == "weighted" and (self.cost_model == "per-sample" or self.w_time == self.w_energy == 0)
-        ):
-            # the paper's split (and, with nothing measured yet, the equal split for every option)
-            cost = self._store.weighted_cost(slots, known, self.w_time, self.w_energy)
-            weight = 1.0 / cost
-            quotas = np.zeros(len(participants), dtype=np.int64)
-            if len(names) == 1:
-                if len(participants):
-                    quotas = bounded_split(budgets[0], weight, lo, hi, names[0])
-            else:
-                for k, g in enumerate(names):
-                    idx = np.flatnonzero(codes == k)
-                    quotas[idx] = bounded_split(budgets[k], weight[idx], lo[idx], hi[idx], g)
-            fixed = np.zeros(len(participants))
-            predicted = lambda q: group_makespans(fixed, cost, q, codes, len(budgets))  # noqa: E731
-        else:
-            quotas, predicted = self._solve(participants, slots, known, lo, hi, codes, names, budgets)
+        quotas, predicted = propose(
+            self._store,
+            participants,
+            slots,
+            known,
+            lo,
+            hi,
+            codes,
+            names,
+            budgets,
+            objective=self.objective,
+            w_time=self.w_time,
+            w_energy=self.w_energy,
+            slack=self.slack,
+            fixed_s=self._fixed_s,
+            idle_w=self._idle_w,
+        )
 
         group_of = None if self.groups is None else [names[c] for c in codes.tolist()]
-        kept = self._kept_split(slots, lo, hi, quotas, codes, budgets, group_of, predicted)
+        kept = self._committed.kept(
+            deadband=self.deadband,
+            rule=self.deadband_rule,
+            budget=self.budget,
+            slot_count=len(self._store.ids),
+            slots=slots,
+            lo=lo,
+            hi=hi,
+            proposed=quotas,
+            codes=codes,
+            budgets=budgets,
+            group_of=group_of,
+            predicted=predicted,
+            noise_floor=self._store.noise_floor,
+        )
         # Commit: nothing above changed the controller.
         self._store.fresh(slots, forget=True)
         self._round += 1
         if kept is not None:
             quotas = kept
         else:
-            self._cur_slots, self._cur_quota = slots.copy(), quotas
-            self._cur_lo, self._cur_hi = lo, hi
-            self._cur_budget = copy.deepcopy(self.budget)
-            self._cur_groups = group_of
+            self._committed = CommittedSplit(slots.copy(), quotas, lo, hi, copy.deepcopy(self.budget), group_of)
         self._store.unanswered[slots[quotas > 0]] += 1
         self._compact()
         return quotas
-
-    def _solve(
-        self,
-        participants: list[ParticipantId],
-        slots: np.ndarray,
-        known: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        codes: np.ndarray,
-        names: list[Hashable],
-        budgets: list[int],
-    ) -> tuple[np.ndarray, Predicted]:
-        """The split of the options beyond the paper, and its predicted objective (for the deadband)."""
-        for k, g in enumerate(names):
-            idx = codes == k
-            check_fits(budgets[k], lo[idx], hi[idx], g)
-        a, b, c, d = self._store.model(slots, known, int(sum(budgets)))
-        if self._fixed_s:  # what the server waits for beyond the compute: part of the fixed term
-            a = a + self._fixed_of(participants)
-        if self.objective == "weighted":  # the weighted cost, affine: equalise A_i + B_i·n_i
-            A, B = weighted_affine(a, b, c, d, self.w_time, self.w_energy)
-            quotas = np.zeros(len(slots), dtype=np.int64)
-            for k in range(len(names)):
-                idx = np.flatnonzero(codes == k)
-                quotas[idx] = min_makespan_split(budgets[k], A[idx], B[idx], lo[idx], hi[idx])[0]
-            return quotas, lambda q: group_makespans(A, B, q, codes, len(budgets))
-        # min-energy
-        slack = self.slack
-        if np.isnan(d).all():  # no energy figures anywhere: the minimum makespan (Time-only)
-            c, d, idle, slack = np.zeros(len(slots)), np.zeros(len(slots)), np.zeros(len(slots)), 0.0
-        else:
-            given = [self._idle_w.get(p) for p in participants]
-            known_idle = [w for w in given if w is not None]
-            fill = float(np.median(known_idle)) if known_idle else 0.0
-            idle = np.array([fill if w is None else w for w in given], dtype=float)
-        quotas, t_min = min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack)
-        t_limit = (1.0 + slack) * t_min
-
-        def predicted(q: np.ndarray) -> np.ndarray:
-            T, E = round_energy(q, a, b, c, d, idle)
-            return np.array([E, max(T, t_limit) if math.isfinite(t_limit) else 0.0])
-
-        return quotas, predicted
-
-    def _kept_split(
-        self,
-        slots: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        proposed: np.ndarray,
-        codes: np.ndarray,
-        budgets: list[int],
-        group_of: list[Hashable] | None,
-        predicted: Predicted,
-    ) -> np.ndarray | None:
-        """The current split aligned to ``slots`` if the deadband keeps it, else ``None``."""
-        if self.deadband <= 0 or self._cur_budget is None or self._cur_budget != self.budget:
-            return None
-        if len(slots) != len(self._cur_slots):
-            return None
-        if np.array_equal(slots, self._cur_slots):
-            aligned = np.arange(len(slots))
-        else:
-            position = np.full(len(self._store.ids), -1, dtype=np.int64)
-            position[self._cur_slots] = np.arange(len(self._cur_slots))
-            aligned = position[slots]
-            if (aligned < 0).any():
-                return None  # the participant set changed
-        current = self._cur_quota[aligned]
-        if not (np.array_equal(self._cur_lo[aligned], lo) and np.array_equal(self._cur_hi[aligned], hi)):
-            return None
-        if group_of is not None and (
-            self._cur_groups is None or [self._cur_groups[i] for i in aligned.tolist()] != group_of
-        ):
-            return None  # a participant changed group
-        if self.deadband_rule == "gain":
-            # Keep the split while re-splitting improves the predicted objective by < deadband,
-            # or by less than the participants' own jitter can fake.
-            band = max(self.deadband, self._store.noise_floor(slots))
-            keep = predicted(current) <= (1.0 + band) * predicted(proposed)
-            return current if bool(np.all(keep)) else None
-        change = np.abs(proposed - current)
-        # The total-variation rule alone can hold a split in which one small participant carries
-        # twice its fair load (a 2× slowdown of an 11 % participant moves only ~4 % of the
-        # budget), so each participant's own change must also stay inside the band.
-        if (change > self.deadband * proposed + 1).any():
-            return None
-        moved = np.bincount(codes, weights=change, minlength=len(budgets))
-        for m, b in zip(moved.tolist(), budgets):
-            if b > 0 and m / (2 * b) >= self.deadband:
-                return None
-        return current
 
     # ------------------------------------------------------------------ state
     def _policy_record(self) -> dict[str, Any]:

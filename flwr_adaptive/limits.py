@@ -36,6 +36,7 @@ well-typed reports and calls :func:`validate_report` only for the rest.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -158,6 +159,80 @@ def check_real(name: str, value: Any) -> float:
         raise ValueError(
             f"{name} must be a finite number, got an integer beyond float range ({str(value)[:20]}...)"
         ) from None
+
+
+def check_settings(
+    *, w_time: Any, w_energy: Any, smoothing: Any, deadband: Any, cost_clip: Any
+) -> tuple[float, float, float, float, float]:
+    """The controller's ``(w_time, w_energy, smoothing, deadband, cost_clip)`` as floats, checked in that order."""
+    weights = []
+    for name, w in (("w_time", w_time), ("w_energy", w_energy)):
+        weights.append(check_real(name, w))
+        if not (weights[-1] == 0.0 or MIN_WEIGHT <= weights[-1] <= MAX_WEIGHT):
+            raise ValueError(
+                f"{name} must be 0 or lie in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] "
+                f"(only the ratio of the weights matters), got {w!r}"
+            )
+    smoothing = check_real("smoothing", smoothing)
+    if not 0.0 < smoothing <= 1.0:
+        raise ValueError(f"smoothing must lie in (0, 1], got {smoothing!r}")
+    deadband = check_real("deadband", deadband)
+    if not 0.0 <= deadband < 1.0:
+        raise ValueError(f"deadband must lie in [0, 1), got {deadband!r}")
+    cost_clip = check_real("cost_clip", cost_clip)
+    if not 1.0 <= cost_clip <= MAX_COST_CLIP:
+        raise ValueError(f"cost_clip must lie in [1, {MAX_COST_CLIP:g}], got {cost_clip!r}")
+    return weights[0], weights[1], smoothing, deadband, cost_clip
+
+
+def check_slack(slack: Any) -> float:
+    """The min-energy makespan slack as a float >= 0 (``math.inf``: no limit)."""
+    if isinstance(slack, bool) or not isinstance(slack, REAL_TYPES) or math.isnan(slack) or slack < 0:
+        raise ValueError(f"slack must be a number >= 0 (math.inf: no makespan limit), got {slack!r}")
+    return float(slack)
+
+
+def check_drift(drift: Any) -> float | None:
+    """The drift threshold as a float > 0, or ``None`` (disabled)."""
+    if drift is None:
+        return None
+    if isinstance(drift, bool) or not isinstance(drift, REAL_TYPES) or not 0.0 < drift < math.inf:
+        raise ValueError(f"drift must be a number > 0 (e.g. 0.3) or None to disable, got {drift!r}")
+    return float(drift)
+
+
+def check_idle_watts(participant: ParticipantId, watts: Any) -> float:
+    """``participant``'s idle draw as a float in ``[0, MAX_IDLE_W]``."""
+    if isinstance(watts, bool) or not isinstance(watts, REAL_TYPES) or not 0.0 <= watts <= MAX_IDLE_W:
+        raise ValueError(
+            f"participant {participant!r}: idle watts must be a number in [0, {MAX_IDLE_W:g}], "
+            f"got {watts!r}; pass None when unknown"
+        )
+    return float(watts)
+
+
+def check_fixed_seconds(participant: ParticipantId, seconds: Any) -> float:
+    """``participant``'s per-round seconds beyond its reported compute as a finite float >= 0."""
+    if isinstance(seconds, bool) or not isinstance(seconds, REAL_TYPES) or not 0.0 <= seconds < math.inf:
+        raise ValueError(
+            f"participant {participant!r}: fixed time must be a finite number of seconds >= 0, got "
+            f"{seconds!r}; pass None when unknown"
+        )
+    return float(seconds)
+
+
+def check_participants(participants: Any) -> list[ParticipantId]:
+    """``participants`` as a list of distinct ``str`` / ``int`` ids (numpy integers become ``int``)."""
+    ids: list[Any] = id_list(participants)
+    if not set(map(type, ids)) <= {int, str}:
+        bad = [p for p in ids if not is_id(p)]
+        if bad:
+            raise ValueError(f"participant ids must be str or int, got {bad[:5]!r}")
+        ids = [p if type(p) is str else int(p) for p in ids]
+    if len(set(ids)) != len(ids):
+        dup = {p for p, n in Counter(ids).items() if n > 1}
+        raise ValueError(f"participants are listed more than once: {sorted(dup, key=repr)!r}")
+    return ids
 
 
 def exact_sum(values: np.ndarray) -> int:

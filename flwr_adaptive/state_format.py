@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from flwr_adaptive import estimation
+from flwr_adaptive.deadband import CommittedSplit
 from flwr_adaptive.estimates import MAX_STORED
 from flwr_adaptive.limits import MAX_BUDGET, MAX_PER_SAMPLE, MIN_PER_SAMPLE, UNBOUNDED, as_id, exact_sum, is_id
 
@@ -53,7 +54,8 @@ def write_state(ctrl: AllocationController) -> dict[str, Any]:
     def nan_to_none(a: np.ndarray) -> list[float | None]:
         return [None if math.isnan(x) else x for x in a.tolist()]
 
-    budget = ctrl._cur_budget
+    cur = ctrl._committed
+    budget = cur.budget
     return {
         "version": STATE_VERSION,
         "policy": ctrl._policy_record(),
@@ -64,12 +66,12 @@ def write_state(ctrl: AllocationController) -> dict[str, Any]:
         "unanswered": store.unanswered.tolist(),
         "max_quota": [[p, b] for p, b in ctrl._max_map.items()],
         "current": {
-            "slots": ctrl._cur_slots.tolist(),
-            "quota": ctrl._cur_quota.tolist(),
-            "min_quota": ctrl._cur_lo.tolist(),
-            "max_quota": ctrl._cur_hi.tolist(),
+            "slots": cur.slots.tolist(),
+            "quota": cur.quota.tolist(),
+            "min_quota": cur.lo.tolist(),
+            "max_quota": cur.hi.tolist(),
             "budget": list(budget.items()) if isinstance(budget, dict) else budget,
-            "groups": ctrl._cur_groups,
+            "groups": cur.groups,
         },
         # set_group may have changed both since construction
         "groups": None if ctrl.groups is None else [[p, g] for p, g in ctrl.groups.items()],
@@ -289,12 +291,7 @@ class StateReader:
         return store, {
             "_round": rnd,
             "_max_map": max_map,
-            "_cur_slots": cur_slots,
-            "_cur_quota": cur_quota,
-            "_cur_lo": cur_lo,
-            "_cur_hi": cur_hi,
-            "_cur_budget": cur_budget,
-            "_cur_groups": cur_groups,
+            "_committed": CommittedSplit(cur_slots, cur_quota, cur_lo, cur_hi, cur_budget, cur_groups),
             "groups": groups,
             "budget": budget,
             "_idle_w": idle_w,

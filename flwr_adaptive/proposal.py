@@ -1,0 +1,104 @@
+"""This round's proposed split: the option's solver applied to the estimates, before the deadband.
+
+Contract
+--------
+:func:`propose` returns the integer quotas of the controller's option for the participants of
+one ``allocate`` (each group's quotas sum exactly to its budget, within ``[lo, hi]``) and the
+function that predicts the option's objective under any split of them (what the gain deadband
+compares). The paper's split (``objective="weighted"`` with per-sample costs or the Equal
+weights, and every option while nothing is measured) is ``n_i ∝ 1/c_i`` per group
+(``flwr_adaptive.split.bounded_split``); the affine weighted split equalises ``A_i + B_i·n_i``
+per group and ``"min-energy"`` minimises the round's energy within the makespan slack
+(``flwr_adaptive.solver``). It changes nothing: neither the store nor the committed split.
+
+Cost
+----
+The paper's split: O(P) when no bound binds, O(P log P) otherwise, plus one loop over groups.
+The affine and min-energy splits: those of ``flwr_adaptive.solver`` (O(P log P) per group).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
+
+from flwr_adaptive.deadband import Predicted
+from flwr_adaptive.estimates import EstimateStore, weighted_affine
+from flwr_adaptive.limits import ParticipantId
+from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
+from flwr_adaptive.split import bounded_split, check_fits, group_makespans
+
+__all__ = ["propose"]
+
+
+def propose(
+    store: EstimateStore,
+    participants: Sequence[ParticipantId],
+    slots: np.ndarray,
+    known: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    codes: np.ndarray,
+    names: list[Hashable],
+    budgets: list[int],
+    *,
+    objective: str,
+    w_time: float,
+    w_energy: float,
+    slack: float,
+    fixed_s: Mapping[ParticipantId, float],
+    idle_w: Mapping[ParticipantId, float],
+) -> tuple[np.ndarray, Predicted]:
+    """The option's split of ``budgets`` among ``participants`` and its predicted objective.
+
+    ``codes`` holds each participant's group index into ``names`` / ``budgets``; ``known``
+    marks the participants with a fresh estimate; ``fixed_s`` and ``idle_w`` are the
+    per-participant seconds beyond the reported compute and idle watts (missing: 0 s, the
+    median watts). Raises ``ValueError`` when a group's bounds cannot hold its budget.
+    """
+    if not known.any() or (objective == "weighted" and (store.cost_model == "per-sample" or w_time == w_energy == 0)):
+        # the paper's split (and, with nothing measured yet, the equal split for every option)
+        cost = store.weighted_cost(slots, known, w_time, w_energy)
+        weight = 1.0 / cost
+        quotas = np.zeros(len(participants), dtype=np.int64)
+        if len(names) == 1:
+            if len(participants):
+                quotas = bounded_split(budgets[0], weight, lo, hi, names[0])
+        else:
+            for k, g in enumerate(names):
+                idx = np.flatnonzero(codes == k)
+                quotas[idx] = bounded_split(budgets[k], weight[idx], lo[idx], hi[idx], g)
+        fixed = np.zeros(len(participants))
+        return quotas, lambda q: group_makespans(fixed, cost, q, codes, len(budgets))
+    # the options beyond the paper
+    for k, g in enumerate(names):
+        idx = codes == k
+        check_fits(budgets[k], lo[idx], hi[idx], g)
+    a, b, c, d = store.model(slots, known, int(sum(budgets)))
+    if fixed_s:  # what the server waits for beyond the compute: part of the fixed term
+        a = a + np.array([fixed_s.get(p, 0.0) for p in participants], dtype=float)
+    if objective == "weighted":  # the weighted cost, affine: equalise A_i + B_i·n_i
+        A, B = weighted_affine(a, b, c, d, w_time, w_energy)
+        quotas = np.zeros(len(slots), dtype=np.int64)
+        for k in range(len(names)):
+            idx = np.flatnonzero(codes == k)
+            quotas[idx] = min_makespan_split(budgets[k], A[idx], B[idx], lo[idx], hi[idx])[0]
+        return quotas, lambda q: group_makespans(A, B, q, codes, len(budgets))
+    # min-energy
+    if np.isnan(d).all():  # no energy figures anywhere: the minimum makespan (Time-only)
+        c, d, idle, slack = np.zeros(len(slots)), np.zeros(len(slots)), np.zeros(len(slots)), 0.0
+    else:
+        given = [idle_w.get(p) for p in participants]
+        known_idle = [w for w in given if w is not None]
+        fill = float(np.median(known_idle)) if known_idle else 0.0
+        idle = np.array([fill if w is None else w for w in given], dtype=float)
+    quotas, t_min = min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack)
+    t_limit = (1.0 + slack) * t_min
+
+    def predicted(q: np.ndarray) -> np.ndarray:
+        T, E = round_energy(q, a, b, c, d, idle)
+        return np.array([E, max(T, t_limit) if math.isfinite(t_limit) else 0.0])
+
+    return quotas, predicted
