@@ -1184,6 +1184,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-noniid", action="store_true", help="no non-IID section")
     ap.add_argument("--only-noniid", action="store_true",
                     help="run only the non-IID section and replace it in the existing <out>/results.md")
+    ap.add_argument("--noniid-finished-only", action="store_true",
+                    help="non-IID section from the runs finished in --work only; the page lists the missing ones")
     ap.add_argument("--noniid-tasks", default=None, help="tasks of the non-IID section (default: --tasks)")
     ap.add_argument("--noniid-alphas", default="0.3,0.1", help="Dirichlet concentrations of the non-IID section")
     ap.add_argument("--noniid-seeds", type=int, default=None, help="paired seeds of the non-IID section "

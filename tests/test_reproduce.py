@@ -587,7 +587,7 @@ def test_noniid_summary_on_hand_made_runs():
     assert not s.loc["other", "reached"] and math.isnan(s.loc["other", "time_ratio"])
     assert checks == [{"task": "t", "scenario": "testbed", "reached": 1, "seeds": 1, "median_ratio": pytest.approx(0.4),
                        "max_ratio": pytest.approx(0.4), "limit": 0.6, "ratio_ok": True,
-                       "worst_delta": pytest.approx(-15.0), "worst_ok": False}]
+                       "worst_delta": pytest.approx(-15.0), "worst_ok": False, "trivial": False}]
 
 
 def test_dirichlet_partitions_are_skewed_disjoint_and_cover_the_training_data():
