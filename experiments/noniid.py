@@ -321,9 +321,10 @@ def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path) -> Path |
         eq_worst = float(g.loc[g["row"] == "equal-fedavg", "worst_final"].mean())
         d = [_worst_delta(w, eq_worst, bool(g["task"].iloc[0] != "weather")) for w in worst]
         name = f"{task}, {scenario}, α={alpha:g}"
-        axes[0].plot(x, ratio, style, marker="o", label=name)
-        axes[1].plot(x, d, style, marker="o", label=name)
-    axes[0].set(xlabel="floor on a quota (share of the equal split)", ylabel="time to target × Equal + FedAvg (median)",
+        for ax, y in ((axes[0], ratio), (axes[1], d)):  # floors that did not run (or never reached) are left out
+            keep = [i for i, v in enumerate(y) if math.isfinite(v)]
+            ax.plot([x[i] for i in keep], [y[i] for i in keep], style, marker="o", label=name)
+    axes[0].set(xlabel="floor on a quota (share of the equal split)", ylabel="time to target × Equal + FedAvg (median, reached)",
                 title="Time to target vs the floor (virtual clock)")
     axes[1].set(xlabel="floor on a quota (share of the equal split)",
                 ylabel="final worst group − Equal's (points; weather: % error)", title="Worst class / client at equal rounds")
