@@ -71,6 +71,8 @@ TARGETS = [
     Target("limits", "flwr_adaptive/limits.py", _CONTROLLER_TESTS),
     Target("policies", "flwr_adaptive/policies.py", _CONTROLLER_TESTS),
     Target("split", "flwr_adaptive/split.py", _CONTROLLER_TESTS),
+    Target("proposal", "flwr_adaptive/proposal.py", _CONTROLLER_TESTS),
+    Target("deadband", "flwr_adaptive/deadband.py", _CONTROLLER_TESTS),
     Target("state_format", "flwr_adaptive/state_format.py", _CONTROLLER_TESTS),
     Target(
         "solver",
