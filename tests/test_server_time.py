@@ -48,8 +48,10 @@ def _round(strategy, rnd, virtual=0):
 def _strategy(**kw) -> AdaptiveStrategy:
     from flwr.serverapp.strategy import FedAvg
 
-    return AdaptiveStrategy(FedAvg(min_train_nodes=1, min_available_nodes=1), budget=800, deadband=0.0,
-                            trust=False, **kw)
+    strategy = AdaptiveStrategy(FedAvg(min_train_nodes=1, min_available_nodes=1), budget=800, deadband=0.0,
+                                trust=False, **kw)
+    strategy.server_time = True  # opt-in (off by default)
+    return strategy
 
 
 def _ideal(overhead: dict) -> float:
@@ -105,11 +107,9 @@ def test_virtual_clock_reports_are_not_compared_with_the_wall_clock():
 def test_the_fixed_terms_survive_a_resumed_serverapp(tmp_path):
     from flwr.serverapp.strategy import FedAvg
 
-    first = AdaptiveStrategy(FedAvg(min_train_nodes=1, min_available_nodes=1), budget=800, deadband=0.0,
-                             trust=False, state_dir=tmp_path)
+    first = _strategy(state_dir=tmp_path)
     for rnd in range(1, 7):
         _round(first, rnd)
-    resumed = AdaptiveStrategy(FedAvg(min_train_nodes=1, min_available_nodes=1), budget=800, deadband=0.0,
-                               trust=False, state_dir=tmp_path)
+    resumed = _strategy(state_dir=tmp_path)
     assert resumed.fixed_overheads() == first.fixed_overheads()
     assert resumed.quotas_for(7, NODES) == first.quotas_for(7, NODES)  # the same split, fixed terms included

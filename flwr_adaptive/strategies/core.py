@@ -574,8 +574,10 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         return {}
 
     #: Whether the time the server waits for a node (message out → reply in) beyond its reported
-    #: compute enters its cost as a fixed per-round term (see ``server_report``).
-    server_time: bool = True
+    #: compute enters its cost as a fixed per-round term (see ``server_report``). Off by default:
+    #: where Flower's own overhead dwarfs the compute and scatters (a loaded machine: tens of
+    #: seconds of ClientApp start-up against a 1-s compute) its noise would drive the split.
+    server_time: bool = False
 
     #: Rounds of observed overhead per participant whose median is its fixed per-round term.
     overhead_window: int = 5
