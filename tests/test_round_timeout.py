@@ -104,10 +104,12 @@ def test_without_the_option_the_timeout_is_the_caller_s():
 
     strategy = _strategy(None)
     grid = RecordingGrid(NODES)
+    assert strategy.timed_grid(grid) is grid and strategy.round_timeout_s() is None  # Flower's own loop
+    strategy.server_time = True  # the server-side times want the TimedGrid's stamps
     timed = strategy.timed_grid(grid)
     msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), timed))
     timed.send_and_receive(msgs, timeout=3600)
-    assert grid.timeouts == [3600] and strategy.round_timeout_s() is None
+    assert isinstance(timed, TimedGrid) and grid.timeouts == [3600]
 
 
 class FlowerLikeGrid:

@@ -230,9 +230,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         return super().start(self.timed_grid(grid), *args, **kwargs)
 
     def timed_grid(self, grid: Grid) -> Grid:
-        """``grid`` wrapped in a :class:`TimedGrid`: training rounds get ``round_timeout_s()``
-        (with ``round_timeout``), replies are pulled every 0.5 s and their arrival stamped."""
-        if isinstance(grid, TimedGrid):
+        """``grid`` wrapped in a :class:`TimedGrid` when ``round_timeout`` or ``server_time`` is
+        on: training rounds get ``round_timeout_s()``, replies are pulled every 0.5 s and their
+        arrival stamped. Otherwise the grid unchanged (Flower's own ``send_and_receive``): the
+        server-side times then also feed ``trust``, whose rules were set without them."""
+        if isinstance(grid, TimedGrid) or (self.round_timeout is None and not self.server_time):
             return grid
         return TimedGrid(grid, self)
 
