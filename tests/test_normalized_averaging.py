@@ -155,8 +155,13 @@ def test_splitting_a_client_in_two_halves_changes_nothing(clients, data):
     split_models = models + [models[i]]
     split_weights = weights[:i] + [weights[i] / 2] + weights[i + 1 :] + [weights[i] / 2]
     split_work = work + [work[i]]
+    # atol: the aggregate is x plus a weighted sum of O(1) terms, so a result near 0 carries the
+    # rounding of those terms (~1e-16 each), not of itself (seen: 1.1e-16 off at -8.5e-5)
     np.testing.assert_allclose(
-        _aggregate(x, models, weights, work), _aggregate(x, split_models, split_weights, split_work), rtol=1e-12
+        _aggregate(x, models, weights, work),
+        _aggregate(x, split_models, split_weights, split_work),
+        rtol=1e-12,
+        atol=1e-12,
     )
 
 
