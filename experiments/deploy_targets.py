@@ -1,4 +1,4 @@
-"""The deployment targets of issue 23 on a real SuperLink + SuperNodes: per-round tables against the ideal.
+"""The deployment targets (docs/deployment.md) on a real SuperLink + SuperNodes: per-round tables against the ideal.
 
 Contract
 --------

@@ -1,7 +1,7 @@
 """What ``observe`` accepts, the saved state reads back: any accepted sequence round-trips.
 
 The state reader checks a state against the limits of ``flwr_adaptive.limits``; the controller
-must never hold what the reader refuses (issue 25: ``observe(energy_j=1e300, samples=1)`` with
+must never hold what the reader refuses (once ``observe(energy_j=1e300, samples=1)`` with
 ``w_energy=0`` was accepted, and the state it saved was then refused).
 """
 
@@ -88,7 +88,7 @@ def test_any_accepted_sequence_saves_a_state_that_loads_and_gives_the_same_next_
 
 
 def test_huge_unweighted_energy_is_refused_by_observe_so_the_state_round_trips():
-    # Prepare: the case of issue 25, Time-only controller (w_energy = 0)
+    # Prepare: the case that once broke the round trip, Time-only controller (w_energy = 0)
     ctrl = AllocationController(100, w_time=1.0, w_energy=0.0)
     # Execute / Assert: 1e300 J for one sample is beyond MAX_PER_SAMPLE (1e150) J per sample
     with pytest.raises(ValueError, match=r"participant 'a': energy_j=1e\+300 over samples=1 .* above 1e\+150"):
