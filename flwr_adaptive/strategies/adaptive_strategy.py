@@ -62,6 +62,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.records import split_records
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
@@ -201,12 +202,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             state_dir=state_dir,
             context=context,
         )
-        if history_path is not None and not isinstance(history_path, (str, os.PathLike)):
-            raise ValueError(
-                f"history_path must be a CSV file path (str or pathlib.Path), got {type(history_path).__name__} "
-                f"{history_path!r}; pass e.g. history_path='history.csv', or None"
-            )
-        self.history_path = history_path
+        self.history_path = checked_history_path(history_path)
         if round_timeout is not None and not isinstance(round_timeout, RoundTimeout):
             raise ValueError(
                 f"round_timeout must be a flwr_adaptive.strategies.round_timeout.RoundTimeout, got "

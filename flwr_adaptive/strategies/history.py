@@ -32,11 +32,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HistoryMixin", "ClientRows", "CLIENT_ROWS_IN_MEMORY"]
+__all__ = ["HistoryMixin", "ClientRows", "CLIENT_ROWS_IN_MEMORY", "checked_history_path"]
 
 #: Client rows an adaptive strategy keeps in memory before spilling older ones to a temporary CSV
 #: (about 0.7 KB each: ~14 MB).
 CLIENT_ROWS_IN_MEMORY = 20_000
+
+
+def checked_history_path(history_path: str | os.PathLike | None) -> str | os.PathLike | None:
+    """``history_path`` as given (a CSV file path or ``None``), or ``ValueError`` with the fix."""
+    if history_path is not None and not isinstance(history_path, (str, os.PathLike)):
+        raise ValueError(
+            f"history_path must be a CSV file path (str or pathlib.Path), got {type(history_path).__name__} "
+            f"{history_path!r}; pass e.g. history_path='history.csv', or None"
+        )
+    return history_path
 
 
 class ClientRows:

@@ -55,6 +55,7 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout, size_reason
@@ -193,12 +194,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             state_dir=state_dir,
             context=context,
         )
-        if history_path is not None and not isinstance(history_path, (str, os.PathLike)):
-            raise ValueError(
-                f"history_path must be a CSV file path (str or pathlib.Path), got {type(history_path).__name__} "
-                f"{history_path!r}; pass e.g. history_path='history.csv', or None"
-            )
-        self.history_path = history_path
+        self.history_path = checked_history_path(history_path)
 
     #: Seconds ``configure_fit`` waits for the clients the inner strategy needs
     #: (``min_available_clients`` / ``min_fit_clients``) before the run fails with
