@@ -144,19 +144,27 @@ class Meter:
 
     def begin_window(self, name: str) -> None:
         """Start measuring window ``name``."""
-        if name in self._open:
-            raise ValueError(f"window {name!r} is already open on the {self.source} meter; end it first")
-        self._open[name] = self._snapshot()
+        self._open_window(name, self._snapshot())
 
     def end_window(self, name: str) -> Measurement:
         """Stop window ``name`` and return its measurement."""
+        start = self._close_window(name)
+        return self._measure(start, self._snapshot())
+
+    def _open_window(self, name: str, start: Any) -> None:
+        """Record ``start`` for window ``name``; ``ValueError`` when it is open already."""
+        if name in self._open:
+            raise ValueError(f"window {name!r} is already open on the {self.source} meter; end it first")
+        self._open[name] = start
+
+    def _close_window(self, name: str) -> Any:
+        """The start recorded for window ``name``, now closed; ``ValueError`` when it is not open."""
         if name not in self._open:
             open_ = ", ".join(map(repr, self._open)) or "none"
             raise ValueError(
                 f"window {name!r} is not open on the {self.source} meter (open: {open_}); call begin_window first"
             )
-        start = self._open.pop(name)
-        return self._measure(start, self._snapshot())
+        return self._open.pop(name)
 
     def _snapshot(self) -> Any:
         return (self._wall(), self._cpu())
@@ -515,9 +523,7 @@ class EmulatedMeter(Meter):
         """Start window ``name``; ``round`` (optional) sets the round for drift first."""
         if round is not None:
             self.set_round(round)
-        if name in self._open:
-            raise ValueError(f"window {name!r} is already open on the {self.source} meter; end it first")
-        self._open[name] = (self._cpu(), self.round)
+        super().begin_window(name)
 
     def _measure(self, start: Any, end: Any) -> Measurement:
         (c0, rnd), (c1, _) = start, end
@@ -568,18 +574,11 @@ class SleepEmulatedMeter(EmulatedMeter):
         """Start window ``name``; ``round`` (optional) sets the round for drift first."""
         if round is not None:
             self.set_round(round)
-        if name in self._open:
-            raise ValueError(f"window {name!r} is already open on the {self.source} meter; end it first")
-        self._open[name] = (self._cpu(), self.round, self._wall())
+        self._open_window(name, (self._cpu(), self.round, self._wall()))
 
     def end_window(self, name: str) -> Measurement:
         """Sleep until the device's time has passed, then measure the window on the wall clock."""
-        if name not in self._open:
-            open_ = ", ".join(map(repr, self._open)) or "none"
-            raise ValueError(
-                f"window {name!r} is not open on the {self.source} meter (open: {open_}); call begin_window first"
-            )
-        c0, rnd, w0 = self._open.pop(name)
+        c0, rnd, w0 = self._close_window(name)
         cpu = max(0.0, self._cpu() - c0)
         device_s = device_time(self.profile, cpu, rnd, self.rng)
         nap = device_s - (self._wall() - w0)

@@ -107,9 +107,7 @@ class ZeusMeter(Meter):
 
     def begin_window(self, name: str) -> None:
         """Start window ``name`` (a Zeus window of the same name)."""
-        if name in self._open:
-            raise ValueError(f"window {name!r} is already open on the {self.source} meter; end it first")
-        self._open[name] = (self._wall(), self._cpu())
+        self._open_window(name, (self._wall(), self._cpu()))
         try:
             self._monitor.begin_window(self._key(name), sync_execution=self.sync_execution)
         except Exception as exc:  # noqa: BLE001 - a read that fails: this window has no energy
@@ -118,12 +116,7 @@ class ZeusMeter(Meter):
 
     def end_window(self, name: str) -> Measurement:
         """Stop window ``name``; its Zeus measurement (``joules=None`` when Zeus failed)."""
-        if name not in self._open:
-            open_ = ", ".join(map(repr, self._open)) or "none"
-            raise ValueError(
-                f"window {name!r} is not open on the {self.source} meter (open: {open_}); call begin_window first"
-            )
-        start = self._open.pop(name)
+        start = self._close_window(name)
         wall = self._wall() - start[0]
         cpu = self._cpu() - start[1]
         if len(start) > 2:  # its begin failed: nothing to end in Zeus
