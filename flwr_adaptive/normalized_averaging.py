@@ -25,6 +25,37 @@ server-side logic to FedNova's step, and a robust rule (FedTrimmedAvg, Krum) see
 scale. Only floating-point arrays are rescaled; integer buffers (e.g. BatchNorm's
 ``num_batches_tracked``) are counters, not directions, and pass through as the client sent them.
 
+Bounded rescaling (``max_rescale = c``): FedNova extrapolates a client with little local work.
+Its factor ``m_i = τ_eff/‖a_i‖₁`` grows as ``‖a_i‖₁`` shrinks (momentum 0.9: ``‖a‖₁`` is 1 for one
+step, 41.4 for ten), and the variance its minibatch noise adds to the global step grows like
+``m_i²``. :func:`normalized_plan` with ``max_rescale=c`` clips every factor at c,
+``m_i = min(τ_eff/‖a_i‖₁, c)``. With ``d_i = Δ_i/‖a_i‖₁`` (the client's normalised gradient sum):
+
+    x⁺ = x − Σ_i p_i·m_i·Δ_i = x − Σ_i p_i·min(τ_eff, c·‖a_i‖₁)·d_i
+
+so the objective is weighted by ``w_i ∝ p_i·min(τ_eff, c·‖a_i‖₁)`` (:func:`objective_weights`)
+and the step is ``τ_c = Σ_i p_i·min(τ_eff, c·‖a_i‖₁) ≤ τ_eff`` long:
+
+- ``c = ∞`` (``None``): FedNova, ``w = p``, bit for bit (the clip is not applied).
+- A client with ``‖a_i‖₁ ≥ τ_eff/c`` keeps FedNova's weight ``p_i·τ_eff``; one below weighs
+  ``p_i·c·‖a_i‖₁``: ``"data-size"`` FedAvg's weight (``p_i·‖a_i‖₁``) times c. Its share of the
+  objective falls linearly with its work below ``τ_eff/c`` instead of staying ``p_i``: the
+  objective lies between FedNova's and data-size FedAvg's.
+- ``c = 1``: ``w ∝ p_i·min(τ_eff, ‖a_i‖₁)``: a slow client's update enters as it was sent
+  (data-size FedAvg), a fast one is scaled down to τ_eff's length (FedNova).
+- ``c < 1`` is refused: every factor would be at most ``c < 1`` even in a round of equal work,
+  a server learning rate rather than a bound on extrapolation (as ``c → 0`` the update tends to
+  c × data-size FedAvg's, a vanishing step in its direction). With equal work every factor is
+  1 ≤ c: FedAvg for any allowed c.
+- The downscale of fast clients (factor < 1) is not bounded: it shrinks their update and its
+  noise; bounding it at ``1/c`` would weigh them ``p_i·‖a_i‖₁/c > p_i·τ_eff``, moving the
+  objective towards the fast clients' data (the drift the rule exists to remove) and reducing no
+  variance.
+- Not lowering τ_eff instead (``τ_eff ← min(τ_eff, c·min_j ‖a_j‖₁)`` keeps ``w = p`` exactly):
+  every client's step would then be bounded by the slowest one's, so a single client held at
+  one step makes the whole round worth c local steps: the cost the controller exists to remove.
+  The per-client clip costs only the capped clients' share.
+
 Untrusted claims (every number here comes from a client):
 
 - :func:`capped_weights`: a claimed data size above ``cap ×`` the median claim of the round's
@@ -37,8 +68,8 @@ Untrusted claims (every number here comes from a client):
 
 Cost
 ----
-O(clients) numpy for the plan; one pass over each model's arrays for the rescaling (float64
-arithmetic, cast back to the array's dtype).
+O(clients) numpy for the plan (the cap adds one ``minimum``); one pass over each model's arrays
+for the rescaling (float64 arithmetic, cast back to the array's dtype).
 """
 
 from __future__ import annotations
@@ -51,6 +82,8 @@ from numpy.typing import ArrayLike
 __all__ = [
     "local_work",
     "normalized_plan",
+    "objective_weights",
+    "check_max_rescale",
     "rescale_update",
     "fednova_update",
     "capped_weights",
@@ -133,7 +166,27 @@ def _joint_work(tau: int, rho: float, alpha: float) -> float:
     return float(-(geometric @ np.array([-1.0, 1.0]))[0])
 
 
-def normalized_plan(weights: ArrayLike, work: ArrayLike) -> tuple[np.ndarray, float, np.ndarray]:
+def check_max_rescale(max_rescale: float | None) -> float | None:
+    """``max_rescale`` as a float (``None``: no cap), or ``ValueError`` naming the value and the fix."""
+    if max_rescale is None:
+        return None
+    if isinstance(max_rescale, bool) or not isinstance(max_rescale, (int, float, np.integer, np.floating)):
+        raise ValueError(
+            f"max_rescale must be a number >= 1 (the largest factor a client's update is scaled by) or None "
+            f"(FedNova's factors unbounded), got {type(max_rescale).__name__} {max_rescale!r}"
+        )
+    c = float(max_rescale)
+    if not c >= 1:  # NaN too
+        raise ValueError(
+            f"max_rescale must be >= 1 or None, got {max_rescale!r}: below 1 it would shrink every update, "
+            "even in a round of equal work (a server learning rate, not a bound); pass e.g. max_rescale=4"
+        )
+    return c
+
+
+def normalized_plan(
+    weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None
+) -> tuple[np.ndarray, float, np.ndarray]:
     """``(p, τ_eff, scale)``: normalised data weights, FedNova's τ_eff and each model's rescaling.
 
     Parameters
@@ -142,17 +195,21 @@ def normalized_plan(weights: ArrayLike, work: ArrayLike) -> tuple[np.ndarray, fl
         Each client's (bounded) data weight, >= 0 with a positive sum.
     work : array of float
         Each client's ``‖a_i‖₁`` (:func:`local_work`), > 0.
+    max_rescale : float, optional
+        Largest factor c any model change is scaled by (>= 1; see the module docstring for the
+        objective it gives). ``None``: FedNova's factors, unbounded.
 
     Returns
     -------
     p : numpy.ndarray
         ``weights / Σ weights`` (sums to 1).
     tau_eff : float
-        ``Σ p_i ‖a_i‖₁``.
+        ``Σ p_i ‖a_i‖₁`` (FedNova's, whatever the cap).
     scale : numpy.ndarray
-        ``τ_eff / ‖a_i‖₁``: what :func:`rescale_update` multiplies client i's model change by.
-        With every ``‖a_i‖₁`` equal it is exactly 1 (FedAvg).
+        ``min(τ_eff / ‖a_i‖₁, max_rescale)``: what :func:`rescale_update` multiplies client i's
+        model change by. With every ``‖a_i‖₁`` equal it is exactly 1 (FedAvg).
     """
+    c = check_max_rescale(max_rescale)
     w = _as_array(weights, "weights")
     a = _as_array(work, "work")
     if w.shape != a.shape or w.ndim != 1 or not len(w):
@@ -165,7 +222,18 @@ def normalized_plan(weights: ArrayLike, work: ArrayLike) -> tuple[np.ndarray, fl
     if np.all(a == a[0]):
         return p, float(a[0]), np.ones_like(a)  # equal work: FedAvg, not FedAvg to rounding
     tau_eff = float(p @ a)
-    return p, tau_eff, tau_eff / a
+    scale = tau_eff / a
+    return p, tau_eff, scale if c is None else np.minimum(scale, c)
+
+
+def objective_weights(weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None) -> np.ndarray:
+    """Each client's share of the objective the aggregate descends: ``∝ p_i·scale_i·‖a_i‖₁``.
+
+    ``p`` for FedNova (``max_rescale=None``), ``∝ p_i·min(τ_eff, c·‖a_i‖₁)`` with the cap; sums to 1.
+    """
+    p, _, scale = normalized_plan(weights, work, max_rescale)
+    share = p * scale * _as_array(work, "work")
+    return np.asarray(share / share.sum())
 
 
 def _is_float(x: np.ndarray) -> bool:
@@ -200,14 +268,21 @@ def fednova_update(
     local_models: Sequence[Sequence[np.ndarray]],
     weights: ArrayLike,
     work: ArrayLike,
+    max_rescale: float | None = None,
 ) -> list[np.ndarray]:
-    """FedNova's ``x − τ_eff Σ p_i Δ_i / ‖a_i‖₁`` written out directly (a reference for tests)."""
-    p, tau_eff, _ = normalized_plan(weights, work)
+    """FedNova's ``x − Σ p_i min(τ_eff, c‖a_i‖₁) Δ_i / ‖a_i‖₁`` written out directly (a reference for
+    tests; ``c = max_rescale``, ``None``: ``x − τ_eff Σ p_i Δ_i / ‖a_i‖₁``)."""
+    p, tau_eff, _ = normalized_plan(weights, work, max_rescale)
     a = _as_array(work, "work")
+    c = check_max_rescale(max_rescale)
+    # each client's step length: τ_eff (FedNova), at most c·‖a_i‖₁ with the cap
+    length = np.ones(len(a)) if c is None else np.minimum(tau_eff, c * a) / tau_eff
     out = []
     for j, x in enumerate(global_arrays):
         x64 = np.asarray(x, dtype=np.float64)
-        step = sum(p[i] * (x64 - np.asarray(m[j], dtype=np.float64)) / a[i] for i, m in enumerate(local_models))
+        step = sum(
+            p[i] * length[i] * (x64 - np.asarray(m[j], dtype=np.float64)) / a[i] for i, m in enumerate(local_models)
+        )
         out.append(x64 - tau_eff * step)
     return out
 

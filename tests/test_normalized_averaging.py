@@ -9,17 +9,19 @@ from hypothesis import strategies as st
 
 from flwr_adaptive.normalized_averaging import (
     capped_weights,
+    check_max_rescale,
     fednova_update,
     local_work,
     normalized_plan,
+    objective_weights,
     plausible_steps,
     rescale_update,
 )
 
 
-def _aggregate(x, models, weights, work):
+def _aggregate(x, models, weights, work, max_rescale=None):
     """What the strategies do: rescale every model, then FedAvg (a weighted mean) of them."""
-    p, _, scale = normalized_plan(weights, work)
+    p, _, scale = normalized_plan(weights, work, max_rescale)
     moved = [rescale_update([x], [m], s)[0] for m, s in zip(models, scale)]
     return sum(pi * np.asarray(m, dtype=float) for pi, m in zip(p, moved))
 
@@ -104,6 +106,49 @@ def test_plausible_steps_by_hand():
     # a small quota takes more steps per sample (one batch is one step): kept up to the median count
     steps, clipped = plausible_steps([10, 10, 10, 1], [320, 320, 320, 5])
     assert steps.tolist() == [10, 10, 10, 1] and not clipped.any()
+
+
+def test_capped_rescale_by_hand_with_plain_sgd():
+    # x = 1; A: 2 steps to 0 (Δ = 1), B: 6 steps to -5 (Δ = 6); equal data. τ_eff = 4, FedNova's
+    # factors 2 and 2/3. Cap 1.5: A's factor is 1.5, B's stays 2/3:
+    # x⁺ = 1 − (0.5·1.5·1 + 0.5·(2/3)·6) = 1 − (0.75 + 2) = −1.75 (FedNova: −2)
+    x, models = np.array([1.0]), [np.array([0.0]), np.array([-5.0])]
+    p, tau_eff, scale = normalized_plan([10, 10], [2, 6], max_rescale=1.5)
+    assert tau_eff == 4.0 and scale.tolist() == [1.5, 4 / 6]
+    assert _aggregate(x, models, [10, 10], [2, 6], 1.5)[0] == pytest.approx(-1.75, rel=1e-15)
+    assert fednova_update([x], [[m] for m in models], [10, 10], [2, 6], 1.5)[0][0] == pytest.approx(-1.75, rel=1e-15)
+    # the objective: ∝ p_i·min(τ_eff, c·‖a_i‖₁) = 0.5·min(4, 3), 0.5·min(4, 9) → 3/7, 4/7
+    np.testing.assert_allclose(objective_weights([10, 10], [2, 6], 1.5), [3 / 7, 4 / 7], rtol=1e-15)
+    np.testing.assert_allclose(objective_weights([10, 10], [2, 6]), [0.5, 0.5], rtol=1e-15)
+
+
+def test_capped_rescale_by_hand_with_momentum():
+    # ρ = 0.9: one step has ‖a‖₁ = 1; ten steps (10 − 0.9·(1 − 0.9¹⁰)/0.1)/0.1 = 41.381059609.
+    # Equal data: τ_eff = 21.1905298045, FedNova scales the one-step node 21.19×; with a cap of 4
+    # it is scaled 4×, the ten-step one τ_eff/41.38 = 0.5121 as before.
+    work = local_work([1, 10], 0.9)
+    assert work[1] == pytest.approx(41.381059609, rel=1e-10)
+    tau_eff = (1 + 41.381059609) / 2
+    _, got_tau, nova = normalized_plan([1, 1], work)
+    _, _, capped = normalized_plan([1, 1], work, max_rescale=4)
+    assert got_tau == pytest.approx(tau_eff, rel=1e-10)
+    np.testing.assert_allclose(nova, [tau_eff, tau_eff / 41.381059609], rtol=1e-10)
+    np.testing.assert_allclose(capped, [4.0, tau_eff / 41.381059609], rtol=1e-10)
+    # its share of the objective: 4 / (4 + τ_eff) = 0.1588 instead of FedNova's 0.5 (samples: 1/11)
+    np.testing.assert_allclose(objective_weights([1, 1], work, 4), [4 / (4 + tau_eff), tau_eff / (4 + tau_eff)],
+                               rtol=1e-10)
+    # the update, Δ_A = 1 (one step), Δ_B = 41.38 (ten, same gradient): x⁺ = x − (0.5·4·1 + 0.5·τ_eff)
+    x, models = np.array([0.0]), [np.array([-1.0]), np.array([-41.381059609])]
+    assert _aggregate(x, models, [1, 1], work, 4)[0] == pytest.approx(-(2.0 + tau_eff / 2), rel=1e-10)
+
+
+def test_max_rescale_below_one_or_not_a_number_is_refused():
+    assert check_max_rescale(None) is None and check_max_rescale(3) == 3.0 and check_max_rescale(np.inf) == np.inf
+    for bad in (0.5, 0, -1, float("nan"), "4", True):
+        with pytest.raises(ValueError, match="max_rescale"):
+            check_max_rescale(bad)
+    with pytest.raises(ValueError, match="max_rescale must be >= 1"):
+        normalized_plan([1, 1], [1, 2], max_rescale=0.9)
 
 
 # --------------------------------------------------------------------------- properties
@@ -199,3 +244,48 @@ def test_plausible_steps_stay_within_the_tolerance(pairs):
     assert np.all(out >= np.maximum(1.0, samples * m / 2) - 1e-9)
     assert np.all(out <= np.maximum(np.maximum(samples * m * 2, np.median(steps)), np.maximum(1.0, samples * m / 2)))
     assert np.array_equal(clipped, out != steps)
+
+
+caps = st.one_of(st.floats(min_value=1.0, max_value=1e6, allow_nan=False), st.just(1.0), st.just(np.inf))
+momenta = st.sampled_from([0.0, 0.5, 0.9])
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(sizes, steps_st, values), min_size=1, max_size=8), momenta)
+def test_an_infinite_cap_is_fednova_bit_for_bit(clients, rho):
+    x = np.array([0.25])
+    weights = [n for n, _, _ in clients]
+    work = local_work([t for _, t, _ in clients], rho)
+    models = [np.array([v]) for _, _, v in clients]
+    p, tau, scale = normalized_plan(weights, work)
+    for cap in (None, np.inf):
+        p_c, tau_c, scale_c = normalized_plan(weights, work, cap)
+        assert p_c.tobytes() == p.tobytes() and tau_c == tau and scale_c.tobytes() == scale.tobytes()
+        assert _aggregate(x, models, weights, work, cap).tobytes() == _aggregate(x, models, weights, work).tobytes()
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(sizes, values), min_size=1, max_size=8), steps_st, momenta, caps)
+def test_equal_steps_give_fedavg_for_any_cap(clients, tau, rho, cap):
+    x = np.array([0.25, -1.0])
+    models = [np.array([v, 2 * v]) for _, v in clients]
+    weights = [n for n, _ in clients]
+    got = _aggregate(x, models, weights, local_work([tau] * len(clients), rho), cap)
+    np.testing.assert_allclose(got, np.average(models, axis=0, weights=weights), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=150)
+@given(st.lists(st.tuples(sizes, steps_st), min_size=1, max_size=12), momenta, caps)
+def test_every_capped_factor_is_at_most_the_cap_and_the_weights_sum_to_one(clients, rho, cap):
+    weights = [n for n, _ in clients]
+    work = local_work([t for _, t in clients], rho)
+    p, tau_eff, scale = normalized_plan(weights, work, cap)
+    _, _, nova = normalized_plan(weights, work)
+    assert np.all(scale <= cap) and np.all(scale > 0)
+    # the cap only lowers factors, and leaves a factor at or below it as FedNova's
+    assert np.array_equal(scale, np.where(nova > cap, cap, nova))
+    share = objective_weights(weights, work, cap)
+    assert p.sum() == pytest.approx(1.0, rel=1e-12) and share.sum() == pytest.approx(1.0, rel=1e-12)
+    # the objective: ∝ p_i·min(τ_eff, c·‖a_i‖₁)
+    np.testing.assert_allclose(share, p * np.minimum(tau_eff, cap * work) / (p @ np.minimum(tau_eff, cap * work)),
+                               rtol=1e-9)

@@ -298,3 +298,91 @@ def test_sizes_the_operator_configured_bound_a_claim_instead_of_the_median_cap()
     assert capped[0][0] == pytest.approx(2000 / 6000)
     assert known[0][0] == pytest.approx(5000 / 9000)
     assert lower[0][0] == pytest.approx(5000 / (3 * 1000 + 10 + 5000))
+
+
+# --------------------------------------------------------------------------- max_rescale
+CAPPED_MODELS = [[np.array([-1.0, 0.5])], [np.array([-4.0, 2.0])], [np.array([-3.0, -2.5])]]
+CAPPED_KWS = [dict(steps=1, momentum=0.9), dict(steps=10, momentum=0.9), dict(steps=10, momentum=0.9)]
+
+
+def _capped_expected(cap):
+    return fednova_update(X, CAPPED_MODELS, [1000, 1000, 1000], local_work([1, 10, 10], 0.9), cap)[0]
+
+
+def test_message_api_caps_the_one_step_nodes_factor_at_max_rescale():
+    # Prepare: node 0 took one momentum step, the others ten (FedNova would scale node 0 ~28×)
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", max_rescale=3.0)
+    strategy.step_tolerance = 20.0  # hand-picked claims
+    # Execute
+    got = message_round(strategy, X, list(zip(CAPPED_KWS, CAPPED_MODELS)))
+    # Assert: node 0's factor is the cap, the others' FedNova's, and the model is the capped rule's
+    scales = [strategy.last_scales[100 + i] for i in range(3)]
+    work = local_work([1, 10, 10], 0.9)
+    tau_eff = work.mean()
+    assert scales[0] == 3.0 and tau_eff / work[0] > 20
+    np.testing.assert_allclose(scales[1:], tau_eff / work[1:], rtol=1e-12)
+    np.testing.assert_allclose(got[0], _capped_expected(3.0), rtol=1e-12)
+    assert not np.allclose(got[0], _capped_expected(None))
+    rows = strategy.client_history.sort_values("partition_id")
+    assert rows["agg_scale"].iloc[0] == 3.0
+
+
+def test_legacy_api_caps_the_factor_the_same_way():
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
+
+    from test_strategy_core import _Manager
+
+    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300,
+                                      policy="equal", max_rescale=3.0)
+    strategy.step_tolerance = 20.0
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
+    ok = Status(Code.OK, "")
+    results = [(proxy, FitRes(ok, ndarrays_to_parameters(m), 1, telemetry(100, i, **kw)))
+               for i, ((proxy, _), m, kw) in enumerate(zip(pairs, CAPPED_MODELS, CAPPED_KWS))]
+    params, _ = strategy.aggregate_fit(1, results, [])
+    np.testing.assert_allclose(parameters_to_ndarrays(params)[0], _capped_expected(3.0), rtol=1e-12)
+    assert max(strategy.last_scales.values()) == 3.0
+
+
+@pytest.mark.parametrize("cap", [None, 1.2])
+def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
+    from flwr.app import ArrayRecord, ConfigRecord
+    from test_hfl import hierarchical, silo_reply
+
+    # Prepare: three silos run the 10 steps sent; silo 0 with plain SGD (‖a‖₁ = 10), the others
+    # with momentum 0.9 (41.38): FedNova scales silo 0's change τ_eff/10 = 3.09×
+    strategy = hierarchical(3, **({} if cap is None else {"max_rescale": cap}))
+    momentum = {0: 0.0, 1: 0.9, 2: 0.9}
+    node_of = {1000 + p: p for p in momentum}
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
+    replies = [silo_reply(m, node_of[m.metadata.dst_node_id], [0.001, 0.002], value=1.0,
+                          extra={keys.LOCAL_MOMENTUM: momentum[node_of[m.metadata.dst_node_id]]}) for m in msgs]
+    arrays, _ = strategy.aggregate_train(1, replies)
+    # Assert: every silo moved by 1; the aggregate is Σ p_i·scale_i·1 with silo 0's scale capped
+    work = local_work([10, 10, 10], [0.0, 0.9, 0.9])
+    tau_eff = work.mean()
+    want0 = tau_eff / 10 if cap is None else cap
+    assert strategy.max_rescale == cap
+    assert strategy.last_scales[1000] == pytest.approx(want0, rel=1e-12)
+    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [(want0 + 2 * tau_eff / work[1]) / 3] * 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: AdaptiveStrategy(budget=10, **kw),
+    lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw),
+    lambda **kw: HierarchicalAdaptiveStrategy(budget=10, steps=2, **kw),
+    lambda **kw: build_strategy("time", budget=10, **kw),
+    lambda **kw: build_strategy("static", budget=10, **kw),
+    lambda **kw: build_strategy("oort", budget=10, **kw),
+], ids=["message", "legacy", "hfl", "build-time", "build-static", "build-oort"])
+def test_max_rescale_reaches_every_strategy_and_is_checked(make):
+    assert make().max_rescale is None  # the default: FedNova's factors
+    assert make(max_rescale=4).max_rescale == 4.0
+    with pytest.raises(ValueError, match="max_rescale must be >= 1"):
+        make(max_rescale=0.5)
+
+
+def test_fedasync_refuses_max_rescale_rather_than_ignoring_it():
+    with pytest.raises(ValueError, match="max_rescale does not apply to policy 'fedasync'"):
+        build_strategy("fedasync", budget=10, max_rescale=4)

@@ -217,6 +217,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         sends, so with one optimizer on every silo the rescaling is 1 and the rule is the
         data-weighted average whatever the silo budgets), ``"samples"`` (each silo's budget: a
         silo with a larger budget weighs more) or ``"data-size"``.
+    max_rescale : float, optional
+        The largest factor a silo model's change is scaled by, as for ``AdaptiveStrategy``
+        (``None``: unbounded). Every silo runs the ``steps`` sent, so only silos whose local
+        optimizers differ (momentum, proximal term) are rescaled at all.
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -256,6 +260,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         paper: bool = False,
         smoothing: float = 0.5,
         weighting: str | None = None,
+        max_rescale: float | None = None,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -301,6 +306,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             allow_cycling=True,
             smoothing=smoothing,
             weighting="normalized" if weighting is None else weighting,  # silos own their data
+            max_rescale=max_rescale,
             forget_after=forget_after,
             cost_clip=cost_clip,
             trust=trust,

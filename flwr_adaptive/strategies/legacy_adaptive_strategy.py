@@ -53,7 +53,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import rescale_update
+from flwr_adaptive.normalized_averaging import check_max_rescale, rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
@@ -116,6 +116,14 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         rescaling). Default (``None``): ``"normalized"`` when ``allow_cycling=False`` (private
         data), ``"samples"`` when ``allow_cycling=True`` (data shared in a trusted domain).
         Claimed data sizes are capped at ``weight_cap`` (2) × the round's median claim.
+    max_rescale : float, optional
+        With ``weighting="normalized"``: the largest factor a node's model change is scaled by
+        (>= 1). FedNova scales a node that took few local steps up to the round's mean local work
+        (momentum 0.9: one step next to ten-step nodes is scaled about 35×), and its minibatch
+        noise with it; the cap bounds that, and the node's share of the objective becomes
+        ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` instead of its data share p_i (between FedNova
+        and data-size FedAvg; ``flwr_adaptive.normalized_averaging``). ``None`` (default):
+        FedNova's factors, unbounded.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -160,6 +168,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         slack: float | None = None,
         paper: bool = False,
         weighting: str | None = None,
+        max_rescale: float | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         forget_after: int = 3,
@@ -176,6 +185,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
+        self.max_rescale = check_max_rescale(max_rescale)
         AdaptiveCore.__init__(
             self,
             budget,

@@ -27,7 +27,10 @@ the API classes call, per round and on the kept replies only:
   sent). When a kept reply does not say its steps, the round uses every reply's **samples** in
   their place (right for one batch size and one pass over the quota; one warning): a mix of
   units would be wrong. Unknown momentum counts as plain SGD; a μ > 0 with an unknown learning
-  rate is left out (one warning each).
+  rate is left out (one warning each). ``max_rescale`` (``None``: FedNova) clips every factor at
+  that value, so a client held at a step or two is not extrapolated to the round's τ_eff: the
+  objective then weighs it ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` (derivation in
+  :mod:`flwr_adaptive.normalized_averaging`).
 
 Cost
 ----
@@ -90,6 +93,8 @@ class NormalizedAggregation:
     data_sizes: dict[int, int] | None = None
     #: A claimed step count per sample is kept within this factor of the round's median.
     step_tolerance: float = STEP_TOLERANCE
+    #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
+    max_rescale: float | None = None
 
     weighting: str
     #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
@@ -202,6 +207,6 @@ class NormalizedAggregation:
                 alpha = 0.0
             alphas.append(alpha)
         work = local_work(tau, rho, np.array(alphas, dtype=float))
-        _, _, scale = normalized_plan([weights[r.node_id] for r in reports], work)
+        _, _, scale = normalized_plan([weights[r.node_id] for r in reports], work, self.max_rescale)
         self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
         return dict(self.last_scales)

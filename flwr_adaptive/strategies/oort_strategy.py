@@ -86,6 +86,9 @@ class OortStrategy(AdaptiveStrategy):
     weighting : str, optional
         ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
         (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
+    max_rescale : float, optional
+        With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
+        ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -115,6 +118,7 @@ class OortStrategy(AdaptiveStrategy):
         selector: OortSelector | None = None,
         seed: int = 0,
         weighting: str | None = None,
+        max_rescale: float | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         trust: CostTrust | bool = True,
@@ -133,6 +137,7 @@ class OortStrategy(AdaptiveStrategy):
             budget_per_node=budget_per_node,
             policy="equal",
             weighting=weighting,
+            max_rescale=max_rescale,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
             trust=trust,

@@ -65,7 +65,17 @@ LABELS.update({p + PAPER_SUFFIX: LABELS[p] + " (paper)" for p in _PAPER_POLICIES
 _UNUSED = {
     STATIC: ("forget_after", "slack", "paper"),
     OORT: ("cost_clip", "forget_after", "slack", "paper"),
-    FEDASYNC: ("slack", "paper", "weighting", "min_quota", "forget_after", "cost_clip", "state_dir", "context"),
+    FEDASYNC: (
+        "slack",
+        "paper",
+        "weighting",
+        "max_rescale",
+        "min_quota",
+        "forget_after",
+        "cost_clip",
+        "state_dir",
+        "context",
+    ),
 }
 
 
@@ -98,6 +108,7 @@ def build_strategy(
     slack: float | None = None,
     paper: bool = False,
     weighting: str | None = None,
+    max_rescale: float | None = None,
     allow_cycling: bool = False,
     min_quota: int = 1,
     forget_after: int = 3,
@@ -141,7 +152,7 @@ def build_strategy(
     paper : bool (default: False)
         The paper's estimation and deadband for ``time`` / ``low-energy`` / ``energy`` /
         ``min-energy`` (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
-    smoothing, weighting, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir, context
+    smoothing, weighting, max_rescale, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir, context
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
@@ -158,6 +169,7 @@ def build_strategy(
         "slack": slack is not None,
         "paper": paper is not False,
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
+        "max_rescale": max_rescale is not None,
         "min_quota": min_quota != 1,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,
@@ -190,6 +202,7 @@ def build_strategy(
     common: dict[str, Any] = dict(
         budget_per_node=budget_per_node,
         weighting=weighting,
+        max_rescale=max_rescale,
         allow_cycling=allow_cycling,
         min_quota=min_quota,
         trust=trust,

@@ -64,6 +64,9 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     weighting : str, optional
         ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
         (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
+    max_rescale : float, optional
+        With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
+        ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -95,6 +98,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         smoothing: float = 0.5,
         deadband: float | None = None,
         weighting: str | None = None,
+        max_rescale: float | None = None,
         allow_cycling: bool = False,
         min_quota: int = 1,
         cost_clip: float = 100.0,
@@ -119,6 +123,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
             smoothing=smoothing,
             deadband=deadband,
             weighting=weighting,
+            max_rescale=max_rescale,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
             cost_clip=cost_clip,
