@@ -358,27 +358,33 @@ class EstimateStore:
         Time and energy are fitted in one call (their rows stacked: the fit is row by row).
         """
         self.grow_model()
-        # the windows transposed, (WINDOW, P) per quantity: the fit works on contiguous columns
-        n, t, e = np.ascontiguousarray(self.hist[slots].transpose(2, 1, 0))
-        P = len(slots)
-        fa, fb, fidentified, fnoise, ffilled, fsum = estimation.fit_columns(
-            np.concatenate([n, n], axis=1), np.concatenate([t, e], axis=1)
-        )
-        self.noise_cache = (slots, fnoise[:P])
+        # the windows as (WINDOW, quantity, P): each window position a contiguous vector over
+        # participants; time and energy share their sample counts (one spread, one first line)
+        windows = np.ascontiguousarray(self.hist[slots].transpose(1, 2, 0))
+        n, y = windows[:, 0], windows[:, 1:]
+        fa, fb, fidentified, fnoise, ffilled, fsum = estimation.fit_windows(n, y)
+        self.noise_cache = (slots, fnoise[0])
         out = []
+        fit = self.fit[slots]
         for k, (col, per_sample) in enumerate(((0, self.tau[slots]), (2, self.eps[slots]))):
-            part = slice(k * P, (k + 1) * P)
-            a, b, identified, filled = fa[part], fb[part], fidentified[part], ffilled[:, part]
-            stored_a, stored_b = self.fit[slots, col], self.fit[slots, col + 1]
+            a, b, identified = fa[k], fb[k], fidentified[k]
+            stored_a, stored_b = fit[:, col], fit[:, col + 1]
             has_stored = ~np.isnan(stored_b)
             with np.errstate(divide="ignore", invalid="ignore"):
-                level = fsum[part] / np.where(filled, stored_a + stored_b * n, 0.0).sum(axis=0)
+                predicted = stored_a + stored_b * n
+                if ffilled is not None:
+                    predicted = np.where(ffilled[:, k], predicted, 0.0)
+                level = fsum[k] / predicted.sum(axis=0)
             relevel = ~identified & has_stored & np.isfinite(level) & (level > 0)
             a = np.where(identified, a, np.where(relevel, stored_a * level, 0.0))
             b = np.where(identified, b, np.where(relevel, stored_b * level, per_sample))
             keep = identified | relevel
-            self.fit[slots[keep], col] = a[keep]
-            self.fit[slots[keep], col + 1] = b[keep]
+            if keep.all():
+                self.fit[slots, col] = a
+                self.fit[slots, col + 1] = b
+            else:
+                self.fit[slots[keep], col] = a[keep]
+                self.fit[slots[keep], col + 1] = b[keep]
             out += [a, b]
         return tuple(out)
 
@@ -396,7 +402,7 @@ class EstimateStore:
             noise = estimation.fit_affine(hist[..., 0], hist[..., 1])[3]
         if not np.isfinite(noise).any():
             return 0.0
-        return min(0.1, 3.0 * float(np.nanmedian(noise)) / math.sqrt(estimation.WINDOW))
+        return min(0.1, 3.0 * nan_median(noise) / math.sqrt(estimation.WINDOW))
 
     def model(self, slots: np.ndarray, known: np.ndarray, budget_total: int) -> tuple[np.ndarray, ...]:
         """Time ``a + b·n`` and active energy ``c + d·n`` of each participant (``d`` NaN: no energy
@@ -407,12 +413,12 @@ class EstimateStore:
             a, b = np.zeros(len(slots)), self.tau[slots].copy()
             c, d = np.zeros(len(slots)), self.eps[slots].copy()
         a, b, c, d = (np.where(known, x, np.nan) for x in (a, b, c, d))
-        med_b = float(np.nanmedian(b[known]))
+        med_b = nan_median(b[known])
         if not med_b > 0:
             raise ValueError(f"median time per sample is {med_b!r} (must be > 0); check the reports")
         b = np.clip(np.where(known, b, med_b), med_b / self.cost_clip, med_b * self.cost_clip)
         share = med_b * budget_total / max(len(slots), 1)  # the median participant's equal-share time
-        a = np.clip(np.where(known, a, float(np.nanmedian(a[known]))), 0.0, self.cost_clip * share)
+        a = np.clip(np.where(known, a, nan_median(a[known])), 0.0, self.cost_clip * share)
         measured = known & ~np.isnan(d)
         if not measured.any():
             return a, b, c, np.full(len(slots), np.nan)
@@ -424,6 +430,15 @@ class EstimateStore:
         d = np.clip(d, power * b / self.cost_clip, power * b * self.cost_clip)
         c = np.clip(c, 0.0, power * a * self.cost_clip + power * share)
         return a, b, c, d
+
+
+def nan_median(v: np.ndarray) -> float:
+    """``np.nanmedian`` of a 1-D array (NaN when empty), without its dispatch and copies: the
+    median of the non-NaN values, the same value (a median does not depend on the order)."""
+    nan = np.isnan(v)
+    if nan.any():
+        v = v[~nan]
+    return float(np.median(v)) if len(v) else math.nan
 
 
 def weighted_affine(

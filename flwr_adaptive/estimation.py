@@ -183,3 +183,111 @@ def drifted(observed: np.ndarray, predicted: np.ndarray, threshold: float) -> np
     limit = 1.0 + threshold
     out: np.ndarray = np.isfinite(ratio) & (ratio > 0) & ((ratio > limit) | (ratio < 1.0 / limit))
     return out
+
+
+def fit_windows(
+    n: np.ndarray, y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """:func:`fit_columns` of ``K`` quantities that share their sample counts: ``n`` is
+    ``(WINDOW, P)``, ``y`` is ``(WINDOW, K, P)`` (e.g. time and energy). Returns ``(a, b,
+    identified, noise, filled, Σy)`` with shape ``(K, P)`` (``filled``: ``(WINDOW, K, P)``, or
+    ``None`` when every cell is filled).
+
+    The same results, bit for bit, as :func:`fit_columns` on the ``K·P`` columns: the
+    participants whose windows are full (the steady state) take a path without masks, where the
+    first line's spread of ``n`` is computed once for the ``K`` quantities; the others go
+    through :func:`fit_columns`.
+    """
+    W, K, P = y.shape
+    full = ~(np.isnan(n).any(axis=0) | np.isnan(y).any(axis=(0, 1)))
+    if full.all():
+        return (*_fit_full(n[:, None, :], y), None, y.sum(axis=0))
+    a, b, identified, noise = (np.empty((K, P)) for _ in range(4))
+    sum_y = np.empty((K, P))
+    identified = np.empty((K, P), dtype=bool)
+    filled = np.ones((W, K, P), dtype=bool)
+    rows = np.flatnonzero(full)
+    if len(rows):
+        y_full = y[:, :, rows]
+        a[:, rows], b[:, rows], identified[:, rows], noise[:, rows] = _fit_full(n[:, None, rows], y_full)
+        sum_y[:, rows] = y_full.sum(axis=0)
+    rest = np.flatnonzero(~full)
+    count = len(rest)
+    ga, gb, gid, gnoise, gfilled, gsum = fit_columns(np.tile(n[:, rest], (1, K)), y[:, :, rest].reshape(W, K * count))
+    for out, value in ((a, ga), (b, gb), (identified, gid), (noise, gnoise), (sum_y, gsum)):
+        out[:, rest] = value.reshape(K, count)
+    filled[:, :, rest] = gfilled.reshape(W, K, count)
+    return a, b, identified, noise, filled, sum_y
+
+
+@np.errstate(divide="ignore", invalid="ignore", over="ignore")
+def _fit_full(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_columns` of full windows (no NaN): ``n`` ``(WINDOW, 1, P)``, ``y`` ``(WINDOW, K, P)``.
+
+    Every operation is the one :func:`fit_columns` applies with all weights 1 (``1·x`` and
+    ``x / 1`` are exact, a mask that selects every cell selects nothing away), in the same
+    order, so the results are the same bit for bit.
+    """
+    W = len(n)
+    count = float(W)
+    sum_n = n.sum(axis=0)
+    sum_y = y.sum(axis=0)
+    proportional = sum_y / sum_n
+    mean_n = sum_n / count
+    mean_y = sum_y / count
+    spread = (n.max(axis=0) - n.min(axis=0)) / mean_n
+    dn = n - mean_n
+    snn = (dn * dn).sum(axis=0)
+    b = np.where(snn > 0, (dn * (y - mean_y)).sum(axis=0) / snn, np.nan)
+    a = mean_y - b * mean_n
+    # One robust step: residuals far beyond the row's typical residual lose their weight.
+    resid = y - (a + b * n)
+    scale = 1.4826 * _full_median(np.abs(resid))
+    scale = np.maximum(np.nan_to_num(scale), 0.01 * np.abs(mean_y)) + 1e-300
+    w2 = 1.0 / (1.0 + (resid / (3.0 * scale)) ** 2)
+    sw2 = w2.sum(axis=0)
+    sw2 = np.where(sw2 > 0, sw2, 1.0)
+    n_bar = (w2 * n).sum(axis=0) / sw2
+    y_bar = (w2 * y).sum(axis=0) / sw2
+    dn2 = n - n_bar
+    wdn = w2 * dn2
+    snn2 = (wdn * dn2).sum(axis=0)
+    b2 = np.where(snn2 > 0, (wdn * (y - y_bar)).sum(axis=0) / snn2, np.nan)
+    a2 = y_bar - b2 * n_bar
+    ok = np.isfinite(a2) & np.isfinite(b2)
+    a = np.where(ok, a2, a)
+    b = np.where(ok, b2, b)
+    resid = y - (a + b * n)
+    df = min(max(W - 2, 1), len(INTERCEPT_T) - 1)
+    sigma = np.sqrt((resid**2).sum(axis=0) / float(df))
+    slope_error = sigma / np.sqrt(snn)
+    intercept_error = sigma * np.sqrt(1.0 / max(count, 1.0) + mean_n**2 / snn)
+    identified = (
+        (count >= MIN_POINTS) & (spread >= MIN_SPREAD) & np.isfinite(b) & (b > 0) & (slope_error < MAX_SLOPE_ERROR * b)
+    )
+    fixed = identified & (a > INTERCEPT_T[df] * intercept_error)
+    a = np.where(fixed, a, 0.0)
+    b = np.where(fixed, b, proportional)
+    too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
+    a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
+    b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
+    noise = 1.4826 * _full_median(np.abs(y - (a + b * n))) / mean_y
+    if W < 3:
+        noise = np.full_like(noise, np.nan)
+    return a, b, identified, noise
+
+
+def _full_median(v: np.ndarray) -> np.ndarray:
+    """:func:`column_median` down axis 0 of a window without empty cells: a column that is NaN
+    everywhere (a line that could not be fitted) gives NaN, as there; a column NaN only in some
+    cells (overflowing arithmetic) is rare and goes through :func:`column_median` itself."""
+    nan = np.isnan(v)
+    if nan.any():
+        count = nan.sum(axis=0)
+        if ((count > 0) & (count < len(v))).any():
+            shape = v.shape
+            flat = v.reshape(len(v), -1)
+            return column_median(flat, np.ones(flat.shape, dtype=bool)).reshape(shape[1:])
+    ordered = _sort_columns(v)  # NaN columns stay NaN: minimum / maximum propagate it
+    median: np.ndarray = (ordered[(len(v) - 1) // 2] + ordered[len(v) // 2]) / 2
+    return median
