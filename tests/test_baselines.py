@@ -431,15 +431,44 @@ def test_fedasync_judges_the_first_wave_as_one_group(caplog):
     c = 2.0 ** -10
     grid = SimGrid([3 * c, 6 * c, 1 * c, 1.5 * c])
     strategy = _fedasync()
-    # Execute: 2 round-equivalents of 384 samples = eight 96-sample jobs
+    # Execute: 3 round-equivalents of 384 samples = twelve 96-sample jobs
     with caplog.at_level("WARNING", logger="flwr"):
-        run(strategy, grid, rounds=2)
-    # Assert: its claim is believed, so it finishes first and does the most jobs.
+        run(strategy, grid, rounds=3)
+    # Assert: its claim is not judged implausible (it would be taken at the median, 2.25c), so it
+    # finishes first and does the most jobs. Its jobs judged in round-equivalent 1 (sent before it
+    # closes at 288c) run at half the wave's median, 1.125c: the growth cap starts from that median,
+    # as the synchronous strategies' first round is equal. The jobs sent after run at its claim.
     jobs = strategy.client_history
     fastest = jobs[jobs["partition_id"] == 2]
-    assert fastest["finish_s"].iloc[0] == 96 * c
+    assert list(fastest["start_s"] / c) == [0.0, 108.0, 216.0, 324.0, 420.0]
+    assert list((fastest["finish_s"] - fastest["start_s"]) / c) == [108.0, 108.0, 108.0, 96.0, 96.0]
+    assert strategy.history["elapsed_s"].iloc[0] == 288 * c
     assert jobs.groupby("partition_id").size().idxmax() == 2
     assert "not believed" not in caplog.text
+
+
+def test_fedasync_growth_cap_counts_per_round_equivalent_not_per_job():
+    # Prepare: 8 equal devices (1c per sample, 96-sample jobs, round-equivalents of 768 samples);
+    # partition 0 claims 16x less from its job 2 on. Only the growth cap judges (plausibility off).
+    import math
+
+    from flwr_adaptive.strategies import CostTrust
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
+
+    c = 2.0 ** -10
+    grid = SimGrid([c] * 8, drift={0: (2, 1 / 16)})
+    strategy = FedAsyncStrategy(budget=768, min_nodes=8, trust=CostTrust(plausible_range=math.inf))
+    # Execute
+    with flwr_level(logging.ERROR):
+        run(strategy, grid, rounds=3)
+    # Assert: job 2 (sent in round-equivalent 1, reference 1c) at c/2; round-equivalent 1 closes at
+    # 96c, so jobs 3 and 4 (both sent before round-equivalent 2 closes at 192c, reference c/2) at c/4.
+    # Capped per job, job 4 would run at c/8 (48 -> 24 -> 12c): 2^k faster per round-equivalent.
+    jobs = strategy.client_history
+    node = jobs[jobs["partition_id"] == 0]
+    assert list(strategy.history["elapsed_s"] / c) == [96.0, 192.0, 288.0]
+    assert list(node["start_s"] / c) == [0.0, 96.0, 144.0, 168.0]
+    assert list((node["finish_s"] - node["start_s"]) / c) == [96.0, 48.0, 24.0, 24.0]
 
 
 def test_fedasync_holds_back_a_liar_in_the_first_wave(caplog):

@@ -52,6 +52,25 @@ def test_liar_quick_scenarios_colluders_and_an_intermittent_liar_are_bounded(cap
     assert "fair share" in capsys.readouterr().out
 
 
+def test_liar_quick_inside_the_range_fedasync_is_no_worse_than_adaptive():
+    from experiments import liar
+
+    # Execute: one liar at the honest median / 3.9, just inside the 4x plausible range
+    rows = {r["strategy"]: r for r in liar.main(["--quick", "--scenarios", "inside"]) if "scenario" in r}
+    # Assert: unseen by the rules, so both strategies pay for it, below the design's bound
+    # R (1 + S) / (R + S) (S: the liar's per-sample time over each honest node's, summed); FedAsync no
+    # worse than adaptive. Measured by this quick form (seeded: exact): adaptive 2.29, FedAsync 1.15
+    # (2.03 before its growth cap counted per round-equivalent and from the first wave's median).
+    fed = liar.Federation(None)
+    s = sum(fed.median / fed.true[n] for n in fed.nodes if n not in fed.liars)
+    bound = 3.9 * (1 + s) / (3.9 + s)
+    for kind in ("adaptive", "fedasync"):
+        assert rows[kind]["ratio_no_trust"] > 2.5  # the lie is worth something
+        assert rows[kind]["ratio"] <= bound
+    assert rows["fedasync"]["ratio"] <= min(rows["adaptive"]["ratio"], 1.5), rows
+    assert rows["fedasync"]["share"] <= rows["adaptive"]["share"], rows
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]) | st.floats(1e-6, 1e6), min_size=2, max_size=40))
 def test_median_of_others_is_the_median_without_each_entry(values):

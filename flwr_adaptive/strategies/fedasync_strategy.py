@@ -16,7 +16,8 @@ Two orders (constructor option ``order``):
 - ``"virtual"`` (default, the emulated comparison): arrival order is the **virtual clock's**
   (docs/energy.md, "The virtual clock"): a job that starts at virtual time ``t`` finishes at
   ``t + time_s``, the device time its client reports as the server believes it (``trust``; the
-  first wave's claims are judged as one group, each later one against the other nodes' latest).
+  first wave's claims are judged as one group, each later one against the other nodes' latest;
+  the growth cap counts per round-equivalent and starts from the judged claims' median).
   The replay keeps finished jobs in a :class:`~flwr_adaptive.fedasync_mixer.VirtualClockQueue`;
   it pops the earliest finisher, mixes its update, sends that node its next job on the new model
   and **waits for the reply before popping the next event** (the next job may finish before
@@ -263,6 +264,9 @@ class FedAsyncStrategy(HistoryMixin):
         self._cum = (0.0, 0.0)  # (active J, idle J) up to the last boundary
         self._evaluate_fn = evaluate_fn
         self._latest: dict[int, ClientReport] = {}  # each node's latest believed report
+        # The growth cap's reference per node (per-sample seconds): the highest belief since the last
+        # round-equivalent closed, reset to the latest belief at each close (see _believed_times).
+        self._cap_ref: dict[int, float] = {}
         result = Result()
         self._result = result
         if evaluate_fn is not None:
@@ -478,20 +482,32 @@ class FedAsyncStrategy(HistoryMixin):
         The wave's claims are judged together with the latest believed per-sample times of the
         other nodes (see :mod:`flwr_adaptive.strategies.trust`): an absurdly fast claim is taken at
         their median, so a liar cannot jump the queue and take most of the samples.
+
+        The growth cap (``max_drop``) counts per round-equivalent, as the synchronous strategies'
+        counts per round: its reference is the node's highest belief since the last round-equivalent
+        closed. Were it the node's latest job, a node believed ``k`` times per round-equivalent could
+        fall ``max_drop**k`` per round-equivalent, and one caught by the plausibility rule would be
+        back at its lie one job later. A node's first claim is capped against the median of the
+        judged claims (its reference before it has one): the synchronous strategies' first round
+        is split equally before any claim, whereas here the first wave's claims time the first
+        jobs, and a liar inside the plausible range would otherwise run up its lead (the true time
+        it owes) from the first job on.
         """
         if self.trust is None or not wave:
             return {job.node: job.accepted.time_s for job in wave}
         mine = {job.node for job in wave}
         others = [r for n, r in self._latest.items() if n not in mine]
+        reports = [*(job.accepted for job in wave), *others]
+        prior = float(np.median([r.time_s / r.samples for r in reports]))
         believed = self.trust.believe(
             max(job.index for job in wave),
-            [*(job.accepted for job in wave), *others],
-            estimate_of=lambda n: (
-                self._latest[n].time_s / self._latest[n].samples if n in mine and n in self._latest else None
-            ),
+            reports,
+            estimate_of=lambda n: self._cap_ref.get(n, prior) if n in mine else None,
         )
         for job in wave:
-            self._latest[job.node] = believed[job.node]
+            b = believed[job.node]
+            self._latest[job.node] = b
+            self._cap_ref[job.node] = max(self._cap_ref.get(job.node, prior), b.time_s / b.samples)
         return {job.node: believed[job.node].time_s for job in wave}
 
     def _mix(self, job: _Job, boundary: int) -> None:
@@ -578,6 +594,8 @@ class FedAsyncStrategy(HistoryMixin):
         }
         self._round_rows.append(row)
         self._segment_start = t
+        # The growth cap is per round-equivalent, as the synchronous strategies' is per round.
+        self._cap_ref = {n: r.time_s / r.samples for n, r in self._latest.items()}
         energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
         log(
             INFO,
