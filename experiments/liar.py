@@ -29,8 +29,10 @@ A summary row gives the liars' mean share from round 3 on next to their fair sha
 when they report honestly) and the worst makespan ratio from round 3 on, trust on and off. FedAsync
 runs the virtual-clock replay; in a deployment it would run ``order="arrival"``, where the
 server's clock times every job and no claim is weighed, so it has no ``intermittent`` row. HFL
-has no row: its budget is split per silo (a silo's claim moves no samples to or from another silo)
-and the ranks inside a silo are one operator's processes.
+(``HierarchicalAdaptiveStrategy``, :class:`SiloFederation`) runs every node as a silo of
+``RANKS`` ranks, the liars being rank 0 of the liar silos; its share is the lying ranks' share of
+all samples and its makespan the slowest silo's round (a silo's budget is split among its own
+ranks only, so that is all a lying rank can take and slow down).
 
 Run: ``python -m experiments.liar`` (``--quick``: 5 rounds, 2 seeds, the suite's form).
 """
@@ -54,6 +56,8 @@ WALL_BASE_S = 0.06  # the deployment's: a median node's equal share takes ~30 s 
 BUDGET = 2200
 LIAR = 11
 START_S = 5.0  # per message: Flower 1.42 starts a fresh flwr-clientapp process (imports, data loading)
+RANKS = 3  # HFL: ranks per silo
+HFL_STEPS = 10  # HFL: DDP steps per silo round (so each rank gets at least 10 samples)
 POLL_S = 3.0  # Flower 1.42: the SuperNode polls for instructions, the ServerApp pulls replies, every 3 s
 
 
@@ -91,6 +95,11 @@ class Federation:
         z = np.random.default_rng([self.seed, node, k]).standard_normal()
         return samples * self.true[node] * float(np.exp(0.05 * z))
 
+    def job(self, msg: Any) -> tuple[int, float]:
+        """``(samples, true seconds)`` of the job ``msg`` asks for."""
+        q = int(msg.content["config"][keys.QUOTA])
+        return q, self.duration(msg.metadata.dst_node_id, q)
+
     def lies_now(self, node: int) -> bool:
         """Whether ``node``'s latest job is reported with a lie."""
         return (node in self.liars and self.lie is not None
@@ -117,6 +126,58 @@ class Federation:
                        reply_to=msg)
 
 
+class SiloFederation(Federation):
+    """HFL: every node is a silo of ``RANKS`` ranks (one DDP group); in a liar silo, rank 0 lies.
+
+    Honest silo ``s`` runs ranks on the testbed's devices ``(s - 1 + 3 r) mod 10``; a liar silo
+    (nodes after the honest ones) the same, with rank 0 replaced by a liar at the honest median
+    that claims as :class:`Federation`'s liars do. Each rank draws its own jitter. The silo's round
+    lasts as long as its slowest rank (DDP waits for it at every step); its reply carries the
+    per-rank lists (``keys.SILO_RANK_KEYS``) and, as its own time, the slowest rank's claim.
+    """
+
+    def __init__(self, lie: float | None, seed: int = 0, **federation: Any) -> None:
+        super().__init__(lie, seed, **federation)
+        base = WALL_BASE_S if self.wall else BASE_S
+        self.ranks = {
+            node: [self.median if (node in self.liars and r == 0) else base * TESTBED[(node - 1 + 3 * r) % 10].slowdown
+                   for r in range(RANKS)]
+            for node in self.nodes
+        }
+        self.liar_samples: list[int] = []  # per job, in send order: samples of the lying ranks
+        self._last: dict[int, tuple[list[int], list[float]]] = {}  # node -> its latest job's quotas, true times
+
+    def job(self, msg: Any) -> tuple[int, float]:
+        from flwr_adaptive.clients.silo import split_budget
+
+        config = msg.content["config"]
+        node = msg.metadata.dst_node_id
+        budget = int(config[keys.QUOTA])
+        quotas = split_budget(budget, RANKS, config.get(keys.RANK_QUOTAS))
+        self._jobs[node] = k = self._jobs.get(node, 0) + 1
+        times = [q * c * float(np.exp(0.05 * np.random.default_rng([self.seed, node, k, r]).standard_normal()))
+                 for r, (q, c) in enumerate(zip(quotas, self.ranks[node]))]
+        self._last[node] = (quotas, times)
+        self.liar_samples.append(quotas[0] if node in self.liars else 0)
+        return budget, max(times)
+
+    def reply(self, msg: Any, true_s: float) -> Any:
+        from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+        node = msg.metadata.dst_node_id
+        quotas, times = self._last[node]
+        claimed = [q * self.lie if (r == 0 and self.lies_now(node)) else t
+                   for r, (q, t) in enumerate(zip(quotas, times))]
+        metrics = {keys.NUM_EXAMPLES: sum(quotas), keys.SAMPLES: sum(quotas), keys.TIME_S: max(claimed),
+                   keys.CPU_TIME_S: sum(claimed), keys.WALL_TIME_S: max(claimed),
+                   keys.ENERGY_J: keys.UNMEASURED_ENERGY, keys.DATA_SIZE: 100_000, keys.PARTITION_ID: node,
+                   keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 0 if self.wall else 1,
+                   keys.TRAIN_LOSS: 1.0, keys.RANK_SAMPLES: list(quotas), keys.RANK_TIME_S: claimed,
+                   keys.RANK_ENERGY_J: [keys.UNMEASURED_ENERGY] * RANKS, keys.RANK_WAIT_S: [0.0] * RANKS}
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord(metrics)}),
+                       reply_to=msg)
+
+
 class Grid:
     """The Grid surface the strategies use, answered by a :class:`Federation` (records true times)."""
 
@@ -132,8 +193,7 @@ class Grid:
         sent = time.time()  # the strategy stamped its send a moment ago (configure_train)
         for m in messages:
             node = m.metadata.dst_node_id
-            q = int(m.content["config"][keys.QUOTA])
-            t = self.fed.duration(node, q)
+            q, t = self.fed.job(m)
             self.jobs.append((node, q, t))
             reply = self.fed.reply(m, t)
             if self.fed.wall:
@@ -172,6 +232,34 @@ def run_sync(kind: str, lie: float | None, trust: bool, rounds: int, seed: int,
         strategy.aggregate_train(rnd, replies)
         jobs = grid.jobs[start:]
         out.append((sum(q for node, q, _ in jobs if node in fed.liars) / BUDGET, max(t for _, _, t in jobs)))
+    return out
+
+
+def run_hfl(lie: float | None, trust: bool, rounds: int, seed: int,
+            **federation: Any) -> list[tuple[float, float]]:
+    """``[(lying ranks' share of all samples, true makespan)]`` per round of the hierarchical strategy."""
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import (
+        HierarchicalAdaptiveStrategy,
+        aggregate_silo_metrics,
+    )
+
+    fed = SiloFederation(lie, seed, **federation)
+    grid = Grid(fed)
+    n = len(fed.nodes)
+    inner = FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
+                   train_metrics_aggr_fn=aggregate_silo_metrics)
+    # each silo's budget is a flat node's equal share, so a round trains the flat federation's BUDGET
+    strategy = HierarchicalAdaptiveStrategy(inner, budget=BUDGET // n, steps=HFL_STEPS, trust=trust)
+    out = []
+    for rnd in range(1, rounds + 1):
+        msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), grid))
+        start = len(grid.jobs)
+        strategy.aggregate_train(rnd, grid.send_and_receive(msgs))
+        jobs = grid.jobs[start:]
+        out.append((sum(fed.liar_samples[start:]) / sum(q for _, q, _ in jobs), max(t for _, _, t in jobs)))
     return out
 
 
@@ -219,10 +307,10 @@ def run_fedasync(lie: float | None, trust: bool, rounds: int, seed: int,
 
 #: name -> (strategies, Federation arguments); every liar really runs at the honest median.
 SCENARIOS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "sybil": (("adaptive", "oort", "fedasync"), {"honest": 8, "liars": 3, "claim": 1 / 4.2}),
-    "intermittent": (("adaptive", "oort"), {"honest": 10, "liars": 1, "claim": 1 / 3.9, "intermittent": True,
+    "sybil": (("adaptive", "oort", "fedasync", "hfl"), {"honest": 8, "liars": 3, "claim": 1 / 4.2}),
+    "intermittent": (("adaptive", "oort", "hfl"), {"honest": 10, "liars": 1, "claim": 1 / 3.9, "intermittent": True,
                                             "wall": True}),
-    "inside": (("adaptive", "oort", "fedasync"), {"honest": 10, "liars": 1, "claim": 1 / 3.9}),
+    "inside": (("adaptive", "oort", "fedasync", "hfl"), {"honest": 10, "liars": 1, "claim": 1 / 3.9}),
 }
 
 
@@ -257,7 +345,7 @@ def _runs(kind: str, rounds: int, seeds: int, lie: float, **federation: Any) -> 
     runs = {}
     for lie_on in (True, False):
         for trust in (True, False):
-            run = run_fedasync if kind == "fedasync" else lambda *a, **k: run_sync(kind, *a, **k)
+            run = {"fedasync": run_fedasync, "hfl": run_hfl}.get(kind, lambda *a, **k: run_sync(kind, *a, **k))
             runs[lie_on, trust] = np.array([run(lie if lie_on else None, trust, rounds, seed, **federation)
                                             for seed in range(seeds)])
     return runs
