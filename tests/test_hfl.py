@@ -343,6 +343,32 @@ def test_a_restarted_server_resumes_the_rank_estimates(tmp_path):
     assert sent1[0][1] is None and sent2[0][1] == [450, 150]
 
 
+def test_a_tampered_resumed_state_is_checked_against_the_ranks_first_replies(tmp_path, caplog):
+    # Prepare: two honest rounds saved, then the state edited (valid, but a lie): rank 0/0 at 1e-12 s
+    # per sample, every other rank 1,000x slower than measured; and the same state left as saved
+    costs = {0: [0.001, 0.003], 1: [0.002, 0.002]}
+    for folder in ("tampered", "honest"):
+        first = hierarchical(2, state_dir=tmp_path / folder, deadband=0.0)
+        play(first, 1, costs)
+        play(first, 2, costs)
+    path = tmp_path / "tampered" / "adaptive-state.json"
+    state = json.loads(path.read_text())
+    c = state["controller"]
+    c["time_per_sample"] = [1e-12 if rid == "0/0" else v * 1000 for rid, v in zip(c["ids"], c["time_per_sample"])]
+    path.write_text(json.dumps(state))
+    caplog.set_level("WARNING", logger="flwr")
+    # Execute: restarted servers resume each state and play 3 rounds
+    tampered, honest = (hierarchical(2, state_dir=tmp_path / f, deadband=0.0) for f in ("tampered", "honest"))
+    sent = [play(tampered, rnd, costs)[0] for rnd in (1, 2, 3)]
+    expected = [play(honest, rnd, costs)[0] for rnd in (1, 2, 3)]
+    # Assert: the first warm replies contradict every saved rank estimate (more than 4x off), which
+    # are dropped with one warning and learned again from those replies: from round 2 on (the first
+    # round a resumed server plans ranks) the split is the honest resume's, not 0/0 holding silo 0
+    assert sent == expected and sent[1][0][1] == [450, 150]
+    lines = [r.getMessage() for r in caplog.records if "contradicted" in r.getMessage()]
+    assert len(lines) == 1 and "4 rank(s)" in lines[0] and "0/0: saved 1e-12 s" in lines[0]
+
+
 def test_a_resumed_server_still_replaces_a_start_up_round(tmp_path):
     # Prepare: the server stops after the ranks' start-up round (10 ms read for both; really 1 and 3)
     first = hierarchical(1, state_dir=tmp_path, deadband=0.0, paper=True)

@@ -27,6 +27,10 @@ clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks
 - A failed silo (error reply, e.g. ranks that could not start) is skipped for that round and is
   sent its whole budget again next round: there is no probation, because its share could not
   go to other silos anyway.
+- A resumed state (``state_dir``, ``context``) is untrusted like a claim, as for the flat
+  strategies: each rank's saved estimate is checked against its first warm reply and dropped
+  when more than ``trust.plausible_range`` off it (one warning per round), the rank learned again
+  from that reply, so a tampered state splits the first round only.
 - Inner strategies aggregate metrics with :func:`aggregate_silo_metrics` (Flower's default zips
   list metrics strictly and fails when silos have different k).
 - History: besides the base per-round and per-silo rows, one row per rank and round
@@ -44,7 +48,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from logging import INFO, WARNING
 from typing import Any, cast
 
@@ -414,9 +418,15 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         earlier one. A silo that starts its ranks every round (its process does not outlive a
         round) pays the start-up every round: a cold reply right after a cold one (no failed
         round between) is observed as usual.
+
+        A rank whose estimate was resumed from a saved state and no warm reply has checked yet is
+        checked by this one (``_check_resumed``: dropped and learned again from it when more than
+        ``trust.plausible_range`` off; start-up rounds do not check, their set-up would read as a
+        contradiction).
         """
         accepted = []
         estimated = self.controller.estimates()
+        discarded: list[str] = []  # resumed rank estimates this round's replies contradict
         for r in reports:
             if r.partition_id is not None:
                 self._partition_of[r.node_id] = r.partition_id
@@ -437,6 +447,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             )
             if replaced:
                 self.controller.forget(replaced)
+                self._unverified.difference_update(replaced)  # learned again from this round
             ok = True
             kept = []  # ranks whose estimate this start-up round leaves as it was
             for rank in ranks:
@@ -448,6 +459,11 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 if first_cold and rid in estimated and rid not in self._cold_seeded:
                     kept.append(rid)  # a restarted silo: its ranks' start-up would read as slowness
                     continue
+                if rid in self._unverified and not first_cold:
+                    # A resumed rank estimate is a claim until a warm reply confirms it, as for the flat
+                    # strategies (a start-up round would read as a contradiction: it is checked at the next).
+                    rank_claim = replace(r, time_s=rank.time_s, samples=rank.samples, energy_j=rank.energy_j)
+                    discarded += self._check_resumed(rid, estimated.get(rid), rank_claim)
                 if first_cold:
                     self._cold_seeded.add(rid)
                 else:
@@ -471,6 +487,17 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 )
             if ok:
                 accepted.append(r)
+        if discarded:
+            log(
+                WARNING,
+                "[hfl] round %s: the resumed state is contradicted by this round's replies for %d rank(s) (%s): "
+                "their saved estimates are more than %g× off their reported times, so they are learned again "
+                "from these replies (a tampered or stale state file)",
+                server_round,
+                len(discarded),
+                "; ".join(discarded[:5]) + ("…" if len(discarded) > 5 else ""),
+                self.trust.plausible_range if self.trust is not None else math.inf,
+            )
         return accepted
 
     # ------------------------------------------------------------------ state
