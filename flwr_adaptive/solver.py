@@ -20,9 +20,12 @@ Cost
 ----
 ``min_makespan_split``: O(P log P) for P participants (a sort over the bounds' breakpoints for
 the continuous round length, then at most P heap steps to round it). ``min_energy_split``: one
-``min_makespan_split`` per group, a sort by marginal energy, then one heap step per sample moved
-away from the minimum-makespan split (at most the budget, in practice the few percent of it that
-the slack allows), O((P + M) log P). Beyond :data:`MAX_SWEEP_STEPS` moved samples (budgets of
+``min_makespan_split`` per group, a sort by marginal energy, then the sweep over the round lengths
+at which a sample moves away from the minimum-makespan split (at most the budget, in practice the
+few percent of it that the slack allows). With one group (the common case) the sweep runs an
+epoch at a time (``flwr_adaptive.sweep``: the events generated and sorted at once, a few array
+operations per change of the marginal participant, O(M log M) for M moves); with several groups
+one heap step per moved sample, O((P + M) log P). Beyond :data:`MAX_SWEEP_STEPS` steps (budgets of
 millions) the sweep stops and a golden-section search over the rest of the round lengths finishes
 (100 greedy fills, O(P log P) each): exact up to then, within a sample's rounding after (at such
 budgets within 1e-5 of the energy in the tests); without it a budget of 10 million took 9 s.
@@ -46,6 +49,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flwr_adaptive.limits import exact_sum
+from flwr_adaptive.sweep import sweep_one_group
 
 __all__ = ["min_makespan_split", "min_energy_split", "round_energy", "caps_at"]
 
@@ -306,14 +310,43 @@ def min_energy_split(
             marginal[k] = int(above[np.argmax(pos[above])])
 
     # 3. Sweep T upwards through the cap events of participants before their group's marginal.
-    #    One heap step per moved sample: the loop runs on Python lists (numpy scalars cost
-    #    several times more per step), with the same float operations in the same order.
+    #    One group: an epoch at a time (flwr_adaptive.sweep, the same result bit for bit).
+    #    Several: one heap step per moved sample, the loop on Python lists (numpy scalars cost
+    #    several times more per step).
     energy_lower = _lower_bound(budgets, members, g, lo, hi)  # Σ g·n with caps = hi
     best_F = float(np.dot(g, n)) + idle_total * T_min
     best_T = T_min
     F = best_F
     mpos = np.where(marginal >= 0, pos[np.maximum(marginal, 0)], -1)[codes]  # position of i's marginal
     start = np.flatnonzero((cap < hi) & (marginal[codes] >= 0) & (pos < mpos))
+    swept = None
+    if len(budgets) == 1 and marginal[0] >= 0:  # one group: the sweep an epoch at a time (sweep.py)
+        swept = sweep_one_group(
+            T_min,
+            T_max,
+            idle_total,
+            energy_lower,
+            best_F,
+            a,
+            b,
+            g,
+            lo,
+            hi,
+            cap,
+            n,
+            order,
+            pos,
+            int(marginal[0]),
+            start,
+            MAX_SWEEP_STEPS,
+        )
+    if swept is not None:
+        best_F, best_T, T_prev, limited = swept
+        if limited:
+            best_F, best_T = _search_rest(
+                T_prev, T_max, idle_total, best_F, best_T, energy_lower, budgets, members, codes, order, g, a, b, lo, hi
+            )
+        return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min
     heap = list(zip((a[start] + b[start] * (cap[start] + 1)).tolist(), start.tolist()))
     heapq.heapify(heap)
     T_prev = T_min
@@ -325,18 +358,9 @@ def min_energy_split(
     while heap:
         steps += 1
         if steps > MAX_SWEEP_STEPS:  # a huge budget: search the round length instead (see Cost)
-            T_hi = max(
-                T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, members, g, a, b, lo, hi)
+            best_F, best_T = _search_rest(
+                T_prev, T_max, idle_total, best_F, best_T, energy_lower, budgets, members, codes, order, g, a, b, lo, hi
             )
-
-            def energy_at(t: float) -> float:
-                return float(np.dot(g, _greedy_at(t, budgets, codes, order, a, b, lo, hi))) + idle_total * t
-
-            # the slack's limit is where the optimum often sits: compare it with the search's pick
-            for t in (_golden_search(energy_at, T_prev, T_hi), T_hi):
-                F_t = energy_at(t)
-                if F_t < best_F:
-                    best_F, best_T = F_t, t
             break
         T, i = heapq.heappop(heap)
         if T > T_max or idle_total * T + energy_lower >= best_F - 1e-12 * abs(best_F):
@@ -363,6 +387,38 @@ def min_energy_split(
         if F < best_F - 1e-12 * abs(best_F):
             best_F, best_T = F, T
     return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min
+
+
+def _search_rest(
+    T_prev: float,
+    T_max: float,
+    idle_total: float,
+    best_F: float,
+    best_T: float,
+    energy_lower: float,
+    budgets: list[int],
+    members: list[np.ndarray],
+    codes: np.ndarray,
+    order: np.ndarray,
+    g: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> tuple[float, float]:
+    """Past the sweep's step limit: the best of a golden-section search over the round lengths
+    that are left and of the slack's limit, against the sweep's best so far."""
+    T_hi = max(T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, members, g, a, b, lo, hi))
+
+    def energy_at(t: float) -> float:
+        return float(np.dot(g, _greedy_at(t, budgets, codes, order, a, b, lo, hi))) + idle_total * t
+
+    # the slack's limit is where the optimum often sits: compare it with the search's pick
+    for t in (_golden_search(energy_at, T_prev, T_hi), T_hi):
+        F_t = energy_at(t)
+        if F_t < best_F:
+            best_F, best_T = F_t, t
+    return best_F, best_T
 
 
 def _search_limit(

@@ -238,3 +238,55 @@ def test_unbounded_participants_beside_a_bound_above_the_budget_get_a_real_split
     n, makespan = min_makespan_split(298, a, b, lo, hi)
     assert n.tolist() == [151, 100, 47] and int(n.sum()) == 298
     assert makespan == pytest.approx(max(b * n))
+
+
+def _random_instance(seed):
+    rng = np.random.default_rng(seed)
+    P = int(rng.integers(1, 60)) if seed % 5 else int(rng.integers(100, 600))
+    b = rng.lognormal(-5, 1, P)
+    a = b * 100 * rng.uniform(0, 1, P) * (seed % 2)
+    d = b * rng.lognormal(np.log(5), 0.5, P)
+    c = a * rng.lognormal(np.log(5), 0.5, P)
+    idle = rng.lognormal(0, 1, P) * (seed % 3 != 0) * rng.uniform(0, 2)
+    budget = int(rng.integers(P, P * 300))
+    lo = rng.integers(0, 3, P) if seed % 4 else np.zeros(P, dtype=np.int64)
+    hi = np.full(P, np.iinfo(np.int64).max)
+    if seed % 7 == 0:
+        hi = lo + rng.integers(budget // P + 1, 3 * budget // P + 5, P)
+    slack = [0.0, 0.1, 0.5, math.inf][seed % 4]
+    return budget, a, b, c, d, idle, lo, hi, slack
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_the_sweep_an_epoch_at_a_time_is_the_per_sample_sweep_bit_for_bit(seed, monkeypatch):
+    # Prepare: one group, fixed costs or none, idle draw or none, lower and upper bounds, every
+    # slack, and (every third seed) a step limit that sends the sweep to the round-length search
+    import flwr_adaptive.solver as solver
+
+    budget, a, b, c, d, idle, lo, hi, slack = _random_instance(seed)
+    if lo.sum() > budget or hi.sum() < budget:
+        return
+    if seed % 3 == 0:
+        monkeypatch.setattr(solver, "MAX_SWEEP_STEPS", int(np.random.default_rng(seed).integers(1, 400)))
+    args = ([budget], np.zeros(len(a), dtype=np.int64), a, b, c, d, idle, lo, hi, slack)
+    # Execute
+    fast, t_fast = min_energy_split(*args)
+    monkeypatch.setattr(solver, "sweep_one_group", lambda *args, **kwargs: None)  # the per-sample sweep
+    slow, t_slow = min_energy_split(*args)
+    # Assert: the same quotas and minimum makespan
+    assert t_fast == t_slow
+    np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_epoch_sweep_matches_the_per_sample_sweep_past_many_horizons(seed, monkeypatch):
+    # Prepare: 200,000 samples on 1,000 devices, unconstrained: tens of thousands of moves over
+    # several horizons, up to the step limit
+    import flwr_adaptive.solver as solver
+
+    a, b, c, d, idle, lo, hi = _fleet(seed, P=1000)
+    codes = np.zeros(len(a), dtype=np.int64)
+    fast, _ = min_energy_split([200_000], codes, a, b, c, d, idle, lo, hi, math.inf)
+    monkeypatch.setattr(solver, "sweep_one_group", lambda *args, **kwargs: None)
+    slow, _ = min_energy_split([200_000], codes, a, b, c, d, idle, lo, hi, math.inf)
+    np.testing.assert_array_equal(fast, slow)
