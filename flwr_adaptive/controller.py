@@ -55,6 +55,7 @@ from flwr_adaptive.limits import (
     Report,
     as_id,
     check_bound,
+    check_budget_groups,
     check_drift,
     check_fixed_seconds,
     check_idle_watts,
@@ -77,6 +78,7 @@ from flwr_adaptive.policies import (
     Policy,
 )
 from flwr_adaptive.proposal import propose
+from flwr_adaptive.split import group_codes
 from flwr_adaptive.state_format import StateReader, write_state
 
 __all__ = [
@@ -203,23 +205,7 @@ class AllocationController:
         self.w_time, self.w_energy = w_time, w_energy
         self.deadband = deadband
 
-        self.groups: dict[ParticipantId, Hashable] | None = None
-        if groups is None:
-            if isinstance(budget, Mapping):
-                raise ValueError("budget is a dict but groups= is not given: pass groups={participant: group}")
-            self.budget: int | dict[Hashable, int] = check_int("budget", budget, maximum=MAX_BUDGET)
-        else:
-            if not isinstance(budget, Mapping):
-                raise ValueError(f"with groups= the budget must be {{group: int}}, got {budget!r}")
-            self.budget = {
-                as_id(g, "group name"): check_int(f"budget[{g!r}]", b, maximum=MAX_BUDGET) for g, b in budget.items()
-            }
-            if not isinstance(groups, Mapping):
-                raise ValueError(f"groups must be a dict {{participant: group}}, got {groups!r}")
-            self.groups = {as_id(p): as_id(g, f"group of participant {p!r}") for p, g in groups.items()}
-            unknown = sorted({repr(g) for g in self.groups.values() if g not in self.budget})
-            if unknown:
-                raise ValueError(f"groups {', '.join(unknown)} have no budget: add them to budget=")
+        self.budget, self.groups = check_budget_groups(budget, groups)
 
         min_default, self._min_map = parse_bound("min_quota", min_quota, default=0)
         self._default_min = 0 if min_default is None else min_default  # parse_bound refuses min_quota=None
@@ -501,21 +487,6 @@ class AllocationController:
         return dict(zip((self._store.ids[s] for s in cur.slots.tolist()), cur.quota.tolist()))
 
     # ------------------------------------------------------------------ allocate
-    def _group_codes(self, participants: list[ParticipantId]) -> tuple[np.ndarray, list[Hashable]]:
-        """Group index of each participant and the group names (one group without ``groups``)."""
-        if self.groups is None:
-            return np.zeros(len(participants), dtype=np.int64), [None]
-        missing = [p for p in participants if p not in self.groups]
-        if missing:
-            raise ValueError(f"participants {missing[:5]!r} have no group: add them to groups=")
-        names: dict[Hashable, int] = {}
-        codes = np.fromiter(
-            (names.setdefault(self.groups[p], len(names)) for p in participants),
-            dtype=np.int64,
-            count=len(participants),
-        )
-        return codes, list(names)
-
     def allocate(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, int]:
         """Return this round's split ``{participant: samples}`` and commit it as the current one.
 
@@ -545,7 +516,7 @@ class AllocationController:
         if len(bad):
             i = int(bad[0])
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
-        codes, names = self._group_codes(participants)
+        codes, names = group_codes(participants, self.groups)
         budgets = [self.budget[g] for g in names] if isinstance(self.budget, dict) else [self.budget]
         quotas, predicted = propose(
             self._store,

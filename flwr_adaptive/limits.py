@@ -305,6 +305,31 @@ def validate_report(
     return t, e, n
 
 
+def check_budget_groups(
+    budget: Any, groups: Any
+) -> tuple[int | dict[Hashable, int], dict[ParticipantId, Hashable] | None]:
+    """The controller's ``budget`` and ``groups`` checked together: an int budget without groups,
+    a ``{group: int}`` budget with ``{participant: group}`` groups whose every group has a budget."""
+    if groups is None:
+        if isinstance(budget, Mapping):
+            raise ValueError("budget is a dict but groups= is not given: pass groups={participant: group}")
+        return check_int("budget", budget, maximum=MAX_BUDGET), None
+    if not isinstance(budget, Mapping):
+        raise ValueError(f"with groups= the budget must be {{group: int}}, got {budget!r}")
+    budgets: dict[Hashable, int] = {
+        as_id(g, "group name"): check_int(f"budget[{g!r}]", b, maximum=MAX_BUDGET) for g, b in budget.items()
+    }
+    if not isinstance(groups, Mapping):
+        raise ValueError(f"groups must be a dict {{participant: group}}, got {groups!r}")
+    members: dict[ParticipantId, Hashable] = {
+        as_id(p): as_id(g, f"group of participant {p!r}") for p, g in groups.items()
+    }
+    unknown = sorted({repr(g) for g in members.values() if g not in budgets})
+    if unknown:
+        raise ValueError(f"groups {', '.join(unknown)} have no budget: add them to budget=")
+    return budgets, members
+
+
 def check_bound(name: str, value: Any) -> int:
     """One bound: ``min_quota`` at most ``MAX_BUDGET``; ``max_quota`` clamped to it."""
     if name.startswith("min_quota"):

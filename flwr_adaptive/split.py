@@ -17,13 +17,13 @@ breakpoints and one search over them). Rounding is one argsort, O(P log P).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from flwr_adaptive.limits import exact_sum
+from flwr_adaptive.limits import ParticipantId, exact_sum
 
-__all__ = ["bounded_split", "check_fits", "group_makespans", "round_to_budget"]
+__all__ = ["bounded_split", "check_fits", "group_codes", "group_makespans", "round_to_budget"]
 
 
 def bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarray, group: Hashable) -> np.ndarray:
@@ -70,6 +70,23 @@ def bounded_split(budget: int, weight: np.ndarray, lo: np.ndarray, hi: np.ndarra
         lam = lam0 + (budget - f[k - 1]) / slope[0]
     x = np.clip(lam * weight, lo_f, hi_f)
     return round_to_budget(x, budget, lo, hi)
+
+
+def group_codes(
+    participants: Sequence[ParticipantId], groups: Mapping[ParticipantId, Hashable] | None
+) -> tuple[np.ndarray, list[Hashable]]:
+    """Group index of each participant and the group names in order of first appearance (one
+    group ``None`` without ``groups``); raises naming the participants without a group."""
+    if groups is None:
+        return np.zeros(len(participants), dtype=np.int64), [None]
+    missing = [p for p in participants if p not in groups]
+    if missing:
+        raise ValueError(f"participants {missing[:5]!r} have no group: add them to groups=")
+    names: dict[Hashable, int] = {}
+    codes = np.fromiter(
+        (names.setdefault(groups[p], len(names)) for p in participants), dtype=np.int64, count=len(participants)
+    )
+    return codes, list(names)
 
 
 def check_fits(budget: int, lo: np.ndarray, hi: np.ndarray, group: Hashable) -> tuple[int, int]:
