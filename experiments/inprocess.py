@@ -260,6 +260,15 @@ class RunSpec:
     proximal_mu: float = 0.0
     min_quota: int = 1  # the floor on a participant's quota
     group_eval: bool = False  # evaluate per label: the worst class (client, for regression) per round
+    lr: float | None = None  # the local optimizer's learning rate; None: the task's default_lr
+    options: tuple = ()  # further keyword options of the strategy, ((name, value), …)
+    # --- runs to a time budget (experiments.noniid): ``rounds`` is then the cap. From round ``min_rounds``
+    # on, the run stops once its cumulative virtual time reaches ``time_budget_s`` or its headline metric
+    # reaches ``stop_target`` (``stop_higher``: accuracy-like), whichever comes first.
+    time_budget_s: float | None = None
+    stop_target: float | None = None
+    stop_higher: bool = True
+    min_rounds: int = 0
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
@@ -269,6 +278,13 @@ class RunSpec:
                              f"got {self.per_sample_s!r}")
         if self.inner not in ("fedavg", "fedprox"):
             raise ValueError(f"inner must be 'fedavg' or 'fedprox', got {self.inner!r}")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0 or None, got {self.lr!r}")
+        if not 0 <= self.min_rounds <= self.rounds:
+            raise ValueError(f"min_rounds must be in [0, rounds={self.rounds}], got {self.min_rounds!r}")
+        if self.time_budget_s is not None and not (math.isfinite(self.time_budget_s) and self.time_budget_s > 0):
+            raise ValueError(f"time_budget_s must be a finite number of seconds > 0 or None, "
+                             f"got {self.time_budget_s!r}")
         if not self.train and self.clock != "modelled":
             raise ValueError("train=False is only meaningful on the modelled clock (the measured clock "
                              "measures the training)")
@@ -331,7 +347,8 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
             model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
             config = msg.content.config_records
             mu = float(next(iter(config.values())).get("proximal-mu", 0.0)) if config else 0.0
-            stats = task.train(model, data, indices) if mu == 0 else train_proximal(task, model, data, indices, mu)
+            stats = (task.train(model, data, indices, lr=spec.lr) if mu == 0
+                     else train_proximal(task, model, data, indices, mu, lr=spec.lr))
             arrays, loss, samples = ArrayRecord(model.state_dict()), float(stats["loss"]), int(stats["samples"])
         else:
             arrays, loss, samples = msg.content["arrays"], 1.0, int(len(indices))
@@ -353,7 +370,8 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
     return from_zero
 
 
-def train_proximal(task: Any, model: Any, data: Any, indices: np.ndarray, mu: float) -> dict[str, float | int]:
+def train_proximal(task: Any, model: Any, data: Any, indices: np.ndarray, mu: float,
+                   lr: float | None = None) -> dict[str, float | int]:
     """``task.train`` with FedProx's proximal term ``μ/2 · ‖w − w_global‖²`` added to every batch's loss.
 
     Flower's FedProx (server side) only sends ``proximal-mu``; the client adds the term (as
@@ -367,7 +385,7 @@ def train_proximal(task: Any, model: Any, data: Any, indices: np.ndarray, mu: fl
     bs = task.default_batch_size
     anchor = [p.detach().clone() for p in model.parameters()]
     model.train()
-    opt = task.make_optimizer(model, float(task.default_lr))
+    opt = task.make_optimizer(model, float(task.default_lr if lr is None else lr))
     total, samples, steps = 0.0, 0, 0
     for start in range(0, len(idx), bs):
         chunk = idx[start:start + bs]
@@ -416,6 +434,9 @@ def run_pma(spec: RunSpec) -> RunResult:
     holdout after the round, the cumulative ``virtual_time_s`` / ``virtual_energy_j``, and, for
     the synchronous policies, ``strategy_s`` (configure + aggregate), ``controller_s`` (allocate +
     observe) and ``round_wall_s`` (wall clock, clients in sequence). Row 0 is the initial model.
+    ``stop`` says why the run ended: ``"rounds"`` (a run of ``spec.rounds``), or for a budgeted run
+    (``time_budget_s`` / ``stop_target`` set; ``rounds`` is then its cap) ``"time budget"``,
+    ``"target"`` or ``"cap"``.
     """
     import logging
 
@@ -457,6 +478,7 @@ def run_pma(spec: RunSpec) -> RunResult:
             options["weighting"] = spec.weighting
         if spec.min_quota != 1:
             options["min_quota"] = spec.min_quota
+        options.update(dict(spec.options))
         strategy = build_strategy(spec.policy, strategy=inner, budget=spec.budget, num_nodes=n, seed=spec.seed,
                                   **options)
     configure_s: list[float] = []
@@ -474,6 +496,24 @@ def run_pma(spec: RunSpec) -> RunResult:
     evals: dict[int, dict[str, float]] = {}
     groups = holdout_groups(spec.task) if spec.group_eval else None
     marks: list[tuple[int, int, float]] = []  # (round, len(controller_s), perf_counter) at each evaluation
+    budgeted = spec.time_budget_s is not None or spec.stop_target is not None
+    stopped = ["rounds"]  # why the run ended: "rounds" (all of them), "cap", "time budget" or "target"
+
+    def stop_here(server_round: int) -> str | None:
+        """Why a budgeted run ends after ``server_round`` (``None``: it goes on)."""
+        if not budgeted or server_round < max(spec.min_rounds, 1):
+            return None
+        value = evals[server_round].get(task.metric)
+        if spec.stop_target is not None and value is not None and (
+                value >= spec.stop_target if spec.stop_higher else value <= spec.stop_target):
+            return "target"
+        if spec.time_budget_s is not None:
+            # The strategies append the round's history row before the evaluation (FedAsync after it: one
+            # round-equivalent late, which only adds data).
+            spent = float(pd.to_numeric(strategy.history.get("makespan_s", pd.Series(dtype=float))).sum())
+            if spent >= spec.time_budget_s * (1 - 1e-9):
+                return "time budget"
+        return None
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         if groups is not None:
@@ -486,6 +526,10 @@ def run_pma(spec: RunSpec) -> RunResult:
         else:
             evals[server_round] = dict(evals[0])
         marks.append((server_round, len(controller_s), time.perf_counter()))
+        why = stop_here(server_round)
+        if why is not None:
+            stopped[0] = why
+            raise _Stopped(why)
         return MetricRecord({k: v for k, v in evals[server_round].items()})
 
     flwr_logger = logging.getLogger("flwr")
@@ -493,13 +537,20 @@ def run_pma(spec: RunSpec) -> RunResult:
     flwr_logger.setLevel(logging.WARNING)
     try:
         with server_identity():
+            # Flower's Strategy.start has no stopping rule: the evaluation ends a budgeted run by raising.
             strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=spec.rounds,
                            timeout=3600.0, train_config=ConfigRecord({}), evaluate_fn=evaluate)
+    except _Stopped:
+        pass
     finally:
         flwr_logger.setLevel(level)
     hist = strategy.history.copy()
-    if len(hist) != spec.rounds:
-        raise RuntimeError(f"{spec.policy} on {spec.task} (seed {spec.seed}) ran {len(hist)} of {spec.rounds} rounds; "
+    if budgeted and stopped[0] == "rounds":
+        stopped[0] = "cap"
+    # A stopped run ran the rounds it evaluated (FedAsync writes a round's row after its evaluation: one less).
+    expected = spec.rounds if stopped[0] in ("rounds", "cap") else len(evals) - 1
+    if not (len(hist) == expected or (stopped[0] in ("target", "time budget") and len(hist) == expected - 1 >= 1)):
+        raise RuntimeError(f"{spec.policy} on {spec.task} (seed {spec.seed}) ran {len(hist)} of {expected} rounds; "
                            "see the [adaptive] warnings above")
     hist = hist.sort_values("round").reset_index(drop=True)
     evals = {r: {("holdout_samples" if k == "samples" else k): v for k, v in m.items()} for r, m in evals.items()}
@@ -517,9 +568,14 @@ def run_pma(spec: RunSpec) -> RunResult:
     first = {"round": 0, "virtual_time_s": 0.0, "virtual_energy_j": 0.0, **evals[0]}
     hist = pd.concat([pd.DataFrame([first]), hist], ignore_index=True)
     hist["policy"] = spec.label or spec.policy
+    hist["stop"] = stopped[0]
     clients = strategy.client_history.copy()
     clients["policy"] = spec.label or spec.policy
     return RunResult(spec, hist, clients, time.perf_counter() - started)
+
+
+class _Stopped(Exception):
+    """A budgeted run's evaluation ends :meth:`Strategy.start` (its time budget or target is reached)."""
 
 
 def idle_model_note(profiles: Sequence[DeviceProfile]) -> str:

@@ -239,8 +239,10 @@ def plan_measured_units(args: argparse.Namespace) -> list[RunSpec]:
 
 def _unit_cost(spec: RunSpec) -> float:
     """Relative cost for the ETA: training seconds on the modelled clock, plus a fixed part per round."""
-    train = (spec.per_sample_s or 2e-4) * spec.rounds * spec.budget if spec.train else 0.0
-    return train + 0.05 * spec.rounds
+    # A budgeted run (experiments.noniid) stops between its min_rounds and its cap: guess twice the minimum.
+    rounds = min(spec.rounds, 2 * spec.min_rounds) if spec.min_rounds else spec.rounds
+    train = (spec.per_sample_s or 2e-4) * rounds * spec.budget if spec.train else 0.0
+    return train + 0.05 * rounds
 
 
 def unit_path(work: Path, spec: RunSpec) -> Path:
@@ -1190,7 +1192,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--noniid-alphas", default="0.3,0.1", help="Dirichlet concentrations of the non-IID section")
     ap.add_argument("--noniid-seeds", type=int, default=None, help="paired seeds of the non-IID section "
                     "(default: --seeds)")
-    ap.add_argument("--noniid-rounds", type=int, default=10, help="rounds of the non-IID runs")
+    ap.add_argument("--noniid-rounds", default="mnist=20,sentiment=20,weather=10",
+                    help="Equal + FedAvg's rounds in the non-IID runs: one number, or task=rounds,… (every other row "
+                    "runs to Equal + FedAvg's virtual time, at most --noniid-round-cap times as many rounds)")
+    ap.add_argument("--noniid-round-cap", type=int, default=4,
+                    help="a non-IID run's round cap, as a multiple of Equal + FedAvg's rounds")
+    ap.add_argument("--noniid-lr", default="sentiment=0.1",
+                    help="local learning rate per task in the non-IID runs, task=lr,… (others: the task's default)")
     ap.add_argument("--noniid-rows", default="all", help="comma-separated rows of experiments.noniid.ROWS, or 'all'")
     ap.add_argument("--noniid-measured-seeds", type=int, default=5,
                     help="paired seeds of the non-IID measured-clock runs (0: none)")
@@ -1205,7 +1213,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.skip_ddp = args.skip_hfl = True
         args.measured_task, args.measured_seeds, args.measured_rounds = "weather", 2, 4
         args.measured_policies = "equal,time,low-energy,energy"
-        args.noniid_alphas, args.noniid_rounds, args.noniid_measured_task = "0.3", 4, "weather"
+        args.noniid_alphas, args.noniid_rounds, args.noniid_measured_task = "0.3", "4", "weather"
         args.noniid_measured_seeds = 2
         if args.noniid_rows == "all":
             from experiments.noniid import QUICK_ROWS
@@ -1258,12 +1266,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if unknown:
         ap.error(f"unknown non-IID rows or tasks {unknown}: rows from {list(noniid.ROWS)}")
     args.noniid_rows, args.noniid_left_out = noniid.available_rows(asked)
+    rounds_default = _per_task(ap, "--noniid-rounds", "10", int, KNOWN_TASKS)
+    rounds_default = _per_task(ap, "--noniid-rounds", ap.get_default("noniid_rounds"), int, KNOWN_TASKS, rounds_default)
+    args.noniid_rounds = _per_task(ap, "--noniid-rounds", args.noniid_rounds, int, KNOWN_TASKS, rounds_default)
+    lr_default = _per_task(ap, "--noniid-lr", ap.get_default("noniid_lr"), float, KNOWN_TASKS)
+    args.noniid_lr = _per_task(ap, "--noniid-lr", args.noniid_lr, float, KNOWN_TASKS, lr_default)
+    if any(not (math.isfinite(v) and v > 0) for v in args.noniid_lr.values()):
+        ap.error(f"--noniid-lr must give positive learning rates, got {args.noniid_lr}")
     if "equal-fedavg" not in args.noniid_rows:
         ap.error("the non-IID target and every ratio are against Equal + FedAvg: keep 'equal-fedavg' in --noniid-rows")
     if not args.noniid_alphas or any(not (math.isfinite(a) and a > 0) for a in args.noniid_alphas):
         ap.error(f"--noniid-alphas must be positive numbers, got {args.noniid_alphas}")
-    if args.noniid_seeds < 2 or args.noniid_rounds < 1 or args.noniid_measured_seeds < 0:
-        ap.error("--noniid-seeds must be >= 2, --noniid-rounds >= 1 and --noniid-measured-seeds >= 0")
+    if args.noniid_seeds < 2 or min(args.noniid_rounds.values()) < 1 or args.noniid_measured_seeds < 0 \
+            or args.noniid_round_cap < 1:
+        ap.error("--noniid-seeds must be >= 2, --noniid-rounds >= 1, --noniid-round-cap >= 1 and "
+                 "--noniid-measured-seeds >= 0")
     args.noniid_measured_rows = [r for r in noniid.MEASURED_ROWS if r in args.noniid_rows] or ["equal-fedavg"]
     if args.clock != "modelled":
         args.noniid_measured_seeds = 0  # every non-IID table is the same clock already
@@ -1274,6 +1291,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.clock == "measured":
         args.jobs = 1  # concurrent processes would inflate each other's CPU time
     return args
+
+
+def _per_task(ap: argparse.ArgumentParser, flag: str, text: str, kind: type, tasks: Any,
+              base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``"20"`` → every task 20; ``"mnist=20,weather=10"`` → ``base`` with those tasks set."""
+    if text.strip() and "=" not in text:
+        try:
+            return {t: kind(text) for t in tasks}
+        except ValueError:
+            ap.error(f"{flag} must be a number or task=number,…, got {text!r}")
+    out = dict(base or {})
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        task, _, value = (part.strip() for part in item.partition("="))
+        if task not in tasks:
+            ap.error(f"{flag}: unknown task {task!r} in {text!r}; tasks from {sorted(tasks)}")
+        try:
+            out[task] = kind(value)
+        except ValueError:
+            ap.error(f"{flag} must be task=number,…, got {item!r}")
+    return out
 
 
 def _stop_on_sigterm() -> None:
@@ -1294,7 +1331,8 @@ def noniid_lines(args: argparse.Namespace, work: Path, figs: Path, per_sample: d
 
     # What a finished run depends on beyond its file name (task, scenario, seed, α, row and, for rows on the
     # strategies' default weighting, that default): rows, tasks, seeds and α may grow between invocations.
-    settings = {k: getattr(args, k) for k in ("noniid_rounds", "budget")}
+    settings = {k: getattr(args, k) for k in ("noniid_rounds", "budget", "noniid_round_cap", "noniid_lr")}
+    settings["runs"] = "Equal + FedAvg: its rounds; the others: to its virtual time, stopped at the target"
     path = work / "noniid-settings.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
     if saved and saved.get("settings") != json.loads(json.dumps(settings)):

@@ -163,6 +163,16 @@ def test_options_are_checked_early():
         reproduce.parse_args(["--tasks", "imagenet"])
     with pytest.raises(SystemExit):
         reproduce.parse_args(["--seeds", "1"])
+    for bad in (["--noniid-rounds", "imagenet=3"], ["--noniid-rounds", "mnist=x"], ["--noniid-lr", "mnist=-1"],
+                ["--noniid-round-cap", "0"], ["--noniid-rounds", "0"]):
+        with pytest.raises(SystemExit):
+            reproduce.parse_args(bad)
+    # per-task rounds: a number for every task, or task=rounds over the defaults
+    assert set(reproduce.parse_args(["--noniid-rounds", "7"]).noniid_rounds.values()) == {7}
+    args = reproduce.parse_args(["--noniid-rounds", "weather=3", "--noniid-lr", "mnist=0.2"])
+    default = reproduce.parse_args([])
+    assert args.noniid_rounds == {**default.noniid_rounds, "weather": 3}
+    assert args.noniid_lr == {**default.noniid_lr, "mnist": 0.2}
 
 
 # --------------------------------------------------------------------------- the measured clock
@@ -504,10 +514,11 @@ def test_pyramid_rounds_last_as_long_as_equals_and_fast_nodes_do_more(quick):
     import glob
 
     out, _, _ = quick
-    for path in glob.glob(str(out / "work" / "units" / "noniid-weather-testbed-s0-a0.3-pyramid.csv")):
-        py = pd.read_csv(path).set_index("round")
+    for path in glob.glob(str(out / "work" / "units" / "noniid-weather-testbed-s0-a0.3-pyramid-eqtime.csv")):
+        path = path.replace("-eqtime", "")
+        py = pd.read_csv(glob.glob(path.replace("pyramid", "pyramid*"))[0]).set_index("round")
         eq = pd.read_csv(path.replace("pyramid", "equal-fedavg")).set_index("round")
-        late = [r for r in py.index if r >= 2]
+        late = [r for r in py.index if r >= 2 and r in eq.index]  # it may run a round past Equal's to Equal's time
         ratio = py.loc[late, "makespan_s"] / eq.loc[late, "makespan_s"]
         # Assert
         assert ((ratio > 0.8) & (ratio < 1.25)).all(), ratio
@@ -555,6 +566,97 @@ def test_only_noniid_replaces_the_section_and_keeps_the_rest(quick, tmp_path):
     assert "stale" not in again and "### Targets" in again
     assert reproduce.REUSED["non-IID"] > 0
     assert noniid.splice("# R\n\n## Files\nx\n", ["A"]) == "# R\n\nA\n\n## Files\nx\n"
+
+
+def test_every_row_runs_to_equals_time_or_its_target_and_reports_finals_at_equal_rounds(quick):
+    # Prepare: the quick form's runs (Equal + FedAvg 4 rounds, cap 4 × 4)
+    from experiments.reproduce import parse_args
+
+    out, _, _ = quick
+    args = parse_args(["--quick"])
+    s = pd.read_csv(out / "results" / "noniid.csv")
+    R, cap = args.noniid_rounds["weather"], args.noniid_round_cap * args.noniid_rounds["weather"]
+    eq = s[s["row"] == "equal-fedavg"]
+    other = s[s["row"] != "equal-fedavg"]
+    # Assert: Equal runs its rounds; every other run at least as many, and it ends for a stated reason
+    assert (eq["rounds_run"] == R).all() and (eq["stop"] == "rounds").all() and (s["equal_rounds"] == R).all()
+    assert (other["rounds_run"] >= R).all() and (other["rounds_run"] <= cap).all()
+    assert set(other["stop"]) <= {"target", "time budget", "cap"}
+    tb = other[other["stop"] == "time budget"]
+    assert (tb["time_run_s"] >= tb["equal_time_s"] * (1 - 1e-9)).all()
+    # stopped at the target: at the first round from R on that reaches it (target round before R: at R)
+    tg = other[other["stop"] == "target"]
+    assert tg["reached"].all() and (tg["rounds_run"] == np.maximum(tg["target_round"], R)).all()
+    capped = other[other["stop"] == "cap"]
+    assert (capped["rounds_run"] == cap).all() and (capped["time_run_s"] < capped["equal_time_s"]).all()
+    # a run that reached Equal's time without the target is a miss, not a censored one
+    assert not tb["reached"].any() or (tb.loc[tb["reached"], "target_round"] <= R).all()
+    # the final metric is the round-R row of the run's own file
+    import glob
+
+    for path in glob.glob(str(out / "work" / "units" / "noniid-weather-*-eqtime.csv")):
+        run = pd.read_csv(path)
+        row = s[(s["row"] == run["row"].iloc[0]) & (s["scenario"] == run["scenario"].iloc[0])
+                & (s["seed"] == run["seed"].iloc[0])].iloc[0]
+        assert row["final_metric"] == pytest.approx(float(run.loc[run["round"] == R, "mse"].iloc[0]))
+        assert row["rounds_run"] == run["round"].max()
+
+
+def test_noniid_summary_takes_finals_at_equal_rounds_and_time_to_target_from_the_longer_run():
+    # Prepare: Equal + FedAvg 2 rounds (acc 0.5, 0.8 at t = 1, 2 → target 0.79, its time 2). Time-only runs
+    # 4 rounds of 0.5 s to Equal's time: 0.5, 0.6, 0.7, 0.85 → reached in round 4 at t = 2.0 (ratio 1), its
+    # final at equal rounds is round 2's 0.6, and its makespan sums rounds 1–2 only.
+    from experiments.noniid import summarise
+
+    def run(row, accs, dt, stop):
+        base = {"kind": "noniid", "task": "t", "scenario": "wide", "alpha": 0.3, "seed": 0, "row": row, "stop": stop}
+        rows = [{**base, "round": 0, "accuracy": 0.1, "worst_group": 0.0, "virtual_time_s": 0.0,
+                 "virtual_energy_j": 0.0, "makespan_s": np.nan, "energy_j": np.nan, "samples": np.nan}]
+        for r, a in enumerate(accs, 1):
+            rows.append({**base, "round": r, "accuracy": a, "worst_group": a / 2, "virtual_time_s": r * dt,
+                         "virtual_energy_j": 3 * r * dt, "makespan_s": dt, "energy_j": 3 * dt, "samples": 10 * r})
+        return rows
+
+    rows = pd.DataFrame(run("equal-fedavg", [0.5, 0.8], 1.0, "rounds")
+                        + run("time-samples", [0.5, 0.6, 0.7, 0.85], 0.5, "target"))
+    # Act
+    s = summarise(rows, {"t": "accuracy"}, {"t": True}).set_index("row")
+    # Assert
+    t = s.loc["time-samples"]
+    assert t["reached"] and t["target_round"] == 4 and t["time_to_target_s"] == 2.0
+    assert t["time_ratio"] == pytest.approx(1.0)
+    assert t["final_metric"] == 0.6 and t["worst_final"] == 0.3
+    assert t["makespan_s"] == 1.0 and t["samples_per_round"] == 15.0
+    assert (t["rounds_run"], t["equal_rounds"], t["stop"]) == (4, 2, "target")
+    assert (t["time_run_s"], t["equal_time_s"]) == (2.0, 2.0)
+
+
+def test_a_budgeted_run_stops_at_the_first_round_past_its_time_or_at_its_target():
+    # Prepare: weather, no training (modelled clock: the time does not depend on the model), Equal's 3 rounds
+    import dataclasses
+
+    from experiments.inprocess import RunSpec, run_pma
+    from experiments.reproduce import scenario_profiles
+
+    base = RunSpec("equal", "weather", scenario_profiles("wide", 0), rounds=3, budget=440, per_sample_s=1e-3,
+                   train=False)
+    equal = run_pma(base).rounds
+    budget = float(equal["virtual_time_s"].iloc[-1])
+    # Act: Time-only to Equal's time (cap 12 rounds); the same with a target the untrained model already meets
+    timed = run_pma(dataclasses.replace(base, policy="time", rounds=12, min_rounds=3, time_budget_s=budget)).rounds
+    target = run_pma(dataclasses.replace(base, policy="time", rounds=12, min_rounds=3, time_budget_s=budget,
+                                         stop_target=1e9, stop_higher=False)).rounds
+    short = run_pma(dataclasses.replace(base, policy="time", rounds=4, min_rounds=3, time_budget_s=100 * budget)).rounds
+    # Assert: past Equal's rounds (its rounds are shorter), ended by the first round at or beyond the budget
+    t = timed["virtual_time_s"].to_numpy()
+    assert (equal["stop"] == "rounds").all() and (timed["stop"] == "time budget").all()
+    assert len(timed) - 1 > 3 and t[-1] >= budget > t[-2]
+    assert (target["stop"] == "target").all() and target["round"].max() == 3  # not before min_rounds
+    assert (short["stop"] == "cap").all() and short["round"].max() == 4
+    with pytest.raises(ValueError, match="min_rounds"):
+        dataclasses.replace(base, min_rounds=4)
+    with pytest.raises(ValueError, match="time_budget_s"):
+        dataclasses.replace(base, time_budget_s=0.0)
 
 
 def test_noniid_summary_on_hand_made_runs():
