@@ -343,6 +343,25 @@ def test_a_restarted_server_resumes_the_rank_estimates(tmp_path):
     assert sent1[0][1] is None and sent2[0][1] == [450, 150]
 
 
+def test_a_rank_that_claims_a_thousandth_of_its_silos_others_is_taken_at_their_median(caplog):
+    # Prepare: silo 0's rank 0 claims 1/1000 of ranks 1 and 2 (which really run at 2 and 4 ms per
+    # sample, it at 2 ms); silo 1 is honest, its rank 0 really 3x faster than the others (plausible)
+    caplog.set_level("WARNING", logger="flwr")
+    costs = {0: [0.002 / 1000, 0.002, 0.004], 1: [0.001, 0.003, 0.003]}
+    held, believing = hierarchical(2, deadband=0.0), hierarchical(2, deadband=0.0, trust=False)
+    # Execute
+    for strategy in (held, believing):
+        play(strategy, 1, costs)
+    sent, believed = play(held, 2, costs)[0], play(believing, 2, costs)[0]
+    # Assert: held, the liar is taken at the median of its silo's other ranks (3 ms): the split of
+    # costs 3, 2, 4 ms; believed, it takes all but the others' minimum quota (10 samples: one per
+    # step). Silo 1's fast rank is believed (3x is within the 4x range).
+    assert sent[0][1] == [185, 277, 138]
+    assert believed[0][1] == [580, 10, 10]
+    assert sent[1][1] == believed[1][1] == [360, 120, 120]
+    assert any("node 0/0 claims" in r.getMessage() and "not believed" in r.getMessage() for r in caplog.records)
+
+
 def test_a_tampered_resumed_state_is_checked_against_the_ranks_first_replies(tmp_path, caplog):
     # Prepare: two honest rounds saved, then the state edited (valid, but a lie): rank 0/0 at 1e-12 s
     # per sample, every other rank 1,000x slower than measured; and the same state left as saved

@@ -27,6 +27,10 @@ clients (:mod:`flwr_adaptive.clients.silo`) that each run a DDP group of k ranks
 - A failed silo (error reply, e.g. ranks that could not start) is skipped for that round and is
   sent its whole budget again next round: there is no probation, because its share could not
   go to other silos anyway.
+- Per-rank times are claims too: before they reach the controller each rank's is judged by
+  ``trust`` against the other ranks of its silo (plausibility, groups; from 3 ranks that trained)
+  and its own estimate (growth cap), as the flat strategies judge nodes. A lying rank can only
+  take samples of its own silo, but the server's round waits for the slowest silo.
 - A resumed state (``state_dir``, ``context``) is untrusted like a claim, as for the flat
   strategies: each rank's saved estimate is checked against its first warm reply and dropped
   when more than ``trust.plausible_range`` off it (one warning per round), the rank learned again
@@ -231,7 +235,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
     trust : CostTrust or bool (default: True)
         Which claimed costs the server believes: ``True`` the default rules, a ``CostTrust(...)``
-        to tune them, ``False`` every claim (see ``AdaptiveStrategy``).
+        to tune them, ``False`` every claim (see ``AdaptiveStrategy``). Each rank's claimed time
+        is judged against the other ranks of its silo (a rank more than ``plausible_range``
+        faster than their median is taken at it).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
@@ -448,6 +454,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             if replaced:
                 self.controller.forget(replaced)
                 self._unverified.difference_update(replaced)  # learned again from this round
+            believed = self._believed_ranks(server_round, r, silo, ranks, estimated)
             ok = True
             kept = []  # ranks whose estimate this start-up round leaves as it was
             for rank in ranks:
@@ -462,14 +469,13 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 if rid in self._unverified and not first_cold:
                     # A resumed rank estimate is a claim until a warm reply confirms it, as for the flat
                     # strategies (a start-up round would read as a contradiction: it is checked at the next).
-                    rank_claim = replace(r, time_s=rank.time_s, samples=rank.samples, energy_j=rank.energy_j)
-                    discarded += self._check_resumed(rid, estimated.get(rid), rank_claim)
+                    discarded += self._check_resumed(rid, estimated.get(rid), believed[rid])
                 if first_cold:
                     self._cold_seeded.add(rid)
                 else:
                     self._cold_seeded.discard(rid)
                 try:
-                    self.controller.observe(rid, rank.to_report())
+                    self.controller.observe(rid, believed[rid].to_report())
                 except ValueError as err:
                     ok = False
                     log(WARNING, "[hfl] round %s: observation of rank %s dropped: %s", server_round, rid, err)
@@ -499,6 +505,37 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 self.trust.plausible_range if self.trust is not None else math.inf,
             )
         return accepted
+
+    def _believed_ranks(
+        self,
+        server_round: int,
+        report: ClientReport,
+        silo: Hashable,
+        ranks: Sequence[RankReport],
+        estimated: Mapping[Hashable, tuple[float, float | None]],
+    ) -> dict[str, ClientReport]:
+        """``{rank id: its claim as the server believes it}`` for the ranks that trained (``self.trust``).
+
+        Each rank's claim is judged against the *other ranks of its silo* (plausibility, groups)
+        and its own estimate (growth cap), as the flat strategies judge nodes: the silo's split
+        is among those ranks, so they are the reference, and a faster rank elsewhere says nothing
+        about this silo's hardware. A rank's estimate from a start-up round or an unconfirmed
+        resumed state caps nothing (it is not history). Fewer than ``min_group + 1`` ranks that
+        trained: nothing to compare, the claims stand.
+        """
+        claims = [
+            replace(report, node_id=rank_id(silo, k.rank), time_s=k.time_s, samples=k.samples, energy_j=k.energy_j)
+            for k in ranks
+            if k.samples > 0
+        ]
+        if self.trust is None:
+            return {str(c.node_id): c for c in claims}
+
+        def estimate(rid: Hashable) -> float | None:
+            est = estimated.get(rid)
+            return None if est is None or rid in self._unverified or rid in self._cold_seeded else est[0]
+
+        return {str(k): v for k, v in self.trust.believe(server_round, claims, None, estimate).items()}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
