@@ -4,8 +4,8 @@ Contract
 --------
 A client that reports a per-sample time far below its real one is given a larger share and makes
 everyone wait. :class:`CostTrust` turns each round's claims into the times the server believes,
-before they reach the controller (and Oort's durations, FedAsync's virtual clock). Three rules,
-in order:
+before they reach the controller (and Oort's durations, FedAsync's virtual clock, HFL's per-rank
+times: each rank against the other ranks of its silo). Three rules, in order:
 
 1. **Server evidence** (deployment, wall-clock reports only). The server knows when it sent a
    node its instruction and when it received the reply (the SuperLink stamps ``delivered_at``
