@@ -551,6 +551,10 @@ class AllocationController:
             group_of=group_of,
             predicted=predicted,
             noise_floor=self._store.noise_floor,
+            # the recent reports say whether the held split is balanced within their noise
+            history=self._store.hist[slots] if len(self._store.hist) == len(self._store.ids) else None,
+            fixed=self._fixed_of(participants) if self._fixed_s else None,
+            balance_times=self.objective == "weighted" and self.w_energy == 0 and self.w_time > 0,
         )
         # Commit: nothing above changed the controller.
         self._store.fresh(slots, forget=True)

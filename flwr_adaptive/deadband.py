@@ -16,22 +16,50 @@ was computed under, and then, by the rule:
   makespans, or the round energy and time of ``"min-energy"``) by less than a fraction
   ``max(deadband, noise floor)``, the noise floor being what the participants' own jitter can fake.
 
+With ``balance_times`` (the time-only objectives: the split is balanced when everyone's
+round takes equally long) a split is also kept while the participants' own recent reports at
+their committed quotas are *balanced within their measured noise* (:func:`balanced_within_noise`):
+no participant's mean log time (plus its ``fixed`` seconds) differs from its group's mean by
+more than :data:`BALANCE_Z` standard errors, the noise being the scatter of the repeated reports
+at the same quota (or, with too few of them, the scatter around the fitted lines). Estimates
+built from a few noisy reports can propose a quite different split at every round on identical
+devices (with 30 % jitter the split moved in most rounds, quotas up to 2× the fair share); the reports at the committed
+quotas tell directly whether the split is off, and a truly slower participant shows up there
+within a few rounds (at once when its slowdown is far beyond the noise).
+
 ``deadband <= 0`` never keeps. ``kept`` changes nothing; the controller calls ``commit``.
 
 Cost
 ----
 O(P) for P participants (one alignment through an index over the store's slots when the order
-changed), plus two evaluations of the predicted objective with the ``"gain"`` rule.
+changed), plus two evaluations of the predicted objective with the ``"gain"`` rule, plus
+O(P·WINDOW) for the balance test (one more line fit when the repeated reports are too few).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CommittedSplit", "Predicted"]
+from flwr_adaptive import estimation
+
+__all__ = ["CommittedSplit", "Predicted", "balanced_within_noise", "BALANCE_Z"]
+
+#: Standard errors a participant's mean log round time may lie from its group's before the split
+#: counts as unbalanced (3: on identical devices a false release about once in 100 rounds per
+#: participant's test). With σ estimated from ``dof`` repeated reports the Student-t quantile of
+#: the same two-sided level (99.73 %) replaces it (:data:`BALANCE_T`).
+BALANCE_Z = 3.0
+#: Two-sided 99.73 % Student-t quantiles by degrees of freedom (entry 0 unused; beyond: BALANCE_Z).
+BALANCE_T = np.array(
+    [np.inf, 235.8, 19.21, 9.219, 6.620, 5.507, 4.904, 4.530, 4.277, 4.094, 3.957, 3.850, 3.764]
+    + [3.694, 3.636, 3.586, 3.544, 3.507, 3.475, 3.447, 3.422, 3.400]
+)
+#: Fewest degrees of freedom of the repeated reports before their own scatter is the noise.
+MIN_DOF = 3
 
 #: A split's predicted objective (group makespans, or energy and round time): what the gain deadband compares.
 Predicted = Callable[[np.ndarray], np.ndarray]
@@ -83,12 +111,18 @@ class CommittedSplit:
         group_of: list[Hashable] | None,
         predicted: Predicted,
         noise_floor: Callable[[np.ndarray], float],
+        history: np.ndarray | None = None,
+        fixed: np.ndarray | None = None,
+        balance_times: bool = False,
     ) -> np.ndarray | None:
         """The committed split aligned to ``slots`` if the deadband keeps it, else ``None``.
 
         ``budget`` is the controller's budget now, ``slot_count`` the number of slots in the
         store, ``group_of`` each participant's group (``None`` without groups) and
         ``noise_floor(slots)`` the relative jitter of the estimates (the ``"gain"`` rule).
+        ``history`` holds each participant's recent raw reports ``(samples, seconds, joules)``
+        (``(P, WINDOW, 3)``, NaN = none; ``None``: not kept), ``fixed`` its seconds beyond the
+        reported compute; with ``balance_times`` they feed the balance test.
         """
         if deadband <= 0 or self.budget is None or self.budget != budget:
             return None
@@ -107,6 +141,12 @@ class CommittedSplit:
             return None
         if group_of is not None and (self.groups is None or [self.groups[i] for i in aligned.tolist()] != group_of):
             return None  # a participant changed group
+        if (
+            balance_times
+            and history is not None
+            and balanced_within_noise(current, history, codes, np.zeros(len(current)) if fixed is None else fixed)
+        ):
+            return current
         if rule == "gain":
             # Keep the split while re-splitting improves the predicted objective by < deadband,
             # or by less than the participants' own jitter can fake.
@@ -124,3 +164,49 @@ class CommittedSplit:
             if b > 0 and m / (2 * b) >= deadband:
                 return None
         return current
+
+
+def balanced_within_noise(quota: np.ndarray, history: np.ndarray, codes: np.ndarray, fixed: np.ndarray) -> bool:
+    """Whether the reports at the committed ``quota`` show the split balanced within their noise.
+
+    ``history`` is ``(P, W, 3)``: each participant's recent ``(samples, seconds, joules)``
+    (NaN = none); only the reports at exactly its committed quota count (they need no model:
+    the same work, timed again). Each participant's mean log round time ``m_i`` (its reported
+    seconds plus ``fixed[i]``, over its ``k_i`` reports) is compared with the mean ``m̄`` of its
+    group (``codes``): balanced when every ``|m_i − m̄| ≤ z·σ·√((1 − 2/P)/k_i + Σ_j 1/k_j / P²)``
+    (the standard error of ``m_i − m̄``, P the group's size). σ is the pooled scatter of the
+    repeated reports (at least :data:`MIN_DOF` degrees of freedom, ``z`` their Student-t quantile),
+    else the median scatter around the participants' fitted lines (``z`` = :data:`BALANCE_Z`).
+    False when a participant with a positive quota has no report at it, or without a noise
+    figure; a group of one is balanced. Noise-free reports (σ = 0) are balanced only when equal.
+    """
+    n, t = history[..., 0], history[..., 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        at = (n == quota[:, None]) & np.isfinite(t) & (t + fixed[:, None] > 0)
+        active = quota > 0
+        k = at.sum(axis=1)
+        if not active.any() or (k[active] == 0).any():
+            return False  # a participant not yet timed at its quota: nothing to judge
+        x = np.where(at, np.log(np.where(at, t, 1.0) + fixed[:, None]), 0.0)
+        m = x.sum(axis=1) / np.maximum(k, 1)
+        dof = int((k[active] - 1).sum())
+        if dof >= MIN_DOF:
+            sigma = math.sqrt(float((np.where(at, x - m[:, None], 0.0) ** 2)[active].sum()) / dof)
+            z = float(BALANCE_T[dof]) if dof < len(BALANCE_T) else BALANCE_Z
+        else:
+            # Too few repeats: the relative scatter around each participant's fitted line (≈ the
+            # scatter of the log time for small noise) over all of its recent reports.
+            noise = estimation.fit_affine(n[active], t[active])[3]
+            if not np.isfinite(noise).any():
+                return False
+            sigma, z = float(np.nanmedian(noise)), BALANCE_Z
+    for g in np.unique(codes[active]).tolist():
+        idx = np.flatnonzero(active & (codes == g))
+        size = len(idx)
+        if size < 2:
+            continue
+        inv_k = 1.0 / k[idx]
+        se = sigma * np.sqrt((1.0 - 2.0 / size) * inv_k + inv_k.sum() / size**2)
+        if (np.abs(m[idx] - m[idx].mean()) > z * se).any():
+            return False
+    return True

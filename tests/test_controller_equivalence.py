@@ -34,13 +34,13 @@ CASES = {
 }
 DIGESTS = {
     "paper": "7a090516c240d5d568a9e03c",
-    "time": "d4d520fd2ca92ff414ab4cc5",
+    "time": "4a1dcdd3aacc6ca1aa47000d",
     "low-energy": "c19a57d9aa3d3817ab409640",
-    "energy": "b33c5616d44f11a1ce4637e7",
+    "energy": "7e30df438ac2e8cbad7bbd0e",
     "min-energy": "8f5b309ad95cdacf31148a2f",
     "equal": "71a9a917bf9f3527c79995c8",
     "min-energy-unconstrained": "88b6278e264de88fe1e0d4b7",
-    "affine-tv": "0941ca1368e98f420a92ae28",
+    "affine-tv": "93cb826f13d3eb74d6b05232",
 }
 
 
