@@ -74,6 +74,7 @@ from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
 from flwr_adaptive.strategies.core import log
+from flwr_adaptive.strategies.fedasync_belief import FedAsyncBelief
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.node_wait import wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
@@ -263,10 +264,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._segment_start = 0.0
         self._cum = (0.0, 0.0)  # (active J, idle J) up to the last boundary
         self._evaluate_fn = evaluate_fn
-        self._latest: dict[int, ClientReport] = {}  # each node's latest believed report
-        # The growth cap's reference per node (per-sample seconds): the highest belief since the last
-        # round-equivalent closed, reset to the latest belief at each close (see _believed_times).
-        self._cap_ref: dict[int, float] = {}
+        self._belief = FedAsyncBelief(self.trust)  # what the server believes of each claimed duration
         result = Result()
         self._result = result
         if evaluate_fn is not None:
@@ -422,7 +420,7 @@ class FedAsyncStrategy(HistoryMixin):
                     retry.append(again)
             # The wave is judged as one group: judged one by one, a fast node's claim would be
             # measured against whichever nodes happened to come before it in the wave.
-            believed = self._believed_times(accepted)
+            believed = self._belief.judge(max((j.index for j in accepted), default=0), [j.accepted for j in accepted])
             for job in accepted:
                 job.finish_s = job.start_s + believed[job.node]
                 self._failures[job.node] = 0
@@ -475,40 +473,6 @@ class FedAsyncStrategy(HistoryMixin):
         self._assigned += report.samples - job.quota  # a capped job processed fewer samples
         self._idle_w[job.node] = report.idle_w
         return None
-
-    def _believed_times(self, wave: list[_Job]) -> dict[int, float]:
-        """``{node: the job's duration on the virtual clock as the server believes it}`` (``self.trust``).
-
-        The wave's claims are judged together with the latest believed per-sample times of the
-        other nodes (see :mod:`flwr_adaptive.strategies.trust`): an absurdly fast claim is taken at
-        their median, so a liar cannot jump the queue and take most of the samples.
-
-        The growth cap (``max_drop``) counts per round-equivalent, as the synchronous strategies'
-        counts per round: its reference is the node's highest belief since the last round-equivalent
-        closed. Were it the node's latest job, a node believed ``k`` times per round-equivalent could
-        fall ``max_drop**k`` per round-equivalent, and one caught by the plausibility rule would be
-        back at its lie one job later. A node's first claim is capped against the median of the
-        judged claims (its reference before it has one): the synchronous strategies' first round
-        is split equally before any claim, whereas here the first wave's claims time the first
-        jobs, and a liar inside the plausible range would otherwise run up its lead (the true time
-        it owes) from the first job on.
-        """
-        if self.trust is None or not wave:
-            return {job.node: job.accepted.time_s for job in wave}
-        mine = {job.node for job in wave}
-        others = [r for n, r in self._latest.items() if n not in mine]
-        reports = [*(job.accepted for job in wave), *others]
-        prior = float(np.median([r.time_s / r.samples for r in reports]))
-        believed = self.trust.believe(
-            max(job.index for job in wave),
-            reports,
-            estimate_of=lambda n: self._cap_ref.get(n, prior) if n in mine else None,
-        )
-        for job in wave:
-            b = believed[job.node]
-            self._latest[job.node] = b
-            self._cap_ref[job.node] = max(self._cap_ref.get(job.node, prior), b.time_s / b.samples)
-        return {job.node: believed[job.node].time_s for job in wave}
 
     def _mix(self, job: _Job, boundary: int) -> None:
         job.staleness = self.mixer.version - job.base_version
@@ -594,8 +558,7 @@ class FedAsyncStrategy(HistoryMixin):
         }
         self._round_rows.append(row)
         self._segment_start = t
-        # The growth cap is per round-equivalent, as the synchronous strategies' is per round.
-        self._cap_ref = {n: r.time_s / r.samples for n, r in self._latest.items()}
+        self._belief.close_round()  # the growth cap counts per round-equivalent
         energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
         log(
             INFO,
