@@ -24,6 +24,7 @@ QUOTA_CAPPED = "quota-capped"  # int 0/1: the quota exceeded the local data and 
 IDLE_W = "idle-w"  # float: the device's idle watts while it waits for others; -1.0 when unknown
 VIRTUAL_CLOCK = "virtual-clock"  # int 0/1: TIME_S is emulated device time (virtual clock), not wall
 COLD_START = "cold-start"  # int 0/1: the process's first training call (imports, first-call set-up inside)
+SETUP_S = "setup-s"  # float: wall seconds of the call beyond its steady training steps (set-up, warm-up); -1.0 unknown
 # The local work behind the update (normalised aggregation, flwr_adaptive.normalized_averaging)
 LOCAL_STEPS = "local-steps"  # int: optimizer steps taken this round; -1 when unknown
 LOCAL_MOMENTUM = "local-momentum"  # float: momentum of the local SGD (0.0: none); -1.0 when unknown
@@ -44,7 +45,7 @@ TRAIN_LOSS = "train-loss"  # float
 SETUP_ERROR_MARK = "flwr-adaptive set-up error:"
 
 UNMEASURED_ENERGY = -1.0
-UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W / LOCAL_* when the client cannot tell
+UNKNOWN = -1  # DATA_SIZE / PARTITION_ID / IDLE_W / SETUP_S / LOCAL_* when the client cannot tell
 
 # Every telemetry key a wrapped client adds to its reply (NUM_EXAMPLES only when it is missing).
 TELEMETRY_KEYS = (
@@ -59,6 +60,7 @@ TELEMETRY_KEYS = (
     IDLE_W,
     VIRTUAL_CLOCK,
     COLD_START,
+    SETUP_S,
     LOCAL_STEPS,
     LOCAL_MOMENTUM,
     LOCAL_LR,

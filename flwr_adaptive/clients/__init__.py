@@ -15,7 +15,7 @@ The DDP regime lives in :mod:`flwr_adaptive.clients.ddp`, the project's tasks in
 from importlib import import_module
 from typing import Any
 
-__all__ = ["telemetry_train", "TelemetryClient", "quota_data", "mark_warm", "node_partition", "silo_train"]
+__all__ = ["telemetry_train", "TelemetryClient", "quota_data", "mark_warm", "mark_step", "node_partition", "silo_train"]
 
 # Imported on first use: the Flower wrappers need flwr, silo_train needs torch.distributed, and
 # the DDP regime (flwr_adaptive.clients.ddp, torch only) must import on a GPU host without flwr.
@@ -24,6 +24,7 @@ _HOME = {
     "TelemetryClient": "telemetry",
     "quota_data": "data",
     "mark_warm": "telemetry",
+    "mark_step": "telemetry",
     "node_partition": "node",
     "silo_train": "silo",
 }

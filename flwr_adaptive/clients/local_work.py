@@ -20,6 +20,11 @@ needs, per reply, how much local work produced the update. The telemetry wrapper
                               client to apply it), else 0.0
 ============================  ==========================================================================
 
+Each step's end is also stamped on the wall clock (:meth:`StepCounter.stamp`; without a torch
+optimizer call :func:`flwr_adaptive.clients.telemetry.mark_step` after each step): the telemetry
+wrapper reports the call's time beyond its steady steps as ``keys.SETUP_S``
+(:meth:`StepCounter.setup_s`).
+
 A key your train function put in the reply itself (e.g. ``local-steps`` counted by hand, for a
 framework other than torch) is kept: the wrapper adds only the keys that are absent.
 Nesterov momentum is counted as heavy-ball momentum; weight decay and learning-rate schedules
@@ -27,7 +32,7 @@ within the round are not modelled (the last step's rate is reported).
 
 Cost
 ----
-One context-variable read and one dict lookup per optimizer step.
+One context-variable read, one dict lookup and one clock read per optimizer step.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ import contextlib
 import contextvars
 import math
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from flwr_adaptive import keys
@@ -73,17 +79,50 @@ class StepCounter:
     proximal_mu : float, optional
         The proximal μ the train function applies (overrides FedProx's config entry; 0.0 when
         your client ignores FedProx's ``proximal-mu``).
+    clock : callable
+        The wall clock that stamps the end of each step (``time.perf_counter``; tests pass fakes).
     """
 
-    def __init__(self, momentum: float | None = None, proximal_mu: float | None = None) -> None:
+    def __init__(
+        self, momentum: float | None = None, proximal_mu: float | None = None, clock: Callable[[], float] | None = None
+    ) -> None:
         self.steps = 0
         self.momentum = momentum
         self.proximal_mu = proximal_mu
         self.seen_momentum: float | None = None
         self.lr: float | None = None
+        self.clock = time.perf_counter if clock is None else clock
+        self.timed = 0  # step ends stamped (optimizer steps, or mark_step calls)
+        self.first_at = math.nan  # clock at the end of the first stamped step
+        self.last_at = math.nan  # clock at the end of the last one
+
+    def stamp(self) -> None:
+        """The end of one training step: what tells the steady steps from the one-off set-up."""
+        now = self.clock()
+        if not self.timed:
+            self.first_at = now
+        self.last_at = now
+        self.timed += 1
+
+    def setup_s(self, wall_s: float) -> float | None:
+        """Seconds of a ``wall_s``-long call beyond its steady steps, ``None`` with < 2 stamps.
+
+        The steady step is the mean interval between the first and the last stamp; the call's
+        time beyond ``timed`` steady steps is its one-off part: what ran before the first step
+        (data loader start-up, the model moved to its device), the first step's warm-up (the
+        first CUDA kernels, allocator growth) and what runs after the last step.
+        """
+        if self.timed < 2:
+            return None
+        steady = (self.last_at - self.first_at) / (self.timed - 1)
+        extra = wall_s - self.timed * steady
+        if not math.isfinite(extra):
+            return None
+        return min(max(extra, 0.0), max(wall_s, 0.0))
 
     def observe(self, optimizer: Any) -> None:
         """One optimizer step (called by the step hook)."""
+        self.stamp()
         self.steps += 1
         groups = getattr(optimizer, "param_groups", None) or [{}]
         group = groups[0]

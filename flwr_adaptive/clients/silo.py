@@ -226,6 +226,8 @@ class SiloRound:
             keys.IDLE_W: float(keys.UNKNOWN) if idle_w is None else float(idle_w),
             keys.VIRTUAL_CLOCK: int(self.clock == "process"),
             keys.COLD_START: int(self.cold_start),
+            # the ranks' start-up is HFL's own rule (keys.COLD_START and the start-up round)
+            keys.SETUP_S: float(keys.UNKNOWN),
             keys.LOCAL_STEPS: int(tel[0].steps) if tel and tel[0].steps else keys.UNKNOWN,
             keys.LOCAL_MOMENTUM: float(keys.UNKNOWN) if momentum is None else float(momentum),
             keys.LOCAL_LR: float(keys.UNKNOWN),

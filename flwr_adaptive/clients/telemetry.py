@@ -28,6 +28,12 @@ training data. For each training call the wrapper
    ``keys.VIRTUAL_CLOCK`` 1 when ``TIME_S`` / ``ENERGY_J`` are on the virtual clock
    ``keys.COLD_START``  1 on the first wrapped call in this process (it pays imports and
                         torch's first-call set-up; the strategy does not take it at face value)
+   ``keys.SETUP_S``     wall seconds of the call beyond its steady training steps: set-up
+                        before the first step (data loader start-up, model to device), the
+                        first step's warm-up and what follows the last step; from the torch
+                        optimizer steps (or :func:`mark_step` calls) it saw, -1.0 with fewer
+                        than 2 (``StepCounter.setup_s``). The strategy takes it as the node's
+                        fixed per-round cost, not as per-sample compute
    ``keys.LOCAL_*``     the local work: optimizer steps, momentum, lr, proximal μ
                         (:mod:`flwr_adaptive.clients.local_work`); a value the train function
                         put in the reply itself is kept
@@ -65,7 +71,7 @@ from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, q
 from flwr_adaptive.clients.local_work import _CURRENT as _STEPS
 from flwr_adaptive.clients.local_work import StepCounter, _hook_torch
 
-__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm"]
+__all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm", "mark_step"]
 
 
 Clock = Callable[[], float]
@@ -83,6 +89,18 @@ def mark_warm() -> None:
     """
     if not _WARM:
         _WARM.append(True)
+
+
+def mark_step() -> None:
+    """Mark the end of one training step of the running wrapped call (outside one: nothing).
+
+    Torch optimizer steps are stamped on their own; call this after each step when you train
+    without a torch optimizer, so that the wrapper can tell the call's one-off set-up from its
+    steady steps (``keys.SETUP_S``).
+    """
+    counter = _STEPS.get()
+    if counter is not None:
+        counter.stamp()
 
 
 def _resolve_meter(spec: MeterSpec, context: Any, server_round: int) -> Any:
@@ -169,6 +187,7 @@ class Measured:
         m = _usable(self.measurement)
         time_s = float(m.seconds) if m is not None else self.wall_s
         joules = m.joules if m is not None else None
+        setup = self.work.setup_s(self.wall_s)
         w = self.window
         if w.samples is not None:
             samples = int(w.samples)
@@ -188,6 +207,7 @@ class Measured:
             keys.IDLE_W: float(keys.UNKNOWN) if self.idle_w is None else float(self.idle_w),
             keys.VIRTUAL_CLOCK: int(m is not None and getattr(m, "clock", "wall") == "virtual"),
             keys.COLD_START: int(self.cold),
+            keys.SETUP_S: float(keys.UNKNOWN) if setup is None else setup,
             **self.work.metrics(self.config),
         }
 
@@ -236,7 +256,7 @@ class TrainingWindow:
             partition=order_key,
             server_round=server_round,
         )
-        self.result = Measured(self.window, partition, StepCounter(momentum, proximal_mu), config)
+        self.result = Measured(self.window, partition, StepCounter(momentum, proximal_mu, wall_clock), config)
         self._meter_spec, self._context, self._round = meter, context, server_round
         self._cpu, self._wall = cpu_clock, wall_clock
         self._meter: Any = None

@@ -595,16 +595,24 @@ class AdaptiveCore(HistoryMixin, NormalizedAggregation):
         affine model's per-sample term, the observed remainder is added to its fixed term
         (``a``), and the median smooths out Flower's 3-s polling steps. The compute was already
         bounded by the server's evidence (``trust``); the remainder is the server's own
-        measurement.
+        measurement. The call's own one-off set-up the client reports (``keys.SETUP_S``:
+        ``ClientReport.setup_part``) moves from the compute into the same fixed term when the
+        controller models one (affine costs, min-energy), so it does not inflate the
+        per-sample term.
         """
         history = self._overheads.get(key)
         seconds = observed.get(believed.node_id)
-        if seconds is not None and math.isfinite(seconds) and not believed.virtual_clock:
+        timed = seconds is not None and math.isfinite(seconds) and not believed.virtual_clock
+        c = self.controller
+        setup = believed.setup_part() if c.objective != "weighted" or c.cost_model == "affine" else 0.0
+        if timed or setup > 0:
             if history is None:
                 history = self._overheads[key] = deque(maxlen=self.overhead_window)
-            history.append(max(float(seconds) - believed.time_s, 0.0))
+            history.append(
+                (max(float(seconds) - believed.time_s, 0.0) if timed and seconds is not None else 0.0) + setup
+            )
             self.controller.set_fixed_time(key, float(np.median(history)))
-        return believed.to_report()
+        return believed.to_report(setup)
 
     def fixed_overheads(self) -> dict[Hashable, float]:
         """Each participant's fixed per-round overhead in use (the median of its recent ones), seconds."""

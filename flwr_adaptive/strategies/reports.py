@@ -9,8 +9,9 @@ time, zero samples, wrong type, more samples than the quota from a client that s
 with ``quota_data``, a count beyond ``MAX_COUNT``, a time or energy per sample outside
 ``[MIN_PER_SAMPLE, MAX_PER_SAMPLE]``, where the controller's arithmetic would underflow to 0 or
 overflow; local-work keys out of range: steps < 1, momentum outside [0, 1), lr ≤ 0, μ < 0, or
-lr × μ ≥ 1). The strategies skip such a reply: it is logged, not fatal. The local-work keys
-(``keys.LOCAL_WORK_KEYS``) are optional: absent or -1 they are ``None`` (unknown).
+lr × μ ≥ 1; a set-up time that is negative or longer than the call). The strategies skip such a
+reply: it is logged, not fatal. The local-work keys (``keys.LOCAL_WORK_KEYS``) and
+``keys.SETUP_S`` are optional: absent or -1 they are ``None`` (unknown).
 
 A client that trained on more samples than its quota **without** ``quota_data`` (it reports no
 local data size) is not hostile but mis-set-up: its report is kept with ``over_quota=True`` and
@@ -35,7 +36,7 @@ from typing import Any
 from flwr_adaptive import keys
 from flwr_adaptive.controller import MAX_IDLE_W, Report
 
-__all__ = ["ClientReport", "parse_report", "MAX_COUNT", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE"]
+__all__ = ["ClientReport", "parse_report", "MAX_COUNT", "MIN_PER_SAMPLE", "MAX_PER_SAMPLE", "MAX_SETUP_SHARE"]
 
 #: Largest sample count, data size or partition id a reply may state: the largest integer a float
 #: holds exactly (the controller's quotas are exact up to it). Anything larger is not a real
@@ -45,6 +46,11 @@ MAX_COUNT = 2**53 - 1
 #: underflows to 0 or overflows in the controller's arithmetic (``5e-324`` s for 2 samples is 0).
 MIN_PER_SAMPLE = 1e-150
 MAX_PER_SAMPLE = 1e150
+
+#: Largest share of a reply's ``time_s`` its stated set-up (``keys.SETUP_S``) may move out of the
+#: per-sample compute into the fixed term: a client's claim of set-up can then understate its
+#: per-sample cost at most 10× (the factor of the strategies' outlier hold), never to nothing.
+MAX_SETUP_SHARE = 0.9
 
 NodeId = Hashable  # int node id (Message API, legacy cid parsed) or the legacy cid string
 
@@ -91,6 +97,9 @@ class ClientReport:
         Learning rate of the round's last local step (``keys.LOCAL_LR``); ``None`` when unknown.
     proximal_mu : float or None
         The proximal term's μ applied locally (``keys.LOCAL_PROXIMAL_MU``); ``None`` when unknown.
+    setup_s : float or None
+        Wall seconds of the call beyond its steady training steps (``keys.SETUP_S``: set-up,
+        warm-up), at most ``wall_time_s``; ``None`` when unknown.
     """
 
     node_id: NodeId
@@ -111,6 +120,7 @@ class ClientReport:
     momentum: float | None = None
     lr: float | None = None
     proximal_mu: float | None = None
+    setup_s: float | None = None
 
     @property
     def proximal_alpha(self) -> float | None:
@@ -119,9 +129,18 @@ class ClientReport:
             return 0.0
         return None if self.lr is None else self.lr * self.proximal_mu
 
-    def to_report(self) -> Report:
-        """The controller's view of this round: own compute time, active energy, samples."""
-        return Report(time_s=self.time_s, energy_j=self.energy_j, samples=self.samples)
+    def setup_part(self) -> float:
+        """Seconds of ``time_s`` that are the call's one-off set-up (``setup_s``, at most
+        :data:`MAX_SETUP_SHARE` of ``time_s``); 0 when unknown or on the virtual clock (whose
+        device seconds hold no wall-clock set-up)."""
+        if self.setup_s is None or self.virtual_clock:
+            return 0.0
+        return min(self.setup_s, MAX_SETUP_SHARE * self.time_s)
+
+    def to_report(self, setup_s: float = 0.0) -> Report:
+        """The controller's view of this round: own compute time (less ``setup_s`` seconds of
+        set-up, which the strategy models as a fixed cost), active energy, samples."""
+        return Report(time_s=self.time_s - setup_s, energy_j=self.energy_j, samples=self.samples)
 
 
 def _number(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> float:
@@ -264,6 +283,12 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
     capped = _integer(node_id, metrics, keys.QUOTA_CAPPED)
     virtual = _integer(node_id, metrics, keys.VIRTUAL_CLOCK)
     cold = _integer(node_id, metrics, keys.COLD_START) if keys.COLD_START in metrics else 0
+    setup = _number(node_id, metrics, keys.SETUP_S) if keys.SETUP_S in metrics else float(keys.UNKNOWN)
+    if setup != keys.UNKNOWN and not 0.0 <= setup <= wall_s:
+        raise ValueError(
+            f"node {node_id}: telemetry {keys.SETUP_S!r} must be in [0, {keys.WALL_TIME_S!r} = {wall_s!r}] "
+            f"(or {keys.UNKNOWN} for unknown), got {setup!r}: it is part of the call's wall time"
+        )
     return ClientReport(
         node_id=node_id,
         partition_id=None if partition < 0 else partition,
@@ -279,5 +304,6 @@ def parse_report(node_id: NodeId, metrics: Mapping[str, Any], quota: int | None)
         virtual_clock=bool(virtual),
         over_quota=over_quota,
         cold_start=bool(cold),
+        setup_s=None if setup == keys.UNKNOWN else setup,
         **_local_work(node_id, metrics),
     )
