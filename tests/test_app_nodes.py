@@ -69,3 +69,26 @@ def test_the_lite_app_refuses_a_slowdown_that_would_speed_a_node_up():
     for bad in (0.5, "fast", float("nan")):
         with pytest.raises(ValueError, match="must be a number >= 1"):
             lite.slowdown({"slowdown": bad})
+
+
+@pytest.mark.parametrize("switch", [False, True])
+def test_the_lite_server_app_s_server_time_switch_reaches_the_strategy(monkeypatch, tmp_path, switch):
+    # Prepare: stop the ServerApp right after it built its strategy (no grid, no rounds)
+    from lite_app import server_app
+
+    built = []
+
+    class Stop(Exception):
+        pass
+
+    def start(self, strategy, *args, **kwargs):
+        built.append(strategy)
+        raise Stop
+
+    monkeypatch.setattr(server_app.ResumableRun, "start", start)
+    context = _context({}, {"server-time": switch, "out-dir": str(tmp_path)})
+    # Execute
+    with pytest.raises(Stop):
+        server_app.main(None, context)
+    # Assert: the run config's switch is the strategy's server_time (off by default)
+    assert built and built[0].server_time is switch

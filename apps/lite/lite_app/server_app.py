@@ -36,6 +36,8 @@ def main(grid: Grid, context: Context) -> None:
                                     min_available_nodes=waits_for),
             budget=int(cfg["budget"]), num_nodes=waits_for, seed=int(cfg["seed"]),
             smoothing=float(cfg["smoothing"]), allow_cycling=True, state_dir=cfg["state-dir"] or None)
+        # opt-in: where Flower's start-up dwarfs the compute and scatters, its noise would drive the split
+        strategy.server_time = bool(cfg["server-time"])
         if float(cfg["round-timeout-factor"]) > 0:  # each round's timeout from the prediction
             strategy.round_timeout = RoundTimeout(float(cfg["round-timeout-factor"]),
                                                   float(cfg["round-timeout-floor-s"]), float(cfg["timeout"]))

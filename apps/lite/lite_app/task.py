@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "policy": "time", "num-server-rounds": 5, "budget": 300, "sample-cost-s": 0.01, "min-nodes": 0,
     "num-clients": 3, "smoothing": 0.5, "seed": 0, "lr": 0.1, "timeout": 600.0,
     "out-dir": "", "state-dir": "", "mark-warm": True, "startup-s": 0.0, "round-timeout-factor": 0.0,
-    "round-timeout-floor-s": 30.0,
+    "round-timeout-floor-s": 30.0, "server-time": False,
 }
 """The run config keys of ``pyproject.toml`` with their defaults."""
 
