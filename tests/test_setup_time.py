@@ -202,3 +202,15 @@ def test_torch_optimizer_steps_are_stamped_without_mark_step():
     _, _, metrics = TelemetryClient(Client(), wall_clock=clock, meter=_NoMeter()).fit([], {keys.QUOTA: 10})
     assert metrics[keys.LOCAL_STEPS] == 4
     assert metrics[keys.SETUP_S] == pytest.approx(2.0)  # 4 s in all, 4 steady steps of 0.5 s
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_min_energy_takes_the_setup_as_a_fixed_term_even_on_per_sample_costs():
+    # min-energy's solver models fixed per-round seconds whatever the cost model: with the paper's
+    # per-sample estimation (paper=True) the set-up must still leave the per-sample term
+    strategy = _strategy(policy="min-energy", paper=True)
+    assert strategy.controller.cost_model != "affine"  # the case the objective alone decides
+    _round(strategy, 1)
+    for part, k in SLOW.items():
+        assert strategy.controller.estimates()[part][0] == pytest.approx(COST * k)
+        assert strategy.fixed_overheads()[part] == pytest.approx(SETUP * k)
