@@ -20,7 +20,13 @@ start), and runs, one ``flwr run`` each:
    with the round before the fault;
 5. ``serverapp-resume``: Time-only with a ``state-dir``; when round ``--fault-round`` ends the
    ``flwr-serverapp`` process is killed, and ``flwr run`` is started again on the same state:
-   its first round is compared with the round before the fault.
+   its first round is compared with the round before the fault;
+6. ``superlink-restart``: Time-only with a ``state-dir``, the SuperLink on a ``--database``; when
+   round ``--fault-round`` ends the SuperLink is SIGKILLed with its descendants (its SuperExec
+   and the running ServerApp: the SuperLink's machine crashed) and started again on the same port
+   and database; the SuperNodes reconnect under their node ids, and ``flwr run`` is started
+   again on the state. Its first round is compared with the round before the fault and with the
+   ideal plus the overhead.
 
 Every table is on the server's **wall clock** (``round_wall_s`` of the app's summary: the
 ServerApp's time per round, send → replies → aggregate → evaluate), with the quotas per partition
@@ -29,8 +35,9 @@ of each round. Every process is stopped by PID at the end, also on errors.
 Cost
 ----
 Each round lasts ≈ the ideal plus the overhead (≥ 20 s with the defaults), round 1 of a run the
-equal split (the slowest node's 4× share); about 20–25 minutes of wall clock for all five runs on
-2 shared cores.
+equal split (the slowest node's 4× share); about 25–35 minutes of wall clock for all six cases on
+2 shared cores (the SuperLink's restart adds ≈ 15 s). No quick form: one fault case alone takes
+minutes of deployment, beyond the suite's budget.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from experiments.deployment import LocalDeployment
 
 LITE_APP = REPO / "apps" / "lite"
 SLOWDOWNS = (1.0, 1.0, 2.0, 4.0)
-CASES = ("empty", "time", "time+startup", "node-restart", "serverapp-resume")
+CASES = ("empty", "time", "time+startup", "node-restart", "serverapp-resume", "superlink-restart")
 
 
 def ideal_round_s(budget: int, cost_s: float, slowdowns: tuple[float, ...], startup_s: float = 0.0) -> float:
@@ -110,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.sample_cost_s} s/sample, an app without mark_warm; ideal round {ideal:.2f} s "
           f"({ideal_startup:.2f} s with a {args.startup_s:g} s x slowdown start-up); WALL clock", flush=True)
     dep = LocalDeployment(n, node_config=lambda i: {"partition-id": i, "num-partitions": n,
-                                                    "slowdown": SLOWDOWNS[i]})
+                                                    "slowdown": SLOWDOWNS[i]},
+                          database="superlink-restart" in cases)
     tables: dict[str, pd.DataFrame] = {}
     overhead = float("nan")
     left = 0
@@ -174,6 +182,35 @@ def main(argv: list[str] | None = None) -> int:
             frame = pd.concat([first.loc[: args.fault_round], second.loc[args.fault_round + 1 :]])
             frame["vs before fault"] = frame["wall s"] / frame.loc[args.fault_round, "wall s"]
             tables["serverapp-resume"] = frame
+        if "superlink-restart" in cases:
+            state = out / "superlink-restart-state"
+            crashed, restarted = threading.Event(), threading.Event()
+            outage: list[float] = []
+
+            def crash_superlink(line: str) -> None:
+                if f"[adaptive] round {args.fault_round} " in line and not crashed.is_set():
+                    crashed.set()
+
+                    def restart() -> None:
+                        time.sleep(1.0)  # let the ServerApp save the round's checkpoint
+                        down = time.perf_counter()
+                        dep.restart_superlink()
+                        outage.append(time.perf_counter() - down)
+                        restarted.set()
+
+                    threading.Thread(target=restart, daemon=True).start()
+
+            first = _rounds(flwr_run("superlink-before", {"policy": "time", "state-dir": str(state)},
+                                     crash_superlink), "time")
+            if not restarted.wait(300):
+                raise SystemExit("superlink-restart: the SuperLink did not come back within 300 s")
+            second = _rounds(flwr_run("superlink-restart", {"policy": "time", "state-dir": str(state)}), "time")
+            frame = pd.concat([first.loc[: args.fault_round], second.loc[args.fault_round + 1 :]])
+            frame["vs before fault"] = frame["wall s"] / frame.loc[args.fault_round, "wall s"]
+            frame["ideal+overhead s"] = ideal + overhead
+            frame["ratio"] = frame["wall s"] / frame["ideal+overhead s"]
+            tables["superlink-restart"] = frame
+            print(f"SuperLink down and back (kill, restart on its database, ready): {outage[0]:.1f} s", flush=True)
     finally:
         left = dep.stop()
     pd.set_option("display.width", 200)

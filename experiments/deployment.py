@@ -139,12 +139,15 @@ class LocalDeployment:
         Keep a temporary ``workdir`` after :meth:`stop` (logs for debugging).
     env : mapping, optional
         Extra environment variables of every Flower process.
+    database : bool (default: False)
+        Run the SuperLink with ``--database <workdir>/superlink.db`` (its state survives
+        :meth:`restart_superlink`); else its state is in memory.
     """
 
     def __init__(self, num_nodes: int, *, node_config: Callable[[int], Mapping[str, Any]]
                  | Sequence[Mapping[str, Any]] | None = None, workdir: str | os.PathLike | None = None,
                  tls: bool = False, supernode_auth: bool = False, keep_workdir: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, database: bool = False) -> None:
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
             raise ValueError(f"num_nodes must be an int >= 0, got {num_nodes!r}")
         if node_config is not None and not callable(node_config) and len(node_config) != num_nodes:
@@ -169,6 +172,8 @@ class LocalDeployment:
                     "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
         self.superlink: subprocess.Popen | None = None
         self.superlink_log = self.workdir / "superlink.log"
+        self.database = self.workdir / "superlink.db" if database else None
+        self.superlink_starts = 0
         self._seen: dict[int, psutil.Process] = {}  # every process started or seen below ours
         self._nodes: list[_Node] = []
         self._stopped = False
@@ -233,6 +238,8 @@ class LocalDeployment:
             cmd.append("--insecure")
         if self.supernode_auth:
             cmd.append("--enable-supernode-auth")
+        if self.database is not None:
+            cmd += ["--database", str(self.database)]
         return cmd
 
     def start(self, timeout_s: float = 120.0) -> "LocalDeployment":
@@ -240,10 +247,7 @@ class LocalDeployment:
         if self.tls:
             self._make_certs()
         self._write_config()
-        self.superlink = self._popen(self.superlink_command(), self.superlink_log, self.env)
-        self._wait_for(lambda: "Uvicorn running on" in self.superlink_log.read_text(), self.superlink,
-                       self.superlink_log, "flower-superlink", timeout_s)
-        self._remember(self.superlink.pid)
+        self._start_superlink(timeout_s)
         if self.supernode_auth:
             for node in self._nodes:
                 self.register_node(node.index)
@@ -252,6 +256,37 @@ class LocalDeployment:
         for node in self._nodes:
             self.wait_node(node.index, timeout_s)
         return self
+
+    def _start_superlink(self, timeout_s: float) -> None:
+        self.superlink_starts += 1
+        if self.superlink_starts > 1:
+            self.superlink_log = self.workdir / f"superlink-start{self.superlink_starts}.log"
+        self.superlink = self._popen(self.superlink_command(), self.superlink_log, self.env)
+        log_path = self.superlink_log
+        self._wait_for(lambda: "Uvicorn running on" in log_path.read_text(), self.superlink, log_path,
+                       "flower-superlink", timeout_s)
+        self._remember(self.superlink.pid)
+
+    def restart_superlink(self, timeout_s: float = 120.0) -> None:
+        """SIGKILL the SuperLink with its descendants (its ``flower-superexec`` and the running
+        ``flwr-serverapp``: the SuperLink's machine crashed) and start it again on the same port
+        (and ``--database``, whose state it then reads back). The SuperNodes keep retrying."""
+        if self.superlink is None or self.superlink.poll() is not None:
+            raise RuntimeError("the SuperLink is not running")
+        try:
+            root = psutil.Process(self.superlink.pid)
+            procs = [*root.children(recursive=True), root]
+        except psutil.NoSuchProcess:
+            procs = []
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=30)
+        self.superlink.wait()
+        self._start_superlink(timeout_s)
 
     def _wait_for(self, ready: Callable[[], bool], proc: subprocess.Popen, log_path: Path, name: str,
                   timeout_s: float) -> None:
