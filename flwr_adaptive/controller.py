@@ -41,6 +41,7 @@ import numpy as np
 
 from flwr_adaptive.deadband import CommittedSplit
 from flwr_adaptive.estimates import EstimateStore
+from flwr_adaptive.excitation import excite
 from flwr_adaptive.limits import (
     MAX_BUDGET,
     MAX_COST_CLIP,
@@ -223,6 +224,7 @@ class AllocationController:
             drift=drift,
         )
         self._round = 0  # number of allocate() calls so far
+        self._probe = False  # the last split was an excitation (excitation.py): the deadband does not hold it
         self._committed = CommittedSplit()  # the committed split and what it was computed under
         self._idle_w: dict[ParticipantId, float] = {}
         self._fixed_s: dict[ParticipantId, float] = {}  # per-round seconds beyond the reported compute
@@ -299,9 +301,6 @@ class AllocationController:
             return
         self._fixed_s[participant] = check_fixed_seconds(participant, seconds)
 
-    def _fixed_of(self, participants: Sequence[ParticipantId]) -> np.ndarray:
-        return np.array([self._fixed_s.get(p, 0.0) for p in participants], dtype=float)
-
     def _max_of(self, participant: ParticipantId) -> int:
         bound = self._max_map.get(participant, self._default_max)
         return UNBOUNDED if bound is None else bound
@@ -374,17 +373,12 @@ class AllocationController:
 
     # The estimation settings live in the store (one source of truth); read-only here.
     smoothing = property(lambda self: self._store.smoothing, doc="EMA weight of the newest observation.")
-    forget_after = property(
-        lambda self: self._store.forget_after, doc="Unanswered quotas before an estimate is dropped."
-    )
+    forget_after = property(lambda self: self._store.forget_after, doc="Unanswered quotas before forgetting.")
     cost_clip = property(lambda self: self._store.cost_clip, doc="Clip range of each term's ratio to its median.")
     cost_model = property(lambda self: self._store.cost_model, doc='``"per-sample"`` or ``"affine"``.')
     drift = property(lambda self: self._store.drift, doc="Step-change threshold, ``None``: disabled.")
 
-    @property
-    def drift_count(self) -> int:
-        """Observations flagged as a step change so far (not saved in the state)."""
-        return self._store.drift_count
+    drift_count = property(lambda self: self._store.drift_count, doc="Step changes flagged so far (not saved).")
 
     def _slots(self, participants: list[ParticipantId]) -> np.ndarray:
         """Slot of each participant in the estimate store, registering new ones."""
@@ -459,7 +453,7 @@ class AllocationController:
             return {}
         slots = np.array([s for _, s, _ in known], dtype=np.int64)
         t, _ = store.predict(slots, np.array([n for _, _, n in known], dtype=float))
-        t = t + self._fixed_of([p for p, _, _ in known])
+        t = t + np.array([self._fixed_s.get(p, 0.0) for p, _, _ in known], dtype=float)
         return {p: float(v) for (p, _, _), v in zip(known, t) if math.isfinite(v) and v > 0}
 
     def costs(self, participants: Sequence[ParticipantId]) -> dict[ParticipantId, float]:
@@ -553,12 +547,15 @@ class AllocationController:
             noise_floor=self._store.noise_floor,
             # the recent reports say whether the held split is balanced within their noise
             history=self._store.hist[slots] if len(self._store.hist) == len(self._store.ids) else None,
-            fixed=self._fixed_of(participants) if self._fixed_s else None,
+            fixed=np.array([self._fixed_s.get(p, 0.0) for p in participants]) if self._fixed_s else None,
             balance_times=self.objective == "weighted" and self.w_energy == 0 and self.w_time > 0,
         )
         # Commit: nothing above changed the controller.
         self._store.fresh(slots, forget=True)
         self._round += 1
+        kept = None if self._probe else kept  # an excited split is not held
+        excited = None if kept is not None else excite(self._store, slots, quotas, lo, hi, codes)
+        quotas, kept, self._probe = (quotas, kept, False) if excited is None else (excited, None, True)
         if kept is not None:
             quotas = kept
         else:

@@ -60,6 +60,7 @@ def write_state(ctrl: AllocationController) -> dict[str, Any]:
         "version": STATE_VERSION,
         "policy": ctrl._policy_record(),
         "round": ctrl._round,
+        "probe": ctrl._probe,  # the split returned last was an excitation (excitation.py): not held
         "ids": list(store.ids),
         "time_per_sample": nan_to_none(store.tau),
         "energy_per_sample": nan_to_none(store.eps),
@@ -288,8 +289,12 @@ class StateReader:
             "hist": hist,
             "fit": fit,
         }
+        probe = self.state.get("probe", False)  # absent in states written before excitation existed
+        if not isinstance(probe, bool):
+            self.fail("probe", f"expected true or false, got {probe!r}")
         return store, {
             "_round": rnd,
+            "_probe": probe,
             "_max_map": max_map,
             "_committed": CommittedSplit(cur_slots, cur_quota, cur_lo, cur_hi, cur_budget, cur_groups),
             "groups": groups,

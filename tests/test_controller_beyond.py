@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flwr_adaptive.controller import POLICIES, AllocationController, Report
@@ -125,6 +125,9 @@ def test_paper_flag_reproduces_the_paper_controller_round_by_round():
 @PROPERTY
 @given(st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.002, 0.05)), min_size=2, max_size=3),
        st.integers(60, 300))
+# found by ./test.sh's random draws: per-sample costs so alike that the split stayed 20/20/20 and
+# the fixed costs were never identified (2.4 % off) until the split was excited (excitation.py)
+@example(devices=[(2.25, 0.01171875), (2.4375, 0.0078125), (2.4375, 0.00390625)], budget=60)
 def test_affine_fit_reaches_the_exact_integer_optimum_on_noise_free_devices(devices, budget):
     a = np.array([d[0] for d in devices])
     b = np.array([d[1] for d in devices])
@@ -136,6 +139,67 @@ def test_affine_fit_reaches_the_exact_integer_optimum_on_noise_free_devices(devi
     # while the quotas did not move enough to identify the fixed cost, which is then negligible)
     assert float(np.max(a + b * splits[-1])) <= best * 1.02 + 1e-9
     assert all(s.sum() == budget and (s >= 1).all() for s in splits)
+
+
+def test_an_equal_split_that_never_moves_is_excited_once_so_the_fixed_costs_are_identified():
+    # Prepare: the counterexample above: the per-sample split stays 20/20/20 on its own
+    a = np.array([2.25, 2.4375, 2.4375])
+    b = np.array([0.01171875, 0.0078125, 0.00390625])
+    ctrl = AllocationController(60, cost_model="affine", deadband=0.0, min_quota=1)
+    # Execute
+    splits = [s.tolist() for s in play(ctrl, [0, 1, 2], a, b, np.ones(3), rounds=6)]
+    # Assert: once three reports sit at one quota (enough for a line, none identified), round 4
+    # moves ceil(2 % of 20) = 1 sample per participant (the one left over gives to a participant
+    # that took one, so each has a second level); from round 5 the identified lines split within
+    # 0.5 % of the optimum (device 3's 97 % fixed share is capped at 95 % while its window is short)
+    assert splits[:4] == [[20, 20, 20]] * 3 + [[19, 22, 19]]
+    best = brute_min_makespan(60, a, b, lo=1)
+    makespans = [float(np.max(a + b * np.array(s))) for s in splits]
+    assert makespans[0] > 1.02 * best
+    assert all(m <= 1.005 * best for m in makespans[4:])
+
+
+def test_excitation_keeps_budgets_and_bounds_and_a_saved_state_resumes_it():
+    # Prepare: two groups of two devices whose times differ by 1.2 % at the equal split, too
+    # little for the per-sample split to move a sample; "a" sits at its upper bound
+    ids = ["a", "b", "c", "d"]
+    groups = {"a": 0, "b": 0, "c": 1, "d": 1}
+    a, b = np.array([2.25, 2.4375] * 2), np.array([0.01171875, 0.00390625] * 2)
+    make = lambda: AllocationController(  # noqa: E731
+        {0: 40, 1: 40}, groups=groups, max_quota={"a": 20}, cost_model="affine", deadband=0.0
+    )
+    ctrl = make()
+    first = play(ctrl, ids, a, b, np.ones(4), rounds=3)
+    # Execute
+    fourth = ctrl.allocate(ids)
+    state = json.loads(json.dumps(ctrl.state_dict()))
+    resumed = make()
+    resumed.load_state_dict(state)
+    # Assert: every quota moved by ceil(2 % of 20) = 1 ("a", at its bound, gives instead of
+    # taking), each group still sums to its budget, and the state says the split was an
+    # excitation (not to be held by a deadband), so a resumed controller splits the same next
+    assert [s.tolist() for s in first] == [[20, 20, 20, 20]] * 3
+    assert fourth == {"a": 19, "b": 21, "c": 19, "d": 21}
+    assert state["probe"] is True
+    for c in (ctrl, resumed):
+        for i, p in enumerate(ids):
+            t = a[i] + b[i] * fourth[p]
+            c.observe(p, Report(time_s=float(t), energy_j=float(t), samples=fourth[p]))
+    assert ctrl.allocate(ids) == resumed.allocate(ids)
+
+
+def test_identical_devices_are_not_excited():
+    # devices that finish together are at the optimum whatever their fixed costs: no probe
+    ctrl = AllocationController.from_policy("time", 400)
+    splits = play(ctrl, list(range(4)), np.full(4, 2.0), np.full(4, 0.01), np.ones(4), rounds=8)
+    assert all(s.tolist() == [100, 100, 100, 100] for s in splits)
+
+
+def test_the_paper_estimation_is_never_excited():
+    # the per-sample model has no fixed cost to identify: identical devices keep the equal split
+    ctrl = AllocationController(400, deadband=0.0)
+    splits = play(ctrl, list(range(4)), np.full(4, 2.0), np.full(4, 0.01), np.ones(4), rounds=4)
+    assert all(s.tolist() == [100, 100, 100, 100] for s in splits)
 
 
 # ----------------------------------------------------------------------------- drift

@@ -33,14 +33,14 @@ CASES = {
     "affine-tv": dict(cost_model="affine", drift=0.3),
 }
 DIGESTS = {
-    "paper": "7a090516c240d5d568a9e03c",
-    "time": "4a1dcdd3aacc6ca1aa47000d",
-    "low-energy": "c19a57d9aa3d3817ab409640",
-    "energy": "7e30df438ac2e8cbad7bbd0e",
-    "min-energy": "8f5b309ad95cdacf31148a2f",
-    "equal": "71a9a917bf9f3527c79995c8",
-    "min-energy-unconstrained": "88b6278e264de88fe1e0d4b7",
-    "affine-tv": "93cb826f13d3eb74d6b05232",
+    "paper": "3e8ffa1ea6b30e3ffdff6e03",
+    "time": "9d7a6e49c2f72a7b26215265",
+    "low-energy": "11d57adffd45ad1951c1d4be",
+    "energy": "abd6214c471bf1cd1663a028",
+    "min-energy": "ad56153fdafcd9a1046a3f94",
+    "equal": "71cf5d43ef798791b9832c9f",
+    "min-energy-unconstrained": "8228e1a6b96453de2a0ffd80",
+    "affine-tv": "4d02ce8e637e8266273e7129",
 }
 
 
