@@ -56,19 +56,6 @@ and the step is ``τ_c = Σ_i p_i·min(τ_eff, c·‖a_i‖₁) ≤ τ_eff`` lon
   one step makes the whole round worth c local steps: the cost the controller exists to remove.
   The per-client clip costs only the capped clients' share.
 
-The step length (``tau_eff``, the second knob): FedNova's objective is set by the weights p_i on
-the normalised directions d_i, not by τ_eff, which only sets how far the round moves:
-``x⁺ = x − τ·Σ p_i d_i`` has the same stationary points for any τ > 0. FedNova's
-``τ = Σ p_i ‖a_i‖₁`` weighs every client's work by its data share, so when the split holds slow
-data owners at a step or two, τ falls towards their work and the fast clients' long updates are
-scaled down to it: the whole round moves as if everyone had taken a few steps. FedAvg by samples
-moves ``Σ_i (n_i/N)·‖a_i‖₁`` (n_i the samples processed), dominated by the clients that did the
-work. ``step_weights = n`` (the strategies' ``tau_eff="samples"``) takes that length in FedNova's
-direction: the objective is still p (uncapped), the fast clients' factors are near 1, and the
-slow ones' factors grow (``τ/‖a_i‖₁``), which is what ``max_rescale`` bounds; with the cap the
-objective is ``∝ p_i·min(τ, c·‖a_i‖₁)`` as above, with this τ. With equal work both choices give
-``τ = ‖a‖₁``: FedAvg.
-
 Untrusted claims (every number here comes from a client):
 
 - :func:`capped_weights`: a claimed data size above ``cap ×`` the median claim of the round's
@@ -97,8 +84,6 @@ __all__ = [
     "normalized_plan",
     "objective_weights",
     "check_max_rescale",
-    "check_tau_eff",
-    "TAU_EFF",
     "rescale_update",
     "fednova_update",
     "capped_weights",
@@ -111,9 +96,6 @@ __all__ = [
 WEIGHT_CAP = 2.0
 #: Default tolerance of a claimed step count per sample around the round's median.
 STEP_TOLERANCE = 2.0
-#: The choices of the mean that gives τ_eff: ``"data"`` weighs each client's ``‖a_i‖₁`` by its data
-#: share (FedNova), ``"samples"`` by the samples it processed this round (FedAvg's step length).
-TAU_EFF = ("data", "samples")
 
 
 def _as_array(x: ArrayLike, name: str) -> np.ndarray:
@@ -202,15 +184,8 @@ def check_max_rescale(max_rescale: float | None) -> float | None:
     return c
 
 
-def check_tau_eff(tau_eff: str) -> str:
-    """``tau_eff`` when it is one of :data:`TAU_EFF`, else ``ValueError`` naming the choices."""
-    if tau_eff not in TAU_EFF:
-        raise ValueError(f"tau_eff must be one of {', '.join(map(repr, TAU_EFF))}, got {tau_eff!r}")
-    return tau_eff
-
-
 def normalized_plan(
-    weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None, step_weights: ArrayLike | None = None
+    weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None
 ) -> tuple[np.ndarray, float, np.ndarray]:
     """``(p, τ_eff, scale)``: normalised data weights, FedNova's τ_eff and each model's rescaling.
 
@@ -223,17 +198,13 @@ def normalized_plan(
     max_rescale : float, optional
         Largest factor c any model change is scaled by (>= 1; see the module docstring for the
         objective it gives). ``None``: FedNova's factors, unbounded.
-    step_weights : array of float, optional
-        The weights of the mean that gives τ_eff (>= 0, positive sum): ``None`` the data weights
-        (FedNova's ``Σ p_i ‖a_i‖₁``); the samples each client processed give the step FedAvg by
-        samples would take over the same replies (:data:`TAU_EFF`).
 
     Returns
     -------
     p : numpy.ndarray
         ``weights / Σ weights`` (sums to 1).
     tau_eff : float
-        ``Σ p_i ‖a_i‖₁`` (FedNova's, whatever the cap), or the ``step_weights``' mean of ``‖a_i‖₁``.
+        ``Σ p_i ‖a_i‖₁`` (FedNova's, whatever the cap).
     scale : numpy.ndarray
         ``min(τ_eff / ‖a_i‖₁, max_rescale)``: what :func:`rescale_update` multiplies client i's
         model change by. With every ``‖a_i‖₁`` equal it is exactly 1 (FedAvg).
@@ -248,28 +219,19 @@ def normalized_plan(
     if np.any(a <= 0):
         raise ValueError(f"local work must be > 0 for every client, got {work!r}")
     p = w / w.sum()
-    if step_weights is None:
-        q = p
-    else:
-        q = _as_array(step_weights, "step_weights")
-        if q.shape != a.shape or np.any(q < 0) or not q.sum() > 0:
-            raise ValueError(f"step_weights must be >= 0 with a positive sum, one per client, got {step_weights!r}")
-        q = q / q.sum()
     if np.all(a == a[0]):
         return p, float(a[0]), np.ones_like(a)  # equal work: FedAvg, not FedAvg to rounding
-    tau_eff = float(q @ a)
+    tau_eff = float(p @ a)
     scale = tau_eff / a
     return p, tau_eff, scale if c is None else np.minimum(scale, c)
 
 
-def objective_weights(
-    weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None, step_weights: ArrayLike | None = None
-) -> np.ndarray:
+def objective_weights(weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None) -> np.ndarray:
     """Each client's share of the objective the aggregate descends: ``∝ p_i·scale_i·‖a_i‖₁``.
 
     ``p`` for FedNova (``max_rescale=None``), ``∝ p_i·min(τ_eff, c·‖a_i‖₁)`` with the cap; sums to 1.
     """
-    p, _, scale = normalized_plan(weights, work, max_rescale, step_weights)
+    p, _, scale = normalized_plan(weights, work, max_rescale)
     share = p * scale * _as_array(work, "work")
     return np.asarray(share / share.sum())
 
@@ -307,11 +269,10 @@ def fednova_update(
     weights: ArrayLike,
     work: ArrayLike,
     max_rescale: float | None = None,
-    step_weights: ArrayLike | None = None,
 ) -> list[np.ndarray]:
     """FedNova's ``x − Σ p_i min(τ_eff, c‖a_i‖₁) Δ_i / ‖a_i‖₁`` written out directly (a reference for
     tests; ``c = max_rescale``, ``None``: ``x − τ_eff Σ p_i Δ_i / ‖a_i‖₁``)."""
-    p, tau_eff, _ = normalized_plan(weights, work, max_rescale, step_weights)
+    p, tau_eff, _ = normalized_plan(weights, work, max_rescale)
     a = _as_array(work, "work")
     c = check_max_rescale(max_rescale)
     # each client's step length: τ_eff (FedNova), at most c·‖a_i‖₁ with the cap

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from flwr_adaptive.normalized_averaging import (
     capped_weights,
     check_max_rescale,
-    check_tau_eff,
     fednova_update,
     local_work,
     normalized_plan,
@@ -20,9 +19,9 @@ from flwr_adaptive.normalized_averaging import (
 )
 
 
-def _aggregate(x, models, weights, work, max_rescale=None, step_weights=None):
+def _aggregate(x, models, weights, work, max_rescale=None):
     """What the strategies do: rescale every model, then FedAvg (a weighted mean) of them."""
-    p, _, scale = normalized_plan(weights, work, max_rescale, step_weights)
+    p, _, scale = normalized_plan(weights, work, max_rescale)
     moved = [rescale_update([x], [m], s)[0] for m, s in zip(models, scale)]
     return sum(pi * np.asarray(m, dtype=float) for pi, m in zip(p, moved))
 
@@ -150,31 +149,6 @@ def test_max_rescale_below_one_or_not_a_number_is_refused():
             check_max_rescale(bad)
     with pytest.raises(ValueError, match="max_rescale must be >= 1"):
         normalized_plan([1, 1], [1, 2], max_rescale=0.9)
-
-
-def test_samples_step_length_by_hand():
-    # x = 1; A: 2 steps to 0 (Δ = 1) over 20 samples, B: 6 steps to -5 (Δ = 6) over 60; equal data.
-    # FedNova: τ = 4, x⁺ = −2. Weighted by samples: τ = (20·2 + 60·6)/80 = 5, factors 2.5 and 5/6:
-    # x⁺ = 1 − (0.5·2.5·1 + 0.5·(5/6)·6) = 1 − 3.75 = −2.75: FedNova's direction, 5/4 of its step
-    x, models = np.array([1.0]), [np.array([0.0]), np.array([-5.0])]
-    p, tau, scale = normalized_plan([10, 10], [2, 6], step_weights=[20, 60])
-    assert tau == 5.0 and scale.tolist() == [2.5, 5 / 6]
-    assert _aggregate(x, models, [10, 10], [2, 6], step_weights=[20, 60])[0] == pytest.approx(-2.75, rel=1e-15)
-    assert fednova_update([x], [[m] for m in models], [10, 10], [2, 6], step_weights=[20, 60])[0][0] == pytest.approx(
-        -2.75, rel=1e-15)
-    # the objective is still p (no cap); capped at 2: A weighs 0.5·min(5, 4), B 0.5·min(5, 12) → 4/9, 5/9
-    np.testing.assert_allclose(objective_weights([10, 10], [2, 6], step_weights=[20, 60]), [0.5, 0.5], rtol=1e-15)
-    np.testing.assert_allclose(objective_weights([10, 10], [2, 6], 2, [20, 60]), [4 / 9, 5 / 9], rtol=1e-15)
-    assert _aggregate(x, models, [10, 10], [2, 6], 2, [20, 60])[0] == pytest.approx(1 - (0.5 * 2 + 0.5 * 5),
-                                                                                  rel=1e-15)
-
-
-def test_tau_eff_choices_are_checked():
-    assert check_tau_eff("data") == "data" and check_tau_eff("samples") == "samples"
-    with pytest.raises(ValueError, match="tau_eff must be one of 'data', 'samples'"):
-        check_tau_eff("max")
-    with pytest.raises(ValueError, match="step_weights"):
-        normalized_plan([1, 1], [1, 2], step_weights=[0, 0])
 
 
 # --------------------------------------------------------------------------- properties
@@ -315,24 +289,3 @@ def test_every_capped_factor_is_at_most_the_cap_and_the_weights_sum_to_one(clien
     # the objective: ∝ p_i·min(τ_eff, c·‖a_i‖₁)
     np.testing.assert_allclose(share, p * np.minimum(tau_eff, cap * work) / (p @ np.minimum(tau_eff, cap * work)),
                                rtol=1e-9)
-
-
-@settings(max_examples=100)
-@given(st.lists(st.tuples(sizes, steps_st, values, st.integers(1, 5000)), min_size=1, max_size=8), momenta, caps)
-def test_samples_step_length_keeps_fednovas_direction_and_the_cap(clients, rho, cap):
-    # Linear loss: a client's change is η·‖a_i‖₁·g_i. Uncapped, any τ moves along FedNova's −Σ p_i g_i;
-    # with equal work both choices are FedAvg; every factor stays <= cap.
-    eta, x = 0.01, np.array([1.0])
-    weights = [n for n, _, _, _ in clients]
-    samples = [m for _, _, _, m in clients]
-    work = local_work([t for _, t, _, _ in clients], rho)
-    models = [x - eta * a * g for (_, _, g, _), a in zip(clients, work)]
-    _, tau, _ = normalized_plan(weights, work, step_weights=samples)
-    _, tau_nova, _ = normalized_plan(weights, work)
-    along = (_aggregate(x, models, weights, work, step_weights=samples) - x) / tau
-    np.testing.assert_allclose(along, (_aggregate(x, models, weights, work) - x) / tau_nova, rtol=1e-9, atol=1e-12)
-    _, _, scale = normalized_plan(weights, work, cap, samples)
-    assert np.all(scale <= cap)
-    same = local_work([clients[0][1]] * len(clients), rho)
-    np.testing.assert_allclose(_aggregate(x, models, weights, same, cap, samples),
-                               np.average(models, axis=0, weights=weights), rtol=1e-12, atol=1e-12)

@@ -376,51 +376,13 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     lambda **kw: build_strategy("static", budget=10, **kw),
     lambda **kw: build_strategy("oort", budget=10, **kw),
 ], ids=["message", "legacy", "hfl", "build-time", "build-static", "build-oort"])
-def test_max_rescale_and_tau_eff_reach_every_strategy_and_are_checked(make):
-    assert make().max_rescale is None and make().tau_eff == "data"  # the defaults: FedNova
+def test_max_rescale_reaches_every_strategy_and_is_checked(make):
+    assert make().max_rescale is None  # the default: FedNova's factors
     assert make(max_rescale=4).max_rescale == 4.0
-    assert make(tau_eff="samples").tau_eff == "samples"
     with pytest.raises(ValueError, match="max_rescale must be >= 1"):
         make(max_rescale=0.5)
-    with pytest.raises(ValueError, match="tau_eff must be one of"):
-        make(tau_eff="max")
 
 
-def test_fedasync_refuses_max_rescale_and_tau_eff_rather_than_ignoring_them():
+def test_fedasync_refuses_max_rescale_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="max_rescale does not apply to policy 'fedasync'"):
         build_strategy("fedasync", budget=10, max_rescale=4)
-    with pytest.raises(ValueError, match="tau_eff does not apply to policy 'fedasync'"):
-        build_strategy("fedasync", budget=10, tau_eff="samples")
-
-
-@pytest.mark.parametrize("api", ["message", "legacy"])
-def test_samples_step_length_with_the_cap_in_both_apis(api):
-    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
-    from flwr.server.strategy import FedAvg
-
-    from test_strategy_core import _Manager
-
-    # Prepare: node 0 processed 10 samples in one momentum step, the others 100 in ten
-    kws = [dict(samples=10, **CAPPED_KWS[0]), *({"samples": 100, **kw} for kw in CAPPED_KWS[1:])]
-    options = dict(budget=300, policy="equal", max_rescale=3.0, tau_eff="samples")
-    # Execute
-    if api == "message":
-        strategy = AdaptiveStrategy(_fedavg(3), **options)
-        strategy.step_tolerance = 20.0
-        got = message_round(strategy, X, list(zip(kws, CAPPED_MODELS)))[0]
-    else:
-        strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), **options)
-        strategy.step_tolerance = 20.0
-        pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
-        ok = Status(Code.OK, "")
-        results = [(proxy, FitRes(ok, ndarrays_to_parameters(m), 1, telemetry(kw.pop("samples"), i, **kw)))
-                   for i, ((proxy, _), m, kw) in enumerate(zip(pairs, CAPPED_MODELS, [dict(k) for k in kws]))]
-        got = parameters_to_ndarrays(strategy.aggregate_fit(1, results, [])[0])[0]
-    # Assert: τ = the samples-weighted work; the fast nodes' factor τ/‖a‖₁, the slow one's the cap
-    work = local_work([1, 10, 10], 0.9)
-    tau = (10 * work[0] + 200 * work[1]) / 210
-    np.testing.assert_allclose(sorted(strategy.last_scales.values()), sorted([3.0, tau / work[1], tau / work[1]]),
-                               rtol=1e-12)
-    expected = fednova_update(X, CAPPED_MODELS, [1000, 1000, 1000], work, 3.0, [10, 100, 100])[0]
-    np.testing.assert_allclose(got, expected, rtol=1e-12)
-    assert not np.allclose(got, _capped_expected(3.0))

@@ -60,7 +60,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import check_max_rescale, check_tau_eff, rescale_update
+from flwr_adaptive.normalized_averaging import check_max_rescale, rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
@@ -126,13 +126,6 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` instead of its data share p_i (between FedNova
         and data-size FedAvg; ``flwr_adaptive.normalized_averaging``). ``None`` (default):
         FedNova's factors, unbounded.
-    tau_eff : str (default: "data")
-        With ``weighting="normalized"``: how far a round moves. ``"data"``: FedNova's τ_eff, every
-        node's local work weighed by its data share, so nodes held at a step or two shorten the
-        whole round's step and the fast nodes' updates are scaled down to it; ``"samples"``: their
-        work weighed by the samples they processed, the step FedAvg by samples takes, in FedNova's
-        direction (the objective does not change; the few-step nodes' factors grow, which
-        ``max_rescale`` bounds). Equal local work: FedAvg either way.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -183,7 +176,6 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         paper: bool = False,
         weighting: str | None = None,
         max_rescale: float | None = None,
-        tau_eff: str = "data",
         allow_cycling: bool = False,
         min_quota: int = 1,
         forget_after: int = 3,
@@ -202,7 +194,6 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 "flwr_adaptive.strategies.LegacyAdaptiveStrategy"
             )
         self.max_rescale = check_max_rescale(max_rescale)
-        self.tau_eff = check_tau_eff(tau_eff)
         AdaptiveCore.__init__(
             self,
             budget,

@@ -119,9 +119,6 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         The largest factor a silo model's change is scaled by, as for ``AdaptiveStrategy``
         (``None``: unbounded). Every silo runs the ``steps`` sent, so only silos whose local
         optimizers differ (momentum, proximal term) are rescaled at all.
-    tau_eff : str (default: "data")
-        The round's step length, as for ``AdaptiveStrategy`` (``"samples"``: the silo budgets
-        weigh the silos' local work).
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -164,7 +161,6 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         smoothing: float = 0.5,
         weighting: str | None = None,
         max_rescale: float | None = None,
-        tau_eff: str = "data",
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -211,7 +207,6 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             smoothing=smoothing,
             weighting="normalized" if weighting is None else weighting,  # silos own their data
             max_rescale=max_rescale,
-            tau_eff=tau_eff,
             forget_after=forget_after,
             cost_clip=cost_clip,
             trust=trust,

@@ -30,9 +30,7 @@ the API classes call, per round and on the kept replies only:
   rate is left out (one warning each). ``max_rescale`` (``None``: FedNova) clips every factor at
   that value, so a client held at a step or two is not extrapolated to the round's τ_eff: the
   objective then weighs it ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` (derivation in
-  :mod:`flwr_adaptive.normalized_averaging`). ``tau_eff`` chooses the round's step length:
-  ``"data"`` FedNova's (each reply's work weighed by its data weight), ``"samples"`` each reply's
-  work weighed by the samples it processed (FedAvg's step length, in FedNova's direction).
+  :mod:`flwr_adaptive.normalized_averaging`).
 
 Cost
 ----
@@ -97,8 +95,6 @@ class NormalizedAggregation:
     step_tolerance: float = STEP_TOLERANCE
     #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
     max_rescale: float | None = None
-    #: The mean of the replies' local work that gives τ_eff: ``"data"`` (FedNova) or ``"samples"``.
-    tau_eff: str = "data"
 
     weighting: str
     #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
@@ -211,11 +207,6 @@ class NormalizedAggregation:
                 alpha = 0.0
             alphas.append(alpha)
         work = local_work(tau, rho, np.array(alphas, dtype=float))
-        _, _, scale = normalized_plan(
-            [weights[r.node_id] for r in reports],
-            work,
-            self.max_rescale,
-            samples if self.tau_eff == "samples" else None,
-        )
+        _, _, scale = normalized_plan([weights[r.node_id] for r in reports], work, self.max_rescale)
         self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
         return dict(self.last_scales)

@@ -89,8 +89,6 @@ class OortStrategy(AdaptiveStrategy):
     max_rescale : float, optional
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
         ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
-    tau_eff : str (default: "data")
-        With ``weighting="normalized"``: the round's step length, as for ``AdaptiveStrategy``.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -121,7 +119,6 @@ class OortStrategy(AdaptiveStrategy):
         seed: int = 0,
         weighting: str | None = None,
         max_rescale: float | None = None,
-        tau_eff: str = "data",
         allow_cycling: bool = False,
         min_quota: int = 1,
         trust: CostTrust | bool = True,
@@ -141,7 +138,6 @@ class OortStrategy(AdaptiveStrategy):
             policy="equal",
             weighting=weighting,
             max_rescale=max_rescale,
-            tau_eff=tau_eff,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
             trust=trust,

@@ -70,7 +70,6 @@ _UNUSED = {
         "paper",
         "weighting",
         "max_rescale",
-        "tau_eff",
         "min_quota",
         "forget_after",
         "cost_clip",
@@ -110,7 +109,6 @@ def build_strategy(
     paper: bool = False,
     weighting: str | None = None,
     max_rescale: float | None = None,
-    tau_eff: str = "data",
     allow_cycling: bool = False,
     min_quota: int = 1,
     forget_after: int = 3,
@@ -154,8 +152,7 @@ def build_strategy(
     paper : bool (default: False)
         The paper's estimation and deadband for ``time`` / ``low-energy`` / ``energy`` /
         ``min-energy`` (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
-    smoothing, weighting, max_rescale, tau_eff, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir,
-    context
+    smoothing, weighting, max_rescale, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir, context
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
@@ -173,7 +170,6 @@ def build_strategy(
         "paper": paper is not False,
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
         "max_rescale": max_rescale is not None,
-        "tau_eff": tau_eff != "data",
         "min_quota": min_quota != 1,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,
@@ -207,7 +203,6 @@ def build_strategy(
         budget_per_node=budget_per_node,
         weighting=weighting,
         max_rescale=max_rescale,
-        tau_eff=tau_eff,
         allow_cycling=allow_cycling,
         min_quota=min_quota,
         trust=trust,

@@ -67,8 +67,6 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     max_rescale : float, optional
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
         ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
-    tau_eff : str (default: "data")
-        With ``weighting="normalized"``: the round's step length, as for ``AdaptiveStrategy``.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -101,7 +99,6 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         deadband: float | None = None,
         weighting: str | None = None,
         max_rescale: float | None = None,
-        tau_eff: str = "data",
         allow_cycling: bool = False,
         min_quota: int = 1,
         cost_clip: float = 100.0,
@@ -127,7 +124,6 @@ class StaticProfilingStrategy(AdaptiveStrategy):
             deadband=deadband,
             weighting=weighting,
             max_rescale=max_rescale,
-            tau_eff=tau_eff,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
             cost_clip=cost_clip,
