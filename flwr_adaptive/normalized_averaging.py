@@ -84,6 +84,7 @@ __all__ = [
     "normalized_plan",
     "objective_weights",
     "check_max_rescale",
+    "MAX_RESCALE",
     "rescale_update",
     "fednova_update",
     "capped_weights",
@@ -96,6 +97,8 @@ __all__ = [
 WEIGHT_CAP = 2.0
 #: Default tolerance of a claimed step count per sample around the round's median.
 STEP_TOLERANCE = 2.0
+#: The strategies' default ``max_rescale`` (``None``: FedNova's factors, unbounded).
+MAX_RESCALE: float | None = None
 
 
 def _as_array(x: ArrayLike, name: str) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 import adaptive_support as sup
 from adaptive_support import FakeGrid
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import fednova_update, local_work
+from flwr_adaptive.normalized_averaging import MAX_RESCALE, fednova_update, local_work
 from flwr_adaptive.strategies import AdaptiveStrategy, HierarchicalAdaptiveStrategy, LegacyAdaptiveStrategy
 from flwr_adaptive.strategies.registry import build_strategy
 
@@ -377,7 +377,7 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     lambda **kw: build_strategy("oort", budget=10, **kw),
 ], ids=["message", "legacy", "hfl", "build-time", "build-static", "build-oort"])
 def test_max_rescale_reaches_every_strategy_and_is_checked(make):
-    assert make().max_rescale is None  # the default: FedNova's factors
+    assert make().max_rescale == MAX_RESCALE  # the one default of every strategy
     assert make(max_rescale=4).max_rescale == 4.0
     with pytest.raises(ValueError, match="max_rescale must be >= 1"):
         make(max_rescale=0.5)

@@ -60,7 +60,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import check_max_rescale, rescale_update
+from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale, rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
@@ -175,7 +175,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         slack: float | None = None,
         paper: bool = False,
         weighting: str | None = None,
-        max_rescale: float | None = None,
+        max_rescale: float | None = MAX_RESCALE,
         allow_cycling: bool = False,
         min_quota: int = 1,
         forget_after: int = 3,

@@ -63,6 +63,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController
+from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.reports import ClientReport
@@ -160,7 +161,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         paper: bool = False,
         smoothing: float = 0.5,
         weighting: str | None = None,
-        max_rescale: float | None = None,
+        max_rescale: float | None = MAX_RESCALE,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,

@@ -47,6 +47,7 @@ import numpy as np
 
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import (
+    MAX_RESCALE,
     STEP_TOLERANCE,
     WEIGHT_CAP,
     capped_weights,
@@ -94,7 +95,7 @@ class NormalizedAggregation:
     #: A claimed step count per sample is kept within this factor of the round's median.
     step_tolerance: float = STEP_TOLERANCE
     #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
-    max_rescale: float | None = None
+    max_rescale: float | None = MAX_RESCALE
 
     weighting: str
     #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.

@@ -52,6 +52,7 @@ from flwr.app import Context, Message
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive import keys
+from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.oort_selector import OortSelector, statistical_utility
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.core import log
@@ -118,7 +119,7 @@ class OortStrategy(AdaptiveStrategy):
         selector: OortSelector | None = None,
         seed: int = 0,
         weighting: str | None = None,
-        max_rescale: float | None = None,
+        max_rescale: float | None = MAX_RESCALE,
         allow_cycling: bool = False,
         min_quota: int = 1,
         trust: CostTrust | bool = True,

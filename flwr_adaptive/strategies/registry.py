@@ -32,6 +32,7 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
+from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
 from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
@@ -108,7 +109,7 @@ def build_strategy(
     slack: float | None = None,
     paper: bool = False,
     weighting: str | None = None,
-    max_rescale: float | None = None,
+    max_rescale: float | None = MAX_RESCALE,
     allow_cycling: bool = False,
     min_quota: int = 1,
     forget_after: int = 3,
@@ -169,7 +170,7 @@ def build_strategy(
         "slack": slack is not None,
         "paper": paper is not False,
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
-        "max_rescale": max_rescale is not None,
+        "max_rescale": max_rescale != MAX_RESCALE,
         "min_quota": min_quota != 1,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,

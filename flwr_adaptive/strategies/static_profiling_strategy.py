@@ -29,6 +29,7 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
+from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.static_profiling_controller import StaticProfilingController
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.reports import ClientReport
@@ -98,7 +99,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         smoothing: float = 0.5,
         deadband: float | None = None,
         weighting: str | None = None,
-        max_rescale: float | None = None,
+        max_rescale: float | None = MAX_RESCALE,
         allow_cycling: bool = False,
         min_quota: int = 1,
         cost_clip: float = 100.0,
