@@ -97,6 +97,8 @@ TARGETS = [
         _PLUMBING_TESTS,
         ("AdaptiveCore.__init__", "AdaptiveCore.make_controller"),
     ),
+    # AdaptiveCore.__init__'s parameter checks, moved out of it unchanged (strategies composition)
+    Target("plumbing-options", "flwr_adaptive/strategies/options.py", _PLUMBING_TESTS, ("checked_budget",)),
     Target(
         "plumbing-strategies",
         "flwr_adaptive/strategies/adaptive_strategy.py",

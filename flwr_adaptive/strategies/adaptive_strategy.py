@@ -47,36 +47,35 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from datetime import datetime
 from logging import INFO, WARNING
-from typing import cast
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale, rescale_update
+from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.delegation import Delegated
+from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
-from flwr_adaptive.strategies.records import split_records
+from flwr_adaptive.strategies.records import rescaled_record, split_records, with_config
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
     array_layout,
     check_arrays,
-    check_weight,
     describe_removed,
     harmonize_metrics,
     record_sizes,
     size_reason,
 )
+from flwr_adaptive.strategies.sent_round import SentRound
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 from flwr_adaptive.strategies.trust import CostTrust
@@ -84,7 +83,7 @@ from flwr_adaptive.strategies.trust import CostTrust
 __all__ = ["AdaptiveStrategy"]
 
 
-class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
+class AdaptiveStrategy(AdaptiveCore, Strategy):
     """Adaptive sample allocation around a Message-API strategy.
 
     Parameters
@@ -187,13 +186,15 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         round_timeout: RoundTimeout | None = None,
     ) -> None:
         self.strategy = FedAvg() if strategy is None else strategy
+        #: This round's messages, their send time and the replies' arrival (``sent_round``).
+        self.sent_round = SentRound()
         if not isinstance(self.strategy, Strategy):
             raise ValueError(
                 f"strategy must be a flwr.serverapp.strategy.Strategy, got "
                 f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
                 "flwr_adaptive.strategies.LegacyAdaptiveStrategy"
             )
-        self.max_rescale = check_max_rescale(max_rescale)
+        max_rescale = check_max_rescale(max_rescale)  # checked first, set once the components exist
         AdaptiveCore.__init__(
             self,
             budget,
@@ -213,6 +214,9 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             context=context,
         )
         self.history_path = checked_history_path(history_path)
+        self.max_rescale = max_rescale
+        #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
+        self.setup_check = SetupCheck("message")
         if round_timeout is not None and not isinstance(round_timeout, RoundTimeout):
             raise ValueError(
                 f"round_timeout must be a flwr_adaptive.strategies.round_timeout.RoundTimeout, got "
@@ -229,6 +233,10 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     node_wait_s: float = DEFAULT_NODE_WAIT_S
     #: What the operator should pass to get the nodes (in the progress lines and the error).
     node_wait_hint: str = "start more SuperNodes, or lower the inner strategy's min_available_nodes / min_train_nodes"
+
+    #: When this round's messages were sent, and when the TimedGrid pulled each reply (``sent_round``).
+    _sent_at = Delegated("sent_round", "sent_at")
+    _reply_times = Delegated("sent_round", "reply_times")
 
     def start(self, grid: Grid, *args, **kwargs):
         """Flower's ``Strategy.start`` on a ``TimedGrid`` (replies pulled every 0.5 s and timed on
@@ -321,8 +329,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 out.append(self._with_quota(msg, quotas[node], server_round))
         # The Grid sets each message's id in place when it sends it: replies are matched to nodes
         # through ``reply_to`` (Flower's own error replies come from the SuperLink, not the node).
-        self._sent = {m.metadata.dst_node_id: m for m in out}
-        self._sent_at = time.time()
+        self.sent_round.start({m.metadata.dst_node_id: m for m in out}, time.time())
         return out
 
     def _one_per_node(self, server_round: int, messages: list[Message]) -> list[Message]:
@@ -344,46 +351,18 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         return out
 
     def sender_of(self, msg: Message) -> Hashable:
-        """The node a reply answers for: by ``reply_to`` (the message we sent it), else its source.
-
-        Flower answers a message whose node went offline with an error reply from the SuperLink
-        (source node id 1) whose ``reply_to`` is our message: it is attributed to that node.
-        """
-        sent = getattr(self, "_sent", {})
-        cache = getattr(self, "_sent_by_id", None)
-        if (
-            cache is None
-            or cache[0] is not sent
-            or (not cache[1] and sent and next(iter(sent.values())).metadata.message_id)
-        ):
-            # one map per round (ids are stamped when the grid pushes the messages), not per reply
-            cache = self._sent_by_id = (
-                sent,
-                {m.metadata.message_id: n for n, m in sent.items() if m.metadata.message_id},
-            )
-        node = cache[1].get(msg.metadata.reply_to_message_id)
-        return msg.metadata.src_node_id if node is None else node
+        """The node a reply answers for: by ``reply_to`` (the message we sent it), else its source
+        (``SentRound.sender_of``: Flower's error reply for a node gone offline counts as that node's)."""
+        return self.sent_round.sender_of(msg)
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
+        """``msg`` with the node's quota, ``allow_cycling`` and the round in its config (``records.with_config``)."""
         extra: dict[str, ConfigRecordValues] = {
             keys.QUOTA: int(quota),
             keys.ALLOW_CYCLING: self.allow_cycling,
             keys.ROUND: server_round,
         }
-        content = RecordDict()
-        found = False
-        for name, record in msg.content.items():
-            if isinstance(record, ConfigRecord):
-                record, found = ConfigRecord({**record, **extra}), True
-            content[name] = record
-        if not found:
-            content[getattr(self.strategy, "configrecord_key", "config")] = ConfigRecord(extra)
-        return Message(
-            content=content,
-            dst_node_id=msg.metadata.dst_node_id,
-            message_type=msg.metadata.message_type,
-            group_id=msg.metadata.group_id or None,
-        )
+        return with_config(msg, extra, getattr(self.strategy, "configrecord_key", "config"))
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -398,7 +377,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         """
         replies = list(replies)
         # first: a set-up mistake stops the run with one error, not a warning per reply
-        self.check_setup(server_round, *self.setup_evidence(replies))
+        self.setup_check.check_setup(server_round, *self.setup_evidence(replies))
         kept, reports, skipped = self.screen_train_replies(server_round, replies)
         self._note_overhead(reports)
         self.note_outcomes(skipped, [r.node_id for r in reports])
@@ -435,23 +414,16 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         if sent is None:
             return
         record = self._records_of[id(msg)][0]
-        names = list(record.keys())
-        by_name = self._sent_ndarrays(sent)
-        if any(k not in by_name for k in names):
+        cache = getattr(self, "_sent_cache", None)
+        if cache is None or cache[0] is not sent:  # the model sent, decoded once per round
+            cache = self._sent_cache = (sent, {k: v.numpy() for k, v in sent.items()})
+        new = rescaled_record(record, cache[1], scale)
+        if new is None:
             return  # screening refuses such a reply; nothing here to rescale from
-        moved = rescale_update([by_name[k] for k in names], [record[k].numpy() for k in names], scale)
-        new = ArrayRecord(array_dict=OrderedDict((k, Array(v)) for k, v in zip(names, moved)))
         for name, rec in list(msg.content.items()):
             if rec is record:
                 msg.content[name] = new
         self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
-
-    def _sent_ndarrays(self, sent: ArrayRecord) -> dict[str, np.ndarray]:
-        """The model sent this round as ``{name: numpy array}`` (decoded once per round)."""
-        cache = getattr(self, "_sent_cache", None)
-        if cache is None or cache[0] is not sent:
-            cache = self._sent_cache = (sent, {k: a.numpy() for k, a in sent.items()})
-        return cache[1]
 
     def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
         """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""
@@ -478,7 +450,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         candidates: list[tuple[Message, ClientReport]] = []
         answered: set[Hashable] = set()
         self._records_of: dict[int, tuple[ArrayRecord, MetricRecord]] = {}  # id(reply) -> its records
-        self._arrived_s: dict[Hashable, float] = {}
+        self.sent_round.arrived_s = {}
         for msg in replies:
             node = self.sender_of(msg)
             if node not in self._assigned:
@@ -498,7 +470,7 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 )
                 continue
             answered.add(node)
-            self._note_arrival(node, msg)
+            self.sent_round.note_arrival(node, msg)
             if msg.has_error():
                 skipped[node] = "error"
                 log(
@@ -564,28 +536,6 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 )
         return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
 
-    def _note_arrival(self, node: Hashable, msg: Message) -> None:
-        """Seconds from sending ``node`` its instruction to the ServerApp receiving its reply.
-
-        Server-side evidence the client does not control (``delivered_at`` is stamped by the
-        SuperLink when the ServerApp pulls the reply, so it is late by up to one pull interval);
-        it bounds the node's compute from above (see ``observed_seconds``).
-        """
-        sent_at = getattr(self, "_sent_at", None)
-        stamp = getattr(msg.metadata, "delivered_at", "")
-        if sent_at is None:
-            return
-        if not stamp:  # a ServerApp in its own process: the TimedGrid's own clock (see round_timeout)
-            pulled = getattr(self, "_reply_times", {}).get(msg.metadata.reply_to_message_id)
-            if pulled is not None:
-                self._arrived_s[node] = pulled - sent_at
-            return
-        try:
-            arrived = datetime.fromisoformat(stamp).timestamp()
-        except (TypeError, ValueError):
-            return
-        self._arrived_s[node] = arrived - sent_at
-
     def _note_overhead(self, reports: Sequence[ClientReport]) -> None:
         """The per-round overhead the server saw: the median of (observed − reported compute)."""
         observed = self.observed_seconds(reports)
@@ -594,9 +544,9 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             self._overhead_s = float(sorted(gaps)[len(gaps) // 2])
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
-        """Per node, the seconds the server observed between its instruction and its reply."""
-        arrived = getattr(self, "_arrived_s", {})
-        return {r.node_id: arrived[r.node_id] for r in reports if r.node_id in arrived}
+        """Per node, the seconds the server observed between its instruction and its reply
+        (``SentRound.note_arrival``)."""
+        return self.sent_round.observed(r.node_id for r in reports)
 
     def _usable_arrays(
         self, server_round: int, pairs: list[tuple[Message, ClientReport]], skipped: dict[Hashable, str]
@@ -677,73 +627,11 @@ class AdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Drop error replies, unusable weights and inconsistent keys, then the inner strategy aggregates.
 
-        When the inner strategy weights by a key (``weighted_by_key``: FedAvg and its
-        subclasses), a reply without it or with a weight that is not a finite number in
-        ``[0, MAX_COUNT]`` is skipped: the inner average divides by the weights' sum, so one
-        negative weight could stop the run or flip the metric. Weights summing to 0 give no
-        aggregate (``None``) for the round.
+        The screen is :func:`~flwr_adaptive.strategies.evaluate_screening.kept_evaluate_replies`;
+        weights summing to 0 give no aggregate (``None``) for the round.
         """
-        weight_key = getattr(self.strategy, "weighted_by_key", None)
-        kept: list[Message] = []
-        seen: set[Hashable] = set()
-        for msg in replies:
-            node = msg.metadata.src_node_id
-            if node in seen:
-                log(
-                    WARNING,
-                    "[adaptive] round %s: node %s sent more than one evaluation reply; only its first counts",
-                    server_round,
-                    node,
-                )
-                continue
-            seen.add(node)
-            if msg.has_error() or len(msg.content.metric_records) != 1:
-                log(
-                    WARNING,
-                    "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
-                    server_round,
-                    node,
-                    msg.error.reason if msg.has_error() else "expected one MetricRecord",
-                )
-                continue
-            if reason := size_reason(next(iter(msg.content.metric_records.values()))):
-                log(
-                    WARNING,
-                    "[adaptive] round %s: evaluation reply of node %s skipped unread (%s)",
-                    server_round,
-                    node,
-                    reason,
-                )
-                continue
-            if weight_key is not None:
-                metrics = next(iter(msg.content.metric_records.values()))
-                reason = (
-                    check_weight(weight_key, metrics[weight_key])
-                    if weight_key in metrics
-                    else f"no weight {weight_key!r}"
-                )
-                if reason is not None:
-                    log(
-                        WARNING,
-                        "[adaptive] round %s: evaluation reply of node %s skipped (%s)",
-                        server_round,
-                        node,
-                        reason,
-                    )
-                    continue
-            kept.append(msg)
-        if (
-            weight_key is not None
-            and kept
-            # check_weight above let through numbers only
-            and not sum(cast(float, next(iter(m.content.metric_records.values()))[weight_key]) for m in kept)
-        ):
-            log(
-                WARNING,
-                "[adaptive] round %s: the evaluation replies weigh %r = 0 in total; no evaluation aggregate this round",
-                server_round,
-                weight_key,
-            )
+        kept = kept_evaluate_replies(server_round, replies, getattr(self.strategy, "weighted_by_key", None))
+        if kept is None:
             return None
         self.harmonize(server_round, kept, [m.metadata.src_node_id for m in kept], train=False)
         return self.strategy.aggregate_evaluate(server_round, kept) if kept else None

@@ -10,6 +10,13 @@ round, or per job). ``history`` and ``client_history`` return them as ``pandas.D
 (header when a file is new): called after every round, a run that dies keeps its history, and
 a resumed run continues the files of the run it resumes.
 
+:class:`RunHistory` is the component the round coordinator
+(:class:`~flwr_adaptive.strategies.core.AdaptiveCore`) holds: the two tables (the client rows
+a :class:`ClientRows`), ``path`` (``history_path``) and ``write_round(server_round)``, which
+appends the round to ``path`` after every round; a fresh run (``resumed`` False) first clears the
+files a previous run left there, so two runs never mix in one file; a write that fails (disk
+full) is one warning and the rows stay in memory.
+
 ``self._client_rows`` may be a :class:`ClientRows`: it keeps at most ``limit`` rows in memory and
 appends older ones, as CSV, to an anonymous temporary file (deleted when the strategy is), so a
 long cross-device run holds a bounded number of rows however many clients it samples;
@@ -29,10 +36,13 @@ import io
 import os
 import tempfile
 from collections.abc import Iterator
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HistoryMixin", "ClientRows", "CLIENT_ROWS_IN_MEMORY", "checked_history_path"]
+from flwr_adaptive._logging import logger
+
+__all__ = ["HistoryMixin", "RunHistory", "ClientRows", "CLIENT_ROWS_IN_MEMORY", "checked_history_path"]
 
 #: Client rows an adaptive strategy keeps in memory before spilling older ones to a temporary CSV
 #: (about 0.7 KB each: ~14 MB).
@@ -162,3 +172,41 @@ class HistoryMixin:
             if len(new):
                 exists = target.exists() and target.stat().st_size > 0
                 new.to_csv(target, mode="a", header=not exists, index=False)
+
+
+class RunHistory(HistoryMixin):
+    """The round and client tables of one strategy, and their per-round CSV (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._round_rows: list[dict[str, Any]] = []
+        self._client_rows: list[dict[str, Any]] | ClientRows = ClientRows()  # older rows spilled to a temporary CSV
+        #: CSV the round's rows are appended to after every round (``None``: in memory only).
+        self.path: str | os.PathLike | None = None
+        #: Whether the run resumed a saved state: its files are continued, not cleared.
+        self.resumed = False
+        self._started = False
+
+    def add_round(self, row: dict[str, Any]) -> None:
+        """One row per round."""
+        self._round_rows.append(row)
+
+    def add_client(self, row: dict[str, Any]) -> None:
+        """One row per client and round (skipped clients included)."""
+        self._client_rows.append(row)
+
+    def write_round(self, server_round: int) -> None:
+        """Append this round's rows to ``path`` (a fresh run first clears old files); never raises on I/O."""
+        if self.path is None:
+            return
+        path = Path(self.path)
+        if not self._started:
+            self._started = True
+            if not self.resumed:
+                for old in (path, path.with_name(path.stem + "-clients" + path.suffix)):
+                    old.unlink(missing_ok=True)
+        try:
+            self.append_history(path, server_round)
+        except OSError as err:  # a full disk must not stop training: the rows stay in memory
+            logger.log(
+                WARNING, "[adaptive] round %s: history not written to %s (%s); kept in memory", server_round, path, err
+            )

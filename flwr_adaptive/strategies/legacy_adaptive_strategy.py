@@ -31,7 +31,6 @@ One ``FitIns`` (a dict copy; parameters shared) per client per round; see ``flwr
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Hashable, Mapping
 from dataclasses import replace
@@ -55,10 +54,11 @@ from flwr.server.strategy import FedAvg, Strategy
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale, rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
+from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_results
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, check_weight, ndarray_layout, size_reason
+from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 from flwr_adaptive.strategies.trust import CostTrust
@@ -82,7 +82,7 @@ def node_id_of(proxy: ClientProxy) -> Hashable:
         return proxy.cid
 
 
-class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
+class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
     """Adaptive sample allocation around a legacy (``flwr.server.strategy``) strategy.
 
     Parameters
@@ -154,8 +154,6 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=10))
     """
 
-    setup_api = "legacy"  # set-up errors name TelemetryClient, not @telemetry_train
-
     def __init__(
         self,
         strategy: Strategy | None = None,
@@ -185,7 +183,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
                 f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
-        self.max_rescale = check_max_rescale(max_rescale)
+        max_rescale = check_max_rescale(max_rescale)  # checked first, set once the components exist
         AdaptiveCore.__init__(
             self,
             budget,
@@ -205,6 +203,10 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             context=context,
         )
         self.history_path = checked_history_path(history_path)
+        self.max_rescale = max_rescale
+        #: Stops a run whose client app was set up wrongly, in its first round; its errors name
+        #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).
+        self.setup_check = SetupCheck("legacy")
 
     #: Seconds ``configure_fit`` waits for the clients the inner strategy needs
     #: (``min_available_clients`` / ``min_fit_clients``) before the run fails with
@@ -291,7 +293,7 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
             the client app (see :mod:`flwr_adaptive.strategies.setup_check`).
         """
         # first: a set-up mistake stops the run with one error, not a warning per reply
-        self.check_setup(server_round, *self.setup_evidence(results, failures))
+        self.setup_check.check_setup(server_round, *self.setup_evidence(results, failures))
         kept, reports, skipped = self.screen_fit_results(server_round, results, failures)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
@@ -448,50 +450,12 @@ class LegacyAdaptiveStrategy(SetupCheck, AdaptiveCore, Strategy):
     ) -> tuple[float | None, dict[str, Scalar]]:
         """The inner strategy's evaluation aggregate of the usable results.
 
-        A client's second result is ignored; a result whose ``num_examples`` is not an int in
-        ``[0, MAX_COUNT]`` or whose loss is not a finite number is skipped with one log line
-        (the inner average divides by the examples' sum: one negative count could stop the run
-        or flip the loss). Results weighing 0 examples in total give no aggregate.
+        The screen is :func:`~flwr_adaptive.strategies.evaluate_screening.kept_evaluate_results`
+        (a client's second result, a ``num_examples`` that is not an int in ``[0, MAX_COUNT]``,
+        a loss that is not finite); results weighing 0 examples in total give no aggregate.
         """
-        kept, seen = [], set()
-        for proxy, res in results:
-            node = node_id_of(proxy)
-            if node in seen:
-                log(
-                    WARNING,
-                    "[adaptive] round %s: client %s returned more than one evaluation result; only its first counts",
-                    server_round,
-                    node,
-                )
-                continue
-            seen.add(node)
-            count = res.num_examples
-            reason = (
-                check_weight("num_examples", count)
-                if type(count) is int
-                else f"num_examples must be an int, got {count!r}"
-            )
-            if reason is None and (
-                isinstance(res.loss, bool) or not isinstance(res.loss, (int, float)) or not math.isfinite(res.loss)
-            ):
-                reason = f"loss must be a finite number, got {res.loss!r}"
-            if reason is not None:
-                log(
-                    WARNING,
-                    "[adaptive] round %s: evaluation result of client %s skipped (%s)",
-                    server_round,
-                    node,
-                    reason,
-                )
-                continue
-            kept.append((proxy, res))
-        if kept and not sum(res.num_examples for _, res in kept):
-            log(
-                WARNING,
-                "[adaptive] round %s: the evaluation results weigh 0 examples in total; no "
-                "evaluation aggregate this round",
-                server_round,
-            )
+        kept = kept_evaluate_results(server_round, results, node_id_of)
+        if kept is None:
             return None, {}
         return self.strategy.aggregate_evaluate(server_round, kept, failures)
 

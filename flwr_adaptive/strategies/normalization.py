@@ -2,8 +2,11 @@
 
 Contract
 --------
-:class:`NormalizedAggregation` is mixed into :class:`~flwr_adaptive.strategies.core.AdaptiveCore`;
-the API classes call, per round and on the kept replies only:
+:class:`AggregationWeights` is a component of the round coordinator
+(:class:`~flwr_adaptive.strategies.core.AdaptiveCore`, which exposes its settings ``weighting``,
+``weight_cap``, ``data_sizes``, ``step_tolerance`` and its ``last_weights`` / ``last_scales`` as
+its own attributes); the API classes call the coordinator's ``weights`` / ``update_scales``, per
+round and on the kept replies only:
 
 - ``weights(round, reports)``: each reply's aggregation weight, by ``self.weighting``:
 
@@ -22,7 +25,7 @@ the API classes call, per round and on the kept replies only:
   the factor the API class applies to the node's model change before the inner strategy
   aggregates (:func:`flwr_adaptive.normalized_averaging.rescale_update`); empty otherwise.
   ‖a_i‖₁ comes from the reply's local steps, momentum and proximal α = lr × μ. Steps come from
-  ``local_steps(report)`` (the claim, kept within ``step_tolerance`` of the round's steps per
+  the coordinator's ``local_steps(reports)`` (the claim, kept within ``step_tolerance`` of the round's steps per
   sample, one warning per node clipped; the hierarchical strategy overrides it with the steps it
   sent). When a kept reply does not say its steps, the round uses every reply's **samples** in
   their place (right for one batch size and one pass over the quota; one warning): a mix of
@@ -40,8 +43,7 @@ O(replies) numpy per round; the rescaling itself is one pass over each rescaled 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -57,7 +59,7 @@ from flwr_adaptive.normalized_averaging import (
 )
 from flwr_adaptive.strategies.reports import ClientReport
 
-__all__ = ["NormalizedAggregation", "WEIGHTINGS", "default_weighting"]
+__all__ = ["AggregationWeights", "WEIGHTINGS", "default_weighting"]
 
 #: The aggregation weightings; the first is the default with private data (``allow_cycling=False``).
 WEIGHTINGS = ("normalized", "samples", "data-size")
@@ -83,29 +85,40 @@ def default_weighting(weighting: str | None, allow_cycling: bool) -> str:
     return weighting
 
 
-class NormalizedAggregation:
-    """Weights and FedNova rescaling factors (see the module docstring). Needs ``weighting`` and
-    ``_warn_once`` / ``partition_of`` from the class it is mixed into."""
+def claimed_steps(reports: Sequence[ClientReport]) -> list[int] | None:
+    """Each reply's local steps as claimed, or ``None`` when a reply does not say them."""
+    if any(r.steps is None for r in reports):
+        return None
+    return [int(r.steps) for r in reports]  # type: ignore[arg-type]
 
-    #: A claimed data size counts for at most this many times the round's median claim (``None``: no cap).
-    weight_cap: float | None = WEIGHT_CAP
-    #: ``{partition id: data size}`` the operator knows (e.g. from the partitioning it ran): such a
-    #: partition's weight is its claim bounded by this size, and the median cap does not apply to it.
-    data_sizes: dict[int, int] | None = None
-    #: A claimed step count per sample is kept within this factor of the round's median.
-    step_tolerance: float = STEP_TOLERANCE
-    #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
-    max_rescale: float | None = MAX_RESCALE
 
-    weighting: str
-    #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
-    last_scales: dict[Hashable, float]
-    #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
-    last_weights: dict[Hashable, int]
+class AggregationWeights:
+    """Weights and FedNova rescaling factors of the kept replies (see the module docstring).
 
-    if TYPE_CHECKING:  # provided by the class this is mixed into (AdaptiveCore)
+    Parameters
+    ----------
+    weighting : str
+        One of ``WEIGHTINGS`` (resolved: see :func:`default_weighting`).
+    warn_once : callable
+        ``warn_once(tag, msg, *args)``: the coordinator's once-per-run warning.
+    """
 
-        def _warn_once(self, tag: str, msg: str, *args: Any) -> None: ...
+    def __init__(self, weighting: str, warn_once: Callable[..., None]) -> None:
+        self.weighting = weighting
+        self._warn_once = warn_once
+        #: A claimed data size counts for at most this many times the round's median claim (``None``: no cap).
+        self.weight_cap: float | None = WEIGHT_CAP
+        #: ``{partition id: data size}`` the operator knows (e.g. from the partitioning it ran): such a
+        #: partition's weight is its claim bounded by this size, and the median cap does not apply to it.
+        self.data_sizes: dict[int, int] | None = None
+        #: A claimed step count per sample is kept within this factor of the round's median.
+        self.step_tolerance: float = STEP_TOLERANCE
+        #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
+        self.max_rescale: float | None = MAX_RESCALE
+        #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
+        self.last_scales: dict[Hashable, float] = {}
+        #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
+        self.last_weights: dict[Hashable, int] = {}
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, int]:
         """Aggregation weight of each kept reply, by ``weighting`` (claimed sizes capped)."""
@@ -148,21 +161,20 @@ class NormalizedAggregation:
         self.last_weights = {r.node_id: max(int(math.floor(w)), 1) for r, w in zip(reports, bounded)}
         return dict(self.last_weights)
 
-    def local_steps(self, reports: Sequence[ClientReport]) -> list[int] | None:
-        """Each reply's local steps as claimed, or ``None`` when a reply does not say them."""
-        if any(r.steps is None for r in reports):
-            return None
-        return [int(r.steps) for r in reports]  # type: ignore[arg-type]
-
     def update_scales(
-        self, server_round: int, reports: Sequence[ClientReport], weights: dict[Hashable, int]
+        self,
+        server_round: int,
+        reports: Sequence[ClientReport],
+        weights: dict[Hashable, int],
+        local_steps: Callable[[Sequence[ClientReport]], list[int] | None] = claimed_steps,
     ) -> dict[Hashable, float]:
-        """``{node: τ_eff/‖a_i‖₁}`` with ``weighting="normalized"`` (else ``{}``)."""
+        """``{node: τ_eff/‖a_i‖₁}`` with ``weighting="normalized"`` (else ``{}``); ``local_steps``
+        gives each reply's steps (``None``: a reply does not say them)."""
         self.last_scales = {}
         if self.weighting != "normalized" or not reports:
             return {}
         samples = np.array([r.samples for r in reports], dtype=float)
-        steps = self.local_steps(reports)
+        steps = local_steps(reports)
         if steps is None:
             missing = [r.node_id for r in reports if r.steps is None]
             self._warn_once(

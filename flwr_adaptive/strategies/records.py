@@ -1,4 +1,4 @@
-"""One pass over a reply's records instead of Flower's per-access record views.
+"""The records of the messages the Message-API strategy reads and builds, without Flower's views.
 
 Contract
 --------
@@ -7,19 +7,31 @@ entry, on each access; screening a reply touched them half a dozen times, which 
 the strategy's own time per reply at 1,000 sampled nodes (``python -m experiments.scale``).
 :func:`split_records` walks ``content.items()`` once and returns the ``(name, record)`` pairs of
 each kind; the records are the reply's own objects (editing one edits the reply).
+:func:`with_config` returns a new message to the same node with ``extra`` merged into each of
+its ConfigRecords (the inner strategy's own entries kept), or in a new one under ``default_key``
+when it has none. :func:`rescaled_record` is a reply's ArrayRecord moved to ``x + scale·(x_i −
+x)`` from the model sent, paired by name (normalised aggregation;
+:func:`flwr_adaptive.normalized_averaging.rescale_update`: only floating-point arrays move), or
+``None`` when the reply holds a name the model sent does not.
 
 Cost
 ----
-O(records in the reply), no validation, no copies.
+``split_records``: O(records in the reply), no validation, no copies; ``with_config``: one
+ConfigRecord copy, the ArrayRecord shared; ``rescaled_record``: one pass over the model.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
-from flwr.app import ArrayRecord, MetricRecord
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Message, MetricRecord, RecordDict
 
-__all__ = ["split_records"]
+from flwr_adaptive.normalized_averaging import rescale_update
+
+__all__ = ["split_records", "with_config", "rescaled_record"]
 
 
 def split_records(content: Any) -> tuple[list[tuple[str, ArrayRecord]], list[tuple[str, MetricRecord]]]:
@@ -31,3 +43,30 @@ def split_records(content: Any) -> tuple[list[tuple[str, ArrayRecord]], list[tup
         elif isinstance(record, MetricRecord):
             metrics.append((name, record))
     return arrays, metrics
+
+
+def with_config(msg: Message, extra: Mapping[str, ConfigRecordValues], default_key: str) -> Message:
+    """A new message to ``msg``'s node with ``extra`` added to its config (see the module docstring)."""
+    content = RecordDict()
+    found = False
+    for name, record in msg.content.items():
+        if isinstance(record, ConfigRecord):
+            record, found = ConfigRecord({**record, **extra}), True
+        content[name] = record
+    if not found:
+        content[default_key] = ConfigRecord(dict(extra))
+    return Message(
+        content=content,
+        dst_node_id=msg.metadata.dst_node_id,
+        message_type=msg.metadata.message_type,
+        group_id=msg.metadata.group_id or None,
+    )
+
+
+def rescaled_record(record: ArrayRecord, sent: Mapping[str, np.ndarray], scale: float) -> ArrayRecord | None:
+    """``record`` moved to ``x + scale·(x_i − x)`` (``sent``: the model sent, by name), or ``None``."""
+    names = list(record.keys())
+    if any(k not in sent for k in names):
+        return None
+    moved = rescale_update([sent[k] for k in names], [record[k].numpy() for k in names], scale)
+    return ArrayRecord(array_dict=OrderedDict((k, Array(v)) for k, v in zip(names, moved)))

@@ -13,7 +13,7 @@ such a mistake shows on **every** reply of the first round:
   selected the data), or ``None``; the strategies add ``CLIENT_SETUP`` for an error reply that
   says the ClientApp could not be loaded or carries a set-up error of the client wrapper (the
   wrapper raises one when it sits above ``@app.train()``).
-- :class:`SetupCheck` (mixed into both strategy APIs) looks at the first round in which any node
+- :class:`SetupCheck` (a component both strategy APIs hold) looks at the first round in which any node
   replied: when every reply there shows the **same** mistake it raises :class:`SetupError` whose
   message says what to add and where, for the API in use. Any other mix (one bad node among good
   ones, a hostile client) is screened reply by reply as before: no single client can stop the run.
@@ -106,11 +106,18 @@ class SetupCheck:
     node that replied: the mistake its reply shows (:func:`setup_mistake`), ``CLIENT_SETUP`` with
     the reason for an error reply carrying :data:`CLIENT_SETUP_MARK`, or ``None`` for anything else
     (a usable reply, or an error unrelated to the set-up).
+
+    Parameters
+    ----------
+    api : str (default: "message")
+        Which API's fix to print: ``"message"`` (``@telemetry_train``) or ``"legacy"`` (``TelemetryClient``).
     """
 
-    #: Which API's fix to print: ``"message"`` (``@telemetry_train``) or ``"legacy"`` (``TelemetryClient``).
-    setup_api: str = "message"
-    _setup_checked: bool = False
+    def __init__(self, api: str = "message") -> None:
+        if (api, NO_TELEMETRY) not in FIXES:
+            raise ValueError(f"api must be 'message' or 'legacy', got {api!r}")
+        self.setup_api = api
+        self._setup_checked = False
 
     def check_setup(
         self, server_round: int, mistakes: Mapping[Hashable, str | None], reasons: Mapping[Hashable, str] | None = None

@@ -27,7 +27,6 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from flwr_adaptive.strategies import build_strategy
-from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.registry import run_name
 from flwr_adaptive.strategies.resumable import ResumableRun
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
@@ -85,7 +84,7 @@ def run(grid: Grid, cfg: dict, summary: RunSummary, out_dir: Path | None, policy
         if server_round > 0:
             metrics["round_wall_s"] = now - last[0]  # the server's wall clock: what the round cost
         summary.add_round(server_round, metrics)
-        if out_dir is not None and server_round > 0 and isinstance(strategy, HistoryMixin):
+        if out_dir is not None and server_round > 0 and hasattr(strategy, "append_history"):
             strategy.append_history(out_dir / f"history-{name}.csv", server_round)
         summary.write()
         last[0] = time.perf_counter()

@@ -1,0 +1,39 @@
+"""An attribute of the round coordinator that lives on one of its components.
+
+Contract
+--------
+``weight_cap = Delegated("aggregation", "weight_cap")`` in a class body makes
+``strategy.weight_cap`` read and write ``strategy.aggregation.weight_cap``: the settings and tables
+users and subclasses reach stay attributes of the strategy while their state is owned by the
+component that uses it (:mod:`flwr_adaptive.strategies.core`). ``writable=False``: read only.
+
+Cost
+----
+One extra attribute lookup per access.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Delegated"]
+
+
+class Delegated:
+    """A data descriptor forwarding one attribute to ``instance.<component>.<name>``."""
+
+    def __init__(self, component: str, name: str, doc: str | None = None, *, writable: bool = True) -> None:
+        self.component = component
+        self.name = name
+        self.writable = writable
+        self.__doc__ = doc or f"``self.{component}.{name}``."
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return getattr(getattr(instance, self.component), self.name)
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        if not self.writable:
+            raise AttributeError(f"{self.name!r} is read only (it is {self.component}.{self.name})")
+        setattr(getattr(instance, self.component), self.name, value)

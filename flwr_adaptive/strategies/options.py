@@ -1,0 +1,79 @@
+"""The checks of the parameters every adaptive strategy shares, before anything is built.
+
+Contract
+--------
+:func:`checked_budget` raises ``ValueError`` naming the parameter, its value and the fix for: not
+exactly one of ``budget`` / ``budget_per_node``, a budget that is not a positive int, an unknown
+``policy`` or ``weighting``, ``slack`` with a policy that does not minimise energy, a ``paper`` or
+``allow_cycling`` that is not a bool (``"no"`` would read as True), a ``min_quota`` above the
+budget. It returns the first round's budget (``budget_per_node`` until a round says how many
+nodes train) and ``budget_per_node`` as ints. The components check their own parameters
+(``StateStore``: ``state_dir`` and ``context``; ``resolve_trust``: ``trust``).
+
+Cost
+----
+A few comparisons, once per strategy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from flwr_adaptive.controller import POLICIES
+from flwr_adaptive.strategies.normalization import WEIGHTINGS
+
+__all__ = ["checked_budget"]
+
+
+def checked_budget(
+    budget: Any,
+    budget_per_node: Any,
+    *,
+    policy: str,
+    weighting: str | None,
+    slack: float | None,
+    paper: Any,
+    allow_cycling: Any,
+    min_quota: Any,
+) -> tuple[int, int | None]:
+    """``(budget, budget_per_node)`` as ints, or ``ValueError`` with the fix (see the module docstring)."""
+    if (budget is None) == (budget_per_node is None):
+        raise ValueError(
+            "pass either budget= (samples per round, split among the nodes training that "
+            "round) or budget_per_node= (samples per training node: the round's budget "
+            f"scales with the nodes sampled), not {'both' if budget is not None else 'neither'}"
+        )
+    if budget_per_node is not None:
+        if (
+            isinstance(budget_per_node, bool)
+            or not isinstance(budget_per_node, (int, np.integer))
+            or budget_per_node < 1
+        ):
+            raise ValueError(
+                f"budget_per_node must be a positive int (samples per training node and round), got {budget_per_node!r}"
+            )
+        budget = int(budget_per_node)  # until the first round says how many nodes train
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise ValueError(f"budget must be a positive int (samples per round), got {budget!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if weighting is not None and weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+    if slack is not None and POLICIES[policy].objective != "min-energy":
+        minimal = [p for p, v in POLICIES.items() if v.objective == "min-energy"]
+        raise ValueError(
+            f"slack={slack!r} applies to policy {' or '.join(map(repr, minimal))} only, not "
+            f"{policy!r}: drop slack or choose that policy"
+        )
+    if not isinstance(paper, bool):
+        raise ValueError(f"paper must be True or False, got {paper!r}")
+    if not isinstance(allow_cycling, (bool, np.bool_)):  # "no" would read as True
+        raise ValueError(f"allow_cycling must be True or False, got {allow_cycling!r}")
+    if isinstance(min_quota, (int, np.integer)) and not isinstance(min_quota, bool) and min_quota > budget:
+        raise ValueError(
+            f"min_quota={min_quota} exceeds the {'budget_per_node' if budget_per_node else 'budget'} "
+            f"of {budget} samples: no node could train; lower min_quota or raise the budget"
+        )
+    return int(budget), None if budget_per_node is None else int(budget_per_node)
