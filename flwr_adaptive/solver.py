@@ -411,7 +411,10 @@ def _search_rest(
     T_hi = max(T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, members, g, a, b, lo, hi))
 
     def energy_at(t: float) -> float:
-        return float(np.dot(g, _greedy_at(t, budgets, codes, order, a, b, lo, hi))) + idle_total * t
+        # a plain sum, not np.dot: BLAS's threads on a loaded machine made each call of 100,000
+        # participants ~11 ms (the search's ~60 calls: most of min-energy's round); the search
+        # is within a sample's rounding anyway, so its float rounding may differ from np.dot's
+        return float((g * _greedy_at(t, budgets, codes, order, a, b, lo, hi)).sum()) + idle_total * t
 
     # the slack's limit is where the optimum often sits: compare it with the search's pick
     for t in (_golden_search(energy_at, T_prev, T_hi), T_hi):
