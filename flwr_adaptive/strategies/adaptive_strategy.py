@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from logging import INFO, WARNING
 
@@ -58,6 +57,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale
+from flwr_adaptive.strategies.array_screening import usable_arrays
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
@@ -69,7 +69,6 @@ from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
     array_layout,
-    check_arrays,
     describe_removed,
     harmonize_metrics,
     record_sizes,
@@ -551,37 +550,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
     def _usable_arrays(
         self, server_round: int, pairs: list[tuple[Message, ClientReport]], skipped: dict[Hashable, str]
     ) -> list[tuple[Message, ClientReport]]:
-        """Keep the replies whose arrays match the model sent (names, shapes, dtypes) and are finite.
-
-        Without a known model layout (``configure_train`` not called) the most common layout among
-        the replies is the reference.
-        """
+        """Keep the replies whose arrays match the model sent and are finite (``array_screening``)."""
         reference = getattr(self, "_reference_layout", None)
-        if reference is None and pairs:
-            layouts = []
-            for msg, _ in pairs:
-                try:
-                    layouts.append(tuple(sorted(array_layout(next(iter(msg.content.array_records.values()))).items())))
-                except Exception:  # noqa: BLE001 - undecodable: check_arrays says why below
-                    layouts.append(())
-            reference = dict(Counter(layouts).most_common(1)[0][0])
-        kept = []
-        records_of = getattr(self, "_records_of", {})
-        for msg, report in pairs:
-            record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
-            reason = check_arrays(record, reference)
-            if reason is None:
-                kept.append((msg, report))
-                continue
-            skipped[report.node_id] = "invalid"
-            log(
-                WARNING,
-                "[adaptive] round %s: %s: %s; skipped (its update would break or corrupt the average)",
-                server_round,
-                self.who(report.node_id),
-                reason,
-            )
-        return kept
+        return usable_arrays(server_round, pairs, skipped, reference, getattr(self, "_records_of", {}), self.who)
 
     #: Metric keys whose lists a subclass bounds by length itself before reading them (the size
     #: screen counts each as one value): HFL's per-rank lists.

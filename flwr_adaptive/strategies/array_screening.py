@@ -1,0 +1,70 @@
+"""The Message-API train replies whose arrays can be averaged into the model, and the rest skipped.
+
+Contract
+--------
+:func:`usable_arrays` keeps the replies whose ArrayRecord matches the reference layout (the model
+sent this round: names, shapes, dtypes) and holds finite values (``screening.check_arrays``); each
+other reply is marked ``"invalid"`` in ``skipped`` with one warning naming its node and why (its
+update would break the inner average or corrupt the model). Without a known model layout
+(``configure_train`` not called) the most common layout among the replies is the reference, so a
+minority of odd replies cannot set it.
+
+Cost
+----
+One layout and finiteness check per reply (``check_arrays``); the fallback reference decodes
+each reply's layout once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping
+from logging import WARNING
+from typing import Any
+
+from flwr.app import Message
+
+from flwr_adaptive._logging import logger
+from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.screening import ArrayLayout, array_layout, check_arrays
+
+__all__ = ["usable_arrays"]
+
+
+def usable_arrays(
+    server_round: int,
+    pairs: list[tuple[Message, ClientReport]],
+    skipped: dict[Hashable, str],
+    reference: ArrayLayout | None,
+    records_of: Mapping[int, tuple[Any, Any]],
+    who: Callable[[Hashable], str],
+) -> list[tuple[Message, ClientReport]]:
+    """The ``(reply, report)`` pairs whose arrays can be averaged (see the module docstring).
+
+    ``records_of``: ``{id(reply): (its ArrayRecord, its MetricRecord)}`` as screening found them;
+    ``who``: how a log line names a node.
+    """
+    if reference is None and pairs:
+        layouts = []
+        for msg, _ in pairs:
+            try:
+                layouts.append(tuple(sorted(array_layout(next(iter(msg.content.array_records.values()))).items())))
+            except Exception:  # noqa: BLE001 - undecodable: check_arrays says why below
+                layouts.append(())
+        reference = dict(Counter(layouts).most_common(1)[0][0])
+    kept = []
+    for msg, report in pairs:
+        record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
+        reason = check_arrays(record, reference)
+        if reason is None:
+            kept.append((msg, report))
+            continue
+        skipped[report.node_id] = "invalid"
+        logger.log(
+            WARNING,
+            "[adaptive] round %s: %s: %s; skipped (its update would break or corrupt the average)",
+            server_round,
+            who(report.node_id),
+            reason,
+        )
+    return kept
