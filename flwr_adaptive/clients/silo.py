@@ -69,25 +69,23 @@ round (``keep_alive=False`` says so explicitly).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from functools import partial
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger as log
 from flwr_adaptive.clients.ddp.driver import equal_quotas, round_summary
 from flwr_adaptive.clients.ddp.launch import LocalDDPGroup
 from flwr_adaptive.clients.ddp.worker import RankTelemetry, RoundPlan, WorkerSpec, default_backend
+from flwr_adaptive.clients.despike import SPIKE_HEADROOM, despiked_steps
+from flwr_adaptive.clients.silo_audit import audit_reads, read_audit
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -111,26 +109,6 @@ SILO_STATE = "flwr-adaptive-silo"
 """Name of the ``context.state`` record in which a silo keeps its index-stream position."""
 
 SlowdownSpec = Sequence[float] | Callable[[int], Sequence[float] | None] | None
-
-SPIKE_HEADROOM = 0.25
-"""How far above the rank's median step of the round an emulated step may cost (a share)."""
-
-
-def despiked_steps(seconds: Sequence[float], batches: Sequence[int], headroom: float = SPIKE_HEADROOM) -> np.ndarray:
-    """Per-step compute seconds of one rank with host spikes capped (emulated devices only).
-
-    Each non-empty step is capped at ``(1 + headroom) ×`` the median of the round's non-empty
-    steps, times ``batch / median batch`` for a batch larger than the median (a larger batch may
-    cost proportionally more). Fewer than 3 non-empty steps: returned as they are (no median
-    to trust). Empty steps (0 samples, 0 seconds) stay 0.
-    """
-    t = np.asarray(seconds, dtype=float)
-    b = np.asarray(batches, dtype=float)
-    busy = b > 0
-    if int(busy.sum()) < 3:
-        return t.copy()
-    cap = (1.0 + headroom) * float(np.median(t[busy])) * np.maximum(1.0, b / float(np.median(b[busy])))
-    return np.where(busy, np.minimum(t, cap), t)
 
 
 @dataclass
@@ -606,63 +584,3 @@ def silo_train(
     )
     content = RecordDict({"arrays": ArrayRecord(result.state), "metrics": metrics})
     return Message(content=content, reply_to=msg)
-
-
-# ---------------------------------------------------------------------- the data-access audit
-class _Rows(torch.utils.data.Dataset):
-    """Tensors ``(inputs..., targets)`` as a map-style dataset, so that every read goes through collate."""
-
-    def __init__(self, tensors: tuple[torch.Tensor, ...]) -> None:
-        self.tensors = tensors
-
-    def __len__(self) -> int:
-        return len(self.tensors[0])
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
-        return tuple(t[i] for t in self.tensors)
-
-
-def _audited_data(data: Any) -> Any:
-    if callable(data) and not isinstance(data, torch.utils.data.Dataset):
-        data = data()
-    if isinstance(data, (tuple, list)) and data and all(isinstance(t, torch.Tensor) for t in data):
-        return _Rows(tuple(data))
-    return data
-
-
-def _audited_collate(inner: Callable | None, directory: str, dataset: Any, indices: np.ndarray) -> tuple:
-    ids = getattr(dataset, "ids", None)
-    read = np.asarray(indices, dtype=np.int64) if ids is None else np.asarray(ids)[indices].astype(np.int64)
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    with open(os.path.join(directory, f"rank-{rank}.ids"), "ab") as f:
-        f.write(read.astype("<i8").tobytes())
-    if inner is not None:
-        return inner(dataset, indices)
-    if isinstance(dataset, _Rows):
-        idx = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-        return tuple(t.index_select(0, idx) for t in dataset.tensors)
-    return torch.utils.data.default_collate([dataset[int(i)] for i in indices])
-
-
-def audit_reads(spec: WorkerSpec, directory: str | os.PathLike) -> WorkerSpec:
-    """``spec`` whose ranks log the id of every sample they read (a silo's data-access audit).
-
-    Every batch a rank reads is appended to ``directory/rank-<r>.ids`` (little-endian int64):
-    ``dataset.ids[i]`` for datasets with per-sample ids (the project's tasks: unique across the
-    whole source, so they show which silo's partition a sample came from), else the position
-    ``i``. :func:`read_audit` reads the logs back. Tensor data is wrapped in a map-style dataset
-    so that every read is seen. Costs one small file append per rank and step.
-    """
-    directory = str(Path(directory).resolve())
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    return replace(
-        spec, data=partial(_audited_data, spec.data), collate_fn=partial(_audited_collate, spec.collate_fn, directory)
-    )
-
-
-def read_audit(directory: str | os.PathLike) -> dict[int, np.ndarray]:
-    """``{rank: ids read, in reading order}`` from an :func:`audit_reads` directory."""
-    out = {}
-    for path in sorted(Path(directory).glob("rank-*.ids")):
-        out[int(path.stem.split("-", 1)[1])] = np.fromfile(path, dtype="<i8")
-    return out
