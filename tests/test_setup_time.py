@@ -214,3 +214,47 @@ def test_min_energy_takes_the_setup_as_a_fixed_term_even_on_per_sample_costs():
     for part, k in SLOW.items():
         assert strategy.controller.estimates()[part][0] == pytest.approx(COST * k)
         assert strategy.fixed_overheads()[part] == pytest.approx(SETUP * k)
+
+
+# ----------------------------------------------------------------------------- a set-up claim
+LIAR_COST = {0: 0.01, 1: 0.01, 2: 0.012, 3: 0.015, 4: 0.02, 5: 0.01}  # s per sample; node 0 lies
+
+
+def _liar_round(strategy, rnd, share):
+    """Six nodes, no real set-up; node 0 calls ``share`` of its (honestly reported) time set-up."""
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    nodes = [601 + p for p in LIAR_COST]
+    msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(nodes)))
+    q = quotas_of(msgs)
+    replies, times = [], []
+    for m in msgs:
+        part = m.metadata.dst_node_id - 601
+        t = q[m.metadata.dst_node_id] * LIAR_COST[part]
+        times.append(t)
+        metrics = {
+            **telemetry(q[m.metadata.dst_node_id], t, part, virtual=0),
+            keys.SETUP_S: share * t if part == 0 else 0.0,
+        }
+        replies.append(reply(m, metrics))
+    strategy.aggregate_train(rnd, replies)
+    return q[601], max(times)
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_a_setup_claim_that_grows_with_the_quota_is_judged_with_the_compute():
+    # Prepare: the same fleet honest (node 0 claims no set-up) and with node 0 calling 90 % of its
+    # time set-up (the cap): a "fixed" cost that grows with its quota; default trust
+    from flwr.serverapp.strategy import FedAvg
+
+    runs = {}
+    for share in (0.0, 0.9):
+        strategy = AdaptiveStrategy(FedAvg(min_train_nodes=1, min_available_nodes=1), budget=1200)
+        runs[share] = [_liar_round(strategy, rnd, share) for rnd in range(1, 21)]
+    # Assert: from round 3 on, node 0 gets at most 1.5x its honest quota and no round lasts 1.5x
+    # the honest one's. Judged whole and only then split (the set-up leaving a tenth of the time
+    # as compute), node 0 swung between 1 and 856 samples of 1,200 (honest: 240) and the round to
+    # 3.6x the honest one (2.4 s).
+    honest_quota, honest_round = max(q for q, _ in runs[0.0][2:]), max(t for _, t in runs[0.0][2:])
+    assert max(q for q, _ in runs[0.9][2:]) <= 1.5 * honest_quota
+    assert max(t for _, t in runs[0.9][2:]) <= 1.5 * honest_round

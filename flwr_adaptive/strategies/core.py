@@ -59,6 +59,7 @@ import json
 import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -449,20 +450,29 @@ class AdaptiveCore:
         compute into the same fixed term when the controller models one (affine costs,
         min-energy), so it does not inflate the per-sample term.
         """
-        c = self.controller
         # the call's own one-off set-up (keys.SETUP_S) goes to the fixed term where one is modelled
-        setup = believed.setup_part() if c.objective != "weighted" or c.cost_model == "affine" else 0.0
+        setup = believed.setup_part() if self.models_setup() else 0.0
         fixed = self.overheads.note(key, believed, observed.get(believed.node_id), self.overhead_window, setup)
         if fixed is not None:
-            c.set_fixed_time(key, fixed)
+            self.controller.set_fixed_time(key, fixed)
         return believed.to_report(setup)
+
+    def models_setup(self) -> bool:
+        """Whether the controller models a fixed per-round term a reported set-up moves into."""
+        c = self.controller
+        return c.objective != "weighted" or c.cost_model == "affine"
 
     def fixed_overheads(self) -> dict[Hashable, float]:
         """Each participant's fixed per-round overhead in use (the median of its recent ones), seconds."""
         return self.overheads.fixed()
 
     def believed_reports(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, ClientReport]:
-        """``{node: report as believed}`` by ``self.trust`` (probes excluded: they time overhead)."""
+        """``{node: report as believed}`` by ``self.trust`` (probes excluded: they time overhead).
+
+        Where a reported set-up moves into the fixed term (``models_setup``), the rules judge the
+        compute without it (the part the controller's per-sample term is learned from), and the
+        believed set-up is added back.
+        """
         claims = [r for r in reports if r.node_id not in self._probation]
         if self.trust is None or not claims:
             return {r.node_id: r for r in claims}
@@ -477,7 +487,25 @@ class AdaptiveCore:
             est = None if key_of[node] in self._unverified else estimates.get(key_of[node])
             return None if est is None else est[0]
 
-        return self.trust.believe(server_round, claims, self.observed_seconds(claims), estimate)
+        observed = self.observed_seconds(claims)
+        setups = {r.node_id: r.setup_part() for r in claims} if self.models_setup() else {}
+        if not any(setups.values()):
+            return self.trust.believe(server_round, claims, observed, estimate)
+        # Judge the compute the controller will see, without the claimed set-up: judged with it, a
+        # client that calls 90 % of its time set-up is believed whole and then reaches the controller
+        # at a tenth of its per-sample cost (its round swung to 3.6x the others'). The server's
+        # observation is compared with the same part of the call.
+        steady = [replace(r, time_s=r.time_s - setups[r.node_id], setup_s=None) for r in claims]
+        seen = {n: t - setups[n] for n, t in observed.items() if n in setups}
+        believed = self.trust.believe(server_round, steady, seen, estimate)
+        return {
+            r.node_id: r
+            if believed[r.node_id] is s
+            else replace(
+                believed[r.node_id], time_s=believed[r.node_id].time_s + setups[r.node_id], setup_s=setups[r.node_id]
+            )
+            for r, s in zip(claims, steady)
+        }
 
     #: A participant's first observation whose time per sample exceeds this many times the
     #: round's median is held back once (it gets the median cost until its next report): a
