@@ -6,11 +6,12 @@ Prints two tables (wall clock, ``time.perf_counter``; the first also in CPU time
 
 1. every named policy (``from_policy(name)``: what the strategies build) and the paper's
    controller (``AllocationController(budget, w_time=.75, w_energy=.25)``) side by side, at
-   1,000, 10,000 and 100,000 participants: the median over ``--rounds`` rounds of ``observe``
-   for every participant plus one ``allocate``, after warm-up rounds that fill the estimates'
-   windows (so the affine fits, the drift check and the gain deadband do their steady-state
-   work). The devices have lognormal fixed and per-sample costs and powers, 3 % jitter, and
-   report both time and energy; each round's reports come from the quotas the controller gave.
+   1,000, 10,000 and 100,000 participants: the median over ``--rounds`` rounds of one
+   ``observe_many`` (every participant's report, vectorised) plus one ``allocate``, after
+   warm-up rounds that fill the estimates' windows (so the affine fits, the drift check and the
+   gain deadband do their steady-state work). The devices have lognormal fixed and per-sample
+   costs and powers, 3 % jitter, and report both time and energy; each round's reports come
+   from the quotas the controller gave.
    Next to each policy: its ratio to the paper's controller, the same round in this process's
    CPU time (on a shared machine the wall clock also counts the other processes' turns), and
    whether it meets the targets of docs/controller.md (≤ 1 ms at 1,000, ≤ 100 ms at 100,000);
@@ -18,7 +19,8 @@ Prints two tables (wall clock, ``time.perf_counter``; the first also in CPU time
    first round of a cross-device run) — they are registered together, not one by one — and a
    sampled round draws 1 % to 10 % of a 100,000-node population of which a third is new.
 
-Reports are built before timing; their construction is the client's work, not the controller's.
+Reports (as the columns ``observe_many`` takes) are built before timing; their construction is
+the client's work, not the controller's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from flwr_adaptive.controller import POLICIES, AllocationController, Report
+from flwr_adaptive.controller import POLICIES, AllocationController
 
 TARGET_MS = {1_000: 1.0, 100_000: 100.0}
 PAPER = "paper (w_time=.75, w_energy=.25)"
@@ -38,9 +40,10 @@ PAPER = "paper (w_time=.75, w_energy=.25)"
 DEFAULT_POLICIES = ("time", "low-energy", "min-energy")
 
 
-def make_reports(rng: np.random.Generator, count: int) -> list[Report]:
+def make_reports(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(samples, time_s)`` of ``count`` reports of 100 samples, no energy."""
     per_sample = rng.lognormal(mean=-6.0, sigma=1.0, size=count)
-    return [Report(time_s=float(100 * t), energy_j=None, samples=100) for t in per_sample]
+    return np.full(count, 100, dtype=np.int64), 100 * per_sample
 
 
 class Devices:
@@ -53,15 +56,17 @@ class Devices:
         self.a = self.b * 100 * rng.uniform(0.0, 1.0, size=count)  # a fixed share up to half the round
         self.watts = rng.lognormal(mean=np.log(5.0), sigma=0.5, size=count)
 
-    def reports(self, quotas: np.ndarray) -> list[Report]:
+    def reports(self, quotas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(samples, time_s, energy_j)`` of every device for its quota."""
         jitter = 1.0 + 0.03 * self.rng.standard_normal(len(quotas))
         t = (self.a + self.b * quotas) * np.clip(jitter, 0.5, 1.5)
-        e = t * self.watts
-        return [Report(time_s=ti, energy_j=ei, samples=n) for ti, ei, n in zip(t.tolist(), e.tolist(), quotas.tolist())]
+        return quotas, t, t * self.watts
 
 
-def policy_round_ms(make: Callable[[int], AllocationController], participants: int, rounds: int, warmup: int = 8) -> dict:
-    """Median ms (wall clock and this process's CPU time) of all observes + one allocate over
+def policy_round_ms(
+    make: Callable[[int], AllocationController], participants: int, rounds: int, warmup: int = 8
+) -> dict:
+    """Median ms (wall clock and this process's CPU time) of one observe_many + one allocate over
     ``rounds`` rounds after ``warmup``."""
     devices = Devices(participants)
     ids = list(range(participants))
@@ -69,11 +74,10 @@ def policy_round_ms(make: Callable[[int], AllocationController], participants: i
     quotas = np.fromiter(ctrl.allocate(ids).values(), dtype=np.int64, count=participants)
     observe_s, total_s, cpu_s = [], [], []
     for r in range(warmup + rounds):
-        reports = devices.reports(quotas)
+        samples, time_s, energy_j = devices.reports(quotas)
         cpu = time.process_time()
         start = time.perf_counter()
-        for pid, report in zip(ids, reports):
-            ctrl.observe(pid, report)
+        ctrl.observe_many(ids, samples, time_s, energy_j)
         observed = time.perf_counter()
         split = ctrl.allocate(ids)
         done = time.perf_counter()
@@ -85,7 +89,12 @@ def policy_round_ms(make: Callable[[int], AllocationController], participants: i
             total_s.append(done - start)
             cpu_s.append(cpu)
     observe_ms, total_ms = 1e3 * float(np.median(observe_s)), 1e3 * float(np.median(total_s))
-    return {"observe": observe_ms, "allocate": total_ms - observe_ms, "total": total_ms, "cpu": 1e3 * float(np.median(cpu_s))}
+    return {
+        "observe": observe_ms,
+        "allocate": total_ms - observe_ms,
+        "total": total_ms,
+        "cpu": 1e3 * float(np.median(cpu_s)),
+    }
 
 
 def policy_table(sizes: list[int], rounds: int) -> pd.DataFrame:
@@ -126,11 +135,10 @@ def time_first_round(new: int, repeats: int, seed: int = 0) -> dict:
     ids = [f"node-{k}" for k in range(new)]
     timings = []
     for _ in range(repeats):
-        reports = make_reports(rng, new)
+        samples, time_s = make_reports(rng, new)
         ctrl = AllocationController(budget=100 * new, w_time=1.0, deadband=0.0)
         start = time.perf_counter()
-        for pid, report in zip(ids, reports):
-            ctrl.observe(pid, report)
+        ctrl.observe_many(ids, samples, time_s)
         observed = time.perf_counter()
         quotas = ctrl.allocate(ids)
         done = time.perf_counter()
@@ -142,8 +150,11 @@ def time_first_round(new: int, repeats: int, seed: int = 0) -> dict:
 def _best_ms(timings: list[tuple[float, float]]) -> dict:
     best_observe = min(observe for observe, _ in timings)
     best_total = min(total for _, total in timings)
-    return {"observe all (ms)": 1e3 * best_observe, "allocate (ms)": 1e3 * (best_total - best_observe),
-            "total (ms)": 1e3 * best_total}
+    return {
+        "observe all (ms)": 1e3 * best_observe,
+        "allocate (ms)": 1e3 * (best_total - best_observe),
+        "total (ms)": 1e3 * best_total,
+    }
 
 
 def time_sampled_round(population: int, sampled: int, repeats: int, seed: int = 0) -> dict:
@@ -151,8 +162,7 @@ def time_sampled_round(population: int, sampled: int, repeats: int, seed: int = 
     rng = np.random.default_rng(seed)
     ctrl = AllocationController(budget=100 * sampled, w_time=1.0, deadband=0.0)
     known = list(range(2 * population // 3))
-    for pid, report in zip(known, make_reports(rng, len(known))):
-        ctrl.observe(pid, report)
+    ctrl.observe_many(known, *make_reports(rng, len(known)))
     ctrl.allocate(known[:sampled])
     next_new = population
     timings = []
@@ -160,12 +170,11 @@ def time_sampled_round(population: int, sampled: int, repeats: int, seed: int = 
         fresh = list(range(next_new, next_new + sampled // 3))
         next_new += len(fresh)
         ids = [int(p) for p in rng.choice(len(known), sampled - len(fresh), replace=False)] + fresh
-        reports = make_reports(rng, sampled)
+        samples, time_s = make_reports(rng, sampled)
         start = time.perf_counter()
         quotas = ctrl.allocate(ids)
         allocated = time.perf_counter()
-        for pid, report in zip(ids, reports):
-            ctrl.observe(pid, report)  # applied at the next allocate, which the next repeat times
+        ctrl.observe_many(ids, samples, time_s)  # applied at the next allocate, which the next repeat times
         done = time.perf_counter()
         assert sum(quotas.values()) == 100 * sampled
         timings.append((done - allocated, done - start))
@@ -181,8 +190,10 @@ def main(argv: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     if args.quick:
         args.sizes, args.rounds = [100, 1_000], 2
     table = policy_table(args.sizes, args.rounds)
-    print("\nController cost per round (wall clock, time.perf_counter, and this process's CPU time, "
-          f"time.process_time; median of {args.rounds} rounds; observe for every participant + one allocate; ms):")
+    print(
+        "\nController cost per round (wall clock, time.perf_counter, and this process's CPU time, "
+        f"time.process_time; median of {args.rounds} rounds; one observe_many of every participant + one allocate; ms):"
+    )
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
 
     repeats = 2 if args.quick else 7
@@ -191,8 +202,10 @@ def main(argv: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows = [time_first_round(n, repeats) for n in first]
     rows += [time_sampled_round(pop, k, repeats) for pop, k in sampled]
     churn = pd.DataFrame(rows)
-    print("\nRounds with participants seen for the first time (paper Time-only controller, wall clock, best of "
-          f"{repeats}; new ids are registered together at allocate):")
+    print(
+        "\nRounds with participants seen for the first time (paper Time-only controller, wall clock, best of "
+        f"{repeats}; observe_many; new ids are registered together at allocate):"
+    )
     print(churn.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return table, churn
 

@@ -10,10 +10,10 @@ cost and within its ``[min_quota, max_quota]`` bounds. Nothing else about traini
 
 Cost
 ----
-``observe`` validates and records (O(1), no numpy); ``allocate`` registers all participants seen
-for the first time in one step, applies the recorded EMA steps, computes costs and solves the
-bounded split vectorised: O(P log P) for P live participants (a sort over the bounds'
-breakpoints), plus one Python loop over groups.
+``observe`` validates and records (O(1), no numpy; ``observe_many`` a round's reports at once,
+vectorised); ``allocate`` registers all participants seen for the first time in one step,
+applies the recorded EMA steps, computes costs and solves the bounded split vectorised:
+O(P log P) for P live participants (a sort over the bounds' breakpoints), plus one loop over groups.
 
 Where the rest lives
 --------------------
@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from flwr_adaptive.batch_reports import observe_many
 from flwr_adaptive.deadband import CommittedSplit
 from flwr_adaptive.estimates import EstimateStore
 from flwr_adaptive.excitation import excite
@@ -360,6 +361,13 @@ class AllocationController:
         else:
             store.pending_new.append((as_id(participant), t, e, n))
 
+    def observe_many(self, ids: Sequence[ParticipantId], samples: Any, time_s: Any, energy_j: Any = None) -> None:
+        """``observe(ids[i], Report(time_s[i], energy_j[i] (None: all None), samples[i]))`` for each i,
+        in order, vectorised (``flwr_adaptive.batch_reports``): same refusals, messages and state."""
+        observe_many(
+            self, ids, samples, time_s, energy_j, vectorised=type(self).observe is AllocationController.observe
+        )
+
     def _validate(self, participant: Any, report: Any, t: Any, e: Any, n: Any) -> tuple[float, float | None, int]:
         """The report's ``(time_s, energy_j, samples)`` as numbers, or ``ValueError`` naming the field."""
         return validate_report(participant, report, t, e, n, self.w_energy)
@@ -463,14 +471,8 @@ class AllocationController:
         registered = len(self._store.ids)
         try:
             slots = self._slots(participants)
-            return dict(
-                zip(
-                    participants,
-                    self._store.weighted_cost(
-                        slots, self._store.fresh(slots, forget=False), self.w_time, self.w_energy
-                    ).tolist(),
-                )
-            )
+            cost = self._store.weighted_cost(slots, self._store.fresh(slots, forget=False), self.w_time, self.w_energy)
+            return dict(zip(participants, cost.tolist()))
         finally:
             self._store.truncate(registered)  # a question registers nobody
 
@@ -593,6 +595,5 @@ class AllocationController:
             setattr(self._store, name, value)
         for name, value in loaded.items():
             setattr(self, name, value)
-        self._store.pending = []
-        self._store.pending_new = []
+        self._store.clear_pending()
         self._store.reset_cache()

@@ -27,12 +27,13 @@ with :meth:`AllocationController.forget` or :meth:`AllocationController.prune`; 
 estimate are dropped by ``allocate`` on its own, so the state stays linear in the participants
 that have an estimate or are in the current split.
 
-Reports are recorded in O(1) by the controller's ``observe`` (``pending`` / ``pending_new``)
-and applied by :meth:`EstimateStore.flush`, all participants seen for the first time registered
-together. :meth:`EstimateStore.model` turns the estimates into each participant's affine time and
-energy with the unknowns filled and the clipping rules applied (what the split and the solver
-use). The store knows nothing about budgets, groups or the current split: the controller owns
-those and renumbers its split when slots are dropped (:meth:`EstimateStore.drop` returns the map).
+Reports are recorded in O(1) by the controller's ``observe`` (``pending`` / ``pending_new``),
+a batch by ``observe_many`` (``pending_blocks``: arrays, in call order), and applied by
+:meth:`EstimateStore.flush`, all participants seen for the first time registered together.
+:meth:`EstimateStore.model` turns the estimates into each participant's affine time and energy
+with the unknowns filled and the clipping rules applied (what the split and the solver use).
+The store knows nothing about budgets, groups or the current split: the controller owns those
+and renumbers its split when slots are dropped (:meth:`EstimateStore.drop` returns the map).
 
 Cost
 ----
@@ -110,6 +111,8 @@ class EstimateStore:
         self.lo = np.empty(0, dtype=np.int64)
         self.hi = np.empty(0, dtype=np.int64)
         self.pending: list[tuple[int, float, float, int]] = []  # (slot, time, energy, samples)
+        # (k, 4) float rows of the same, recorded before ``pending`` (``observe_many``), in call order
+        self.pending_blocks: list[np.ndarray] = []
         # reports of participants without a slot yet, registered together at the next flush
         self.pending_new: list[tuple[ParticipantId, float, float, int]] = []
         self.slot_cache: tuple[list[ParticipantId], np.ndarray] = ([], np.empty(0, dtype=np.int64))
@@ -184,6 +187,23 @@ class EstimateStore:
         return renumber
 
     # ------------------------------------------------------------------ reports
+    def add_block(self, rows: np.ndarray) -> None:
+        """Record ``rows`` ``(slot, time, energy, samples)`` after everything recorded so far."""
+        if self.pending:  # keep the call order: the reports recorded one by one come first
+            self.pending_blocks.append(self.pending_rows())
+        self.pending_blocks.append(rows)
+
+    def pending_rows(self) -> np.ndarray:
+        """``pending`` as a (k, 4) float array, emptied."""
+        count = 4 * len(self.pending)
+        rows = np.fromiter(itertools.chain.from_iterable(self.pending), dtype=float, count=count).reshape(-1, 4)
+        self.pending = []
+        return rows
+
+    def clear_pending(self) -> None:
+        """Drop every recorded, not yet applied report (a replaced state)."""
+        self.pending, self.pending_new, self.pending_blocks = [], [], []
+
     def flush(self) -> None:
         """Register the new participants together, then apply the recorded reports as EMA steps in call order."""
         if self.pending_new:
@@ -193,11 +213,13 @@ class EstimateStore:
             index = self.index
             self.pending.extend((index[p], t, e, n) for p, t, e, n in self.pending_new)
             self.pending_new = []
-        if not self.pending:
+        if not self.pending and not self.pending_blocks:
             return
-        count = 4 * len(self.pending)
-        obs = np.fromiter(itertools.chain.from_iterable(self.pending), dtype=float, count=count).reshape(-1, 4)
-        self.pending = []
+        blocks = self.pending_blocks
+        if self.pending:
+            blocks.append(self.pending_rows())
+        obs = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        self.pending_blocks = []
         slots = obs[:, 0].astype(np.int64)
         tau_obs = obs[:, 1] / obs[:, 3]
         eps_obs = obs[:, 2] / obs[:, 3]
