@@ -59,7 +59,6 @@ import json
 import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -71,7 +70,7 @@ from flwr_adaptive.strategies import round_log
 from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.history import RunHistory
 from flwr_adaptive.strategies.normalization import WEIGHTINGS, AggregationWeights, claimed_steps, default_weighting
-from flwr_adaptive.strategies.observation import HeldReasons, ServerOverheads
+from flwr_adaptive.strategies.observation import HeldReasons, ServerOverheads, believe_without_setup
 from flwr_adaptive.strategies.options import checked_budget
 from flwr_adaptive.strategies.partitions import PartitionMap
 from flwr_adaptive.strategies.quota_bounds import QuotaBounds, all_local_data, pick_trainers
@@ -487,25 +486,9 @@ class AdaptiveCore:
             est = None if key_of[node] in self._unverified else estimates.get(key_of[node])
             return None if est is None else est[0]
 
-        observed = self.observed_seconds(claims)
+        # judged without a claimed set-up: the compute the controller learns the per-sample cost from
         setups = {r.node_id: r.setup_part() for r in claims} if self.models_setup() else {}
-        if not any(setups.values()):
-            return self.trust.believe(server_round, claims, observed, estimate)
-        # Judge the compute the controller will see, without the claimed set-up: judged with it, a
-        # client that calls 90 % of its time set-up is believed whole and then reaches the controller
-        # at a tenth of its per-sample cost (its round swung to 3.6x the others'). The server's
-        # observation is compared with the same part of the call.
-        steady = [replace(r, time_s=r.time_s - setups[r.node_id], setup_s=None) for r in claims]
-        seen = {n: t - setups[n] for n, t in observed.items() if n in setups}
-        believed = self.trust.believe(server_round, steady, seen, estimate)
-        return {
-            r.node_id: r
-            if believed[r.node_id] is s
-            else replace(
-                believed[r.node_id], time_s=believed[r.node_id].time_s + setups[r.node_id], setup_s=setups[r.node_id]
-            )
-            for r, s in zip(claims, steady)
-        }
+        return believe_without_setup(self.trust, server_round, claims, self.observed_seconds(claims), estimate, setups)
 
     #: A participant's first observation whose time per sample exceeds this many times the
     #: round's median is held back once (it gets the median cost until its next report): a

@@ -2,7 +2,7 @@
 
 Contract
 --------
-Two components of the round coordinator (:class:`~flwr_adaptive.strategies.core.AdaptiveCore`):
+Two components and one rule of the round coordinator (:class:`~flwr_adaptive.strategies.core.AdaptiveCore`):
 
 - :class:`HeldReasons` says why a kept reply is aggregated but **not** observed, or ``None``:
 
@@ -30,22 +30,59 @@ Two components of the round coordinator (:class:`~flwr_adaptive.strategies.core.
   reports (``keys.SETUP_S``) is added to the same value. The partition-keyed values survive a
   resume (``state()`` / ``load()``).
 
+- :func:`believe_without_setup`: the trust rules applied to the compute that reaches the
+  controller. Where a claimed set-up moves into the fixed term, each claim is judged without it
+  (and the server's observation without the same part) and the set-up is added back: judged
+  whole, a client that called 90 % of its time set-up was believed and then reached the
+  controller at a tenth of its per-sample cost (its quota swung to 3.6× the fair share, the
+  round with it; ``tests/test_setup_time.py``).
+
 Cost
 ----
-O(1) per reply (a median over at most ``window`` values).
+O(1) per reply (a median over at most ``window`` values); :func:`believe_without_setup` one
+copy of each claim besides the rules' own cost.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.trust import CostTrust
 
-__all__ = ["HeldReasons", "ServerOverheads"]
+__all__ = ["HeldReasons", "ServerOverheads", "believe_without_setup"]
+
+
+def believe_without_setup(
+    trust: CostTrust,
+    server_round: int,
+    claims: Sequence[ClientReport],
+    observed: Mapping[Hashable, float],
+    estimate_of: Callable[[Hashable], float | None],
+    setups: Mapping[Hashable, float],
+) -> dict[Hashable, ClientReport]:
+    """``trust.believe`` of ``claims`` judged without their ``setups`` (seconds of each ``time_s``).
+
+    The believed report of a node the rules changed is the believed compute plus its set-up
+    (``setup_s`` = that set-up, so ``setup_part`` gives it back exactly); one they believed is
+    the claim itself. Without any set-up: ``trust.believe`` as it is.
+    """
+    if not any(setups.values()):
+        return trust.believe(server_round, claims, observed, estimate_of)
+    steady = [replace(r, time_s=r.time_s - setups.get(r.node_id, 0.0), setup_s=None) for r in claims]
+    seen = {n: t - setups.get(n, 0.0) for n, t in observed.items()}
+    believed = trust.believe(server_round, steady, seen, estimate_of)
+    out: dict[Hashable, ClientReport] = {}
+    for r, s in zip(claims, steady):
+        b = believed[r.node_id]
+        setup = setups.get(r.node_id, 0.0)
+        out[r.node_id] = r if b is s else replace(b, time_s=b.time_s + setup, setup_s=setup)
+    return out
 
 
 class HeldReasons:
