@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from flwr_adaptive.controller import POLICIES, AllocationController
+from flwr_adaptive.controller import POLICIES, AllocationController, Report
 
 TARGET_MS = {1_000: 1.0, 100_000: 100.0}
 PAPER = "paper (w_time=.75, w_energy=.25)"
@@ -64,9 +64,10 @@ class Devices:
 
 
 def policy_round_ms(
-    make: Callable[[int], AllocationController], participants: int, rounds: int, warmup: int = 8
+    make: Callable[[int], AllocationController], participants: int, rounds: int, warmup: int = 8, loop: bool = False
 ) -> dict:
-    """Median ms (wall clock and this process's CPU time) of one observe_many + one allocate over
+    """Median ms (wall clock and this process's CPU time) of one observe_many (``loop``: one
+    observe per participant, what the bench timed before observe_many) + one allocate over
     ``rounds`` rounds after ``warmup``."""
     devices = Devices(participants)
     ids = list(range(participants))
@@ -75,9 +76,15 @@ def policy_round_ms(
     observe_s, total_s, cpu_s = [], [], []
     for r in range(warmup + rounds):
         samples, time_s, energy_j = devices.reports(quotas)
+        columns = zip(time_s.tolist(), energy_j.tolist(), samples.tolist())
+        reports = [Report(t, e, n) for t, e, n in columns] if loop else []
         cpu = time.process_time()
         start = time.perf_counter()
-        ctrl.observe_many(ids, samples, time_s, energy_j)
+        if loop:
+            for pid, report in zip(ids, reports):
+                ctrl.observe(pid, report)
+        else:
+            ctrl.observe_many(ids, samples, time_s, energy_j)
         observed = time.perf_counter()
         split = ctrl.allocate(ids)
         done = time.perf_counter()
@@ -97,7 +104,7 @@ def policy_round_ms(
     }
 
 
-def policy_table(sizes: list[int], rounds: int) -> pd.DataFrame:
+def policy_table(sizes: list[int], rounds: int, loop: bool = False) -> pd.DataFrame:
     """One row per policy (the paper's controller first): per size the wall-clock ms, its ratio to
     the paper's controller, and the CPU ms of this process (what a loaded machine inflates least)."""
     makers: dict[str, Callable[[int], AllocationController]] = {
@@ -110,7 +117,7 @@ def policy_table(sizes: list[int], rounds: int) -> pd.DataFrame:
     for n in sizes:
         for label, make in makers.items():
             print(f"[bench] {label:>34} at {n:>7,} participants ...", flush=True)
-            rows.append({"policy": label, "participants": n, **policy_round_ms(make, n, rounds)})
+            rows.append({"policy": label, "participants": n, **policy_round_ms(make, n, rounds, loop=loop)})
     long = pd.DataFrame(rows)
     wall = long.pivot(index="policy", columns="participants", values="total").reindex(list(makers))
     cpu = long.pivot(index="policy", columns="participants", values="cpu").reindex(list(makers))
@@ -185,14 +192,18 @@ def main(argv: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds timed per policy and size; the median is shown")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument(
+        "--observe-loop", action="store_true", help="one observe per participant instead of observe_many (the old way)"
+    )
     parser.add_argument("--quick", action="store_true", help="100 and 1,000 participants, 2 rounds (for the tests)")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.rounds = [100, 1_000], 2
-    table = policy_table(args.sizes, args.rounds)
+    table = policy_table(args.sizes, args.rounds, loop=args.observe_loop)
+    observe = "one observe per participant" if args.observe_loop else "one observe_many of every participant"
     print(
         "\nController cost per round (wall clock, time.perf_counter, and this process's CPU time, "
-        f"time.process_time; median of {args.rounds} rounds; one observe_many of every participant + one allocate; ms):"
+        f"time.process_time; median of {args.rounds} rounds; {observe} + one allocate; ms):"
     )
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
 
