@@ -1,7 +1,9 @@
 """The DDP regime in one import: worker, round driver, local launcher, ``torchrun`` entry point.
 
 - :mod:`flwr_adaptive.clients.ddp.worker` — one rank's round on a per-step batch-size schedule
-  (:class:`DDPRank`, :class:`RoundPlan`, :class:`RankTelemetry`, :class:`GradientAllReduce`).
+  (:class:`DDPRank`, :class:`RoundPlan`, :class:`RankTelemetry`).
+- :mod:`flwr_adaptive.clients.ddp.allreduce` — the flat gradient all-reduce the ranks join every
+  step (:class:`GradientAllReduce`).
 - :mod:`flwr_adaptive.clients.ddp.driver` — between rounds: the controller and the plans
   (:class:`RoundDriver`, :func:`ddp_controller`, :func:`round_summary`).
 - :mod:`flwr_adaptive.clients.ddp.launch` — k local ranks as spawned processes (:class:`LocalDDPGroup`,
