@@ -258,3 +258,20 @@ def test_a_setup_claim_that_grows_with_the_quota_is_judged_with_the_compute():
     honest_quota, honest_round = max(q for q, _ in runs[0.0][2:]), max(t for _, t in runs[0.0][2:])
     assert max(q for q, _ in runs[0.9][2:]) <= 1.5 * honest_quota
     assert max(t for _, t in runs[0.9][2:]) <= 1.5 * honest_round
+
+
+if __name__ == "__main__":
+    # `cd tests && python test_setup_time.py`: the set-up claimant's figures (docs/security.md)
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+        setattr(TaskIdentity, attr, value)
+    print("set-up share | node 0's quotas, rounds 3-20 | longest round 3-20 / honest")
+    honest = None
+    for share in (0.0, 0.7, 0.9):
+        s = AdaptiveStrategy(FedAvg(min_train_nodes=1, min_available_nodes=1), budget=1200)
+        run = [_liar_round(s, rnd, share) for rnd in range(1, 21)][2:]
+        longest = max(t for _, t in run)
+        honest = longest if honest is None else honest
+        print(f"{share:12.1f} | {min(q for q, _ in run)}-{max(q for q, _ in run)} | {longest / honest:.2f}x")
