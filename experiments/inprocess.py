@@ -504,7 +504,9 @@ def run_pma(spec: RunSpec) -> RunResult:
         if not budgeted or server_round < max(spec.min_rounds, 1):
             return None
         value = evals[server_round].get(task.metric)
-        if spec.stop_target is not None and value is not None and (
+        # FedAsync writes a round-equivalent's history row after its evaluation: a stop there would lose the
+        # row that reached the target, so an asynchronous run stops on its time budget only.
+        if spec.stop_target is not None and sync and value is not None and (
                 value >= spec.stop_target if spec.stop_higher else value <= spec.stop_target):
             return "target"
         if spec.time_budget_s is not None:

@@ -647,12 +647,16 @@ def test_a_budgeted_run_stops_at_the_first_round_past_its_time_or_at_its_target(
     target = run_pma(dataclasses.replace(base, policy="time", rounds=12, min_rounds=3, time_budget_s=budget,
                                          stop_target=1e9, stop_higher=False)).rounds
     short = run_pma(dataclasses.replace(base, policy="time", rounds=4, min_rounds=3, time_budget_s=100 * budget)).rounds
+    # FedAsync writes a round-equivalent's row after its evaluation: it stops on its time only, keeping every row
+    fedasync = run_pma(dataclasses.replace(base, policy="fedasync", rounds=12, min_rounds=3, time_budget_s=budget,
+                                           stop_target=1e9, stop_higher=False)).rounds
     # Assert: past Equal's rounds (its rounds are shorter), ended by the first round at or beyond the budget
     t = timed["virtual_time_s"].to_numpy()
     assert (equal["stop"] == "rounds").all() and (timed["stop"] == "time budget").all()
     assert len(timed) - 1 > 3 and t[-1] >= budget > t[-2]
     assert (target["stop"] == "target").all() and target["round"].max() == 3  # not before min_rounds
     assert (short["stop"] == "cap").all() and short["round"].max() == 4
+    assert (fedasync["stop"] == "time budget").all() and fedasync["virtual_time_s"].iloc[-1] >= budget
     with pytest.raises(ValueError, match="min_rounds"):
         dataclasses.replace(base, min_rounds=4)
     with pytest.raises(ValueError, match="time_budget_s"):
