@@ -16,7 +16,10 @@ in its own file with its own contract, instead of inheriting a mixin stack:
   tables and their per-round CSV (``history_path``);
 - ``self.store`` (:class:`~flwr_adaptive.strategies.state_store.StateStore`): the state file
   and ``context.state``, and the checks a saved state passes (``state_store.parse_state``);
-- :mod:`~flwr_adaptive.strategies.round_log`: the round's history row and its log lines.
+- :mod:`~flwr_adaptive.strategies.round_log`: the round's history row and its log lines;
+- :mod:`~flwr_adaptive.strategies.round_quotas`: quotas out, the round's split (``quotas_for``);
+- :mod:`~flwr_adaptive.strategies.observe_round`: telemetry in, a round's replies turned into
+  the controller's observations (``observe_replies``, ``believed_reports``).
 
 The settings and tables users and subclasses reach (``controller``, ``budget``, ``weighting``,
 ``data_sizes``, ``history``, ``state_dict()``…) stay attributes of the strategy; the hooks a
@@ -56,7 +59,6 @@ reductions, and one small JSON write when ``state_dir`` is set.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
@@ -70,19 +72,19 @@ from flwr_adaptive.strategies import round_log
 from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.history import RunHistory
 from flwr_adaptive.strategies.normalization import WEIGHTINGS, AggregationWeights, claimed_steps, default_weighting
-from flwr_adaptive.strategies.observation import HeldReasons, ServerOverheads, believe_without_setup
+from flwr_adaptive.strategies.observation import HeldReasons, ServerOverheads
+from flwr_adaptive.strategies.observe_round import believed_reports, check_resumed, observe_round
 from flwr_adaptive.strategies.options import checked_budget
 from flwr_adaptive.strategies.partitions import PartitionMap
-from flwr_adaptive.strategies.quota_bounds import QuotaBounds, all_local_data, pick_trainers
+from flwr_adaptive.strategies.quota_bounds import QuotaBounds, pick_trainers
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.round_quotas import split_round
 from flwr_adaptive.strategies.state_store import (
     CONTEXT_STATE_KEY,
     STATE_FILE,
     StateStore,
-    contradiction,
     encode_state,
     parse_state,
-    warn_contradicted,
 )
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
@@ -245,55 +247,7 @@ class AdaptiveCore:
         cannot give every node ``min_quota`` (see ``trainers``) only some nodes train; when it
         exceeds all their local data (cycling off) every node trains on all of it.
         """
-        if self.budget_per_node is not None:
-            self.set_round_budget(self.budget_per_node * len(node_ids))
-        node_ids = self.trainers(server_round, list(node_ids))
-        self._round_keys = {}
-        if not node_ids:
-            return {}
-        probe = self.probe_quota()
-        book = self.nodes
-        probation = [n for n in node_ids if n in book.probation]
-        if len(probation) == len(node_ids):
-            probation = []  # nobody healthy to take the share: everyone tries again, observed
-            book.probation -= set(node_ids)
-        known = any(n in book.partition_of for n in node_ids)
-        ids = (
-            book.inherit_vacancies(server_round, node_ids, book.keys(node_ids), self.controller.current)
-            if known
-            else node_ids
-        )
-        caps = [
-            probe if n in probation else (self.bounds.caps.get(k) if known else None) for n, k in zip(node_ids, ids)
-        ]
-        full = [c for c in caps if c is not None]
-        if len(full) == len(caps) and self.budget > sum(full):
-            split = all_local_data(server_round, node_ids, full, self.budget)
-        elif not known:
-            equal = AllocationController(
-                self.budget,
-                w_time=0.0,
-                w_energy=0.0,
-                deadband=0.0,
-                min_quota=self.min_quota,
-                max_quota={n: probe for n in probation},
-            )
-            split = equal.allocate(node_ids)
-        else:
-            if not self.allow_cycling:
-                caps = self._with_provisional_caps(node_ids, caps)
-            if self.policy != "equal":
-                caps = self.prior_caps(node_ids, ids, caps, probation)
-            book.node_keys.update(k for k in ids if type(k) is str)
-            for k, c in zip(ids, caps):
-                self.controller.set_max_quota(k, c)
-            by_key = self.controller.allocate(ids)
-            split = {n: by_key[k] for n, k in zip(node_ids, ids)}
-            self._round_keys = dict(zip(node_ids, ids))  # for the round's predicted makespan
-        quotas = {n: q for n, q in split.items() if q > 0}  # a zero quota trains nothing: no message
-        for n in quotas:
-            book.last_trained[n] = server_round
-        return quotas
+        return split_round(self, server_round, node_ids)
 
     def _with_provisional_caps(self, node_ids: list[Hashable], caps: list[int | None]) -> list[int | None]:
         """Cap the nodes that never replied at a provisional data size (``QuotaBounds.provisional``)."""
@@ -351,62 +305,7 @@ class AdaptiveCore:
         refuses is logged and dropped (the update itself is still aggregated). Reports that would
         mislead the controller are held back (aggregated, not observed; see ``held_reason``).
         """
-        accepted = []
-        book = self.nodes
-        self._believed = self.believed_reports(server_round, reports)
-        stale = []  # "node-<id>" keys of nodes now keyed by their partition: never used again
-        self._held = {}
-        warm = any(not r.cold_start for r in reports)
-        per_sample = [r.time_s / r.samples for r in reports if not r.over_quota]
-        median = float(np.median(per_sample)) if len(per_sample) >= 3 else None
-        estimated = self.controller.estimates() if median is not None or self._unverified else {}
-        discarded: list[str] = []  # resumed estimates this round's replies contradict
-        observed = self.observed_seconds(reports) if self.server_time else {}
-        for r in reports:
-            book.replied.add(r.node_id)
-            if r.partition_id is not None:
-                book.partition_of[r.node_id] = r.partition_id
-                if f"node-{r.node_id}" in book.node_keys and book.keys([r.node_id])[0] == r.partition_id:
-                    stale.append(f"node-{r.node_id}")
-            if r.node_id in book.probation:
-                continue  # a probe of min_quota samples says "alive", not what a sample costs
-            key = book.keys([r.node_id])[0]
-            if not self.allow_cycling and r.data_size is not None:
-                try:
-                    self.controller.set_max_quota(key, max(r.data_size, self._min_of()))
-                    self.bounds.set_cap(key, max(r.data_size, self._min_of()))
-                except (ValueError, OverflowError) as err:
-                    log(
-                        WARNING,
-                        "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
-                        server_round,
-                        r.data_size,
-                        r.node_id,
-                        err,
-                    )
-            reason = self.held_reason(r, key, warm=warm, median=median, estimated=key in estimated)
-            if reason is not None:
-                self._held[r.node_id] = reason
-                continue
-            if key in self._unverified:
-                discarded += self._check_resumed(key, estimated.get(key), self._believed.get(r.node_id, r))
-            try:
-                self.controller.observe(key, self.server_report(key, self._believed.get(r.node_id, r), observed))
-            except ValueError as err:
-                log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s", server_round, r.node_id, err)
-                continue
-            if r.idle_w is not None:  # parse_report screened it: finite, >= 0
-                self.controller.set_idle_power(key, r.idle_w)
-            believed = self._believed.get(r.node_id, r)
-            self.bounds.note_cost(key, believed.time_s / believed.samples)
-            accepted.append(r)
-        self._forget_keys(stale)
-        round_log.warn_held(server_round, reports, self._held, self.who, self.budget)
-        if discarded:
-            warn_contradicted(
-                server_round, discarded, self.trust.plausible_range if self.trust is not None else math.inf
-            )
-        return accepted
+        return observe_round(self, server_round, reports)
 
     def _check_resumed(
         self, key: Hashable, saved: tuple[float, float | None] | None, believed: ClientReport
@@ -414,16 +313,7 @@ class AdaptiveCore:
         """Check a resumed estimate against its participant's first believed reply, like a claim
         (``state_store.contradiction``); returns ``["<key>: saved x, believed y"]`` when dropped
         (it is then learned again from this reply). Without ``trust`` the state is believed."""
-        self._unverified.discard(key)
-        if self.trust is None or saved is None or not math.isfinite(self.trust.plausible_range):
-            return []
-        why = contradiction(
-            key, saved, believed.time_s, believed.energy_j, believed.samples, self.trust.plausible_range
-        )
-        if why is None:
-            return []
-        self.controller.forget([key])
-        return [why]
+        return check_resumed(self, key, saved, believed)
 
     def observed_seconds(self, reports: Sequence[ClientReport]) -> dict[Hashable, float]:
         """Seconds the server itself observed per node this round (none here: the Message API has them)."""
@@ -472,23 +362,7 @@ class AdaptiveCore:
         compute without it (the part the controller's per-sample term is learned from), and the
         believed set-up is added back.
         """
-        claims = [r for r in reports if r.node_id not in self._probation]
-        if self.trust is None or not claims:
-            return {r.node_id: r for r in claims}
-        for r in claims:
-            if r.partition_id is not None:
-                self._partition_of.setdefault(r.node_id, r.partition_id)
-        estimates = self.controller.estimates()
-        key_of = dict(zip([r.node_id for r in claims], self._keys([r.node_id for r in claims])))
-
-        def estimate(node: Hashable) -> float | None:
-            # a resumed estimate no reply has confirmed is a claim, not history: no cap relative to it
-            est = None if key_of[node] in self._unverified else estimates.get(key_of[node])
-            return None if est is None else est[0]
-
-        # judged without a claimed set-up: the compute the controller learns the per-sample cost from
-        setups = {r.node_id: r.setup_part() for r in claims} if self.models_setup() else {}
-        return believe_without_setup(self.trust, server_round, claims, self.observed_seconds(claims), estimate, setups)
+        return believed_reports(self, server_round, reports)
 
     #: A participant's first observation whose time per sample exceeds this many times the
     #: round's median is held back once (it gets the median cost until its next report): a

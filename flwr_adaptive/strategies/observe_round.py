@@ -1,0 +1,143 @@
+"""Telemetry in: how the round coordinator turns a round's replies into controller observations.
+
+Contract
+--------
+:func:`observe_round` is :meth:`AdaptiveCore.observe_replies
+<flwr_adaptive.strategies.core.AdaptiveCore.observe_replies>`: for each report it learns the
+node's partition and data size (its quota cap when cycling is off), skips probes (nodes on
+probation), holds back what would mislead the controller (``core.held_reason``), checks a
+resumed estimate against the participant's first believed reply (:func:`check_resumed`) and
+feeds one :class:`~flwr_adaptive.controller.Report` per kept client (as ``core.trust`` believes
+it, :func:`believed_reports`; with its fixed overhead, ``core.server_report``, and its idle
+watts). An observation the controller refuses is logged and dropped (the update itself is
+still aggregated); it returns the reports observed. ``"node-<id>"`` controller slots of nodes
+now keyed by their partition are forgotten. Every hook it calls is the coordinator's, so a
+strategy that overrides one changes it here too.
+
+Cost
+----
+One ``observe`` per kept client, one ``estimates()`` when a median or an unverified resumed
+estimate needs it, and one median over the round's times per sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from logging import WARNING
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from flwr_adaptive._logging import logger
+from flwr_adaptive.strategies import round_log
+from flwr_adaptive.strategies.observation import believe_without_setup
+from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.state_store import contradiction, warn_contradicted
+
+if TYPE_CHECKING:
+    from flwr_adaptive.strategies.core import AdaptiveCore
+
+__all__ = ["observe_round", "check_resumed", "believed_reports"]
+
+
+def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[ClientReport]) -> list[ClientReport]:
+    """Feed ``core``'s controller this round's reports; returns those it accepted (module doc)."""
+    accepted = []
+    book = core.nodes
+    core._believed = core.believed_reports(server_round, reports)
+    stale = []  # "node-<id>" keys of nodes now keyed by their partition: never used again
+    core._held = {}
+    warm = any(not r.cold_start for r in reports)
+    per_sample = [r.time_s / r.samples for r in reports if not r.over_quota]
+    median = float(np.median(per_sample)) if len(per_sample) >= 3 else None
+    estimated = core.controller.estimates() if median is not None or core._unverified else {}
+    discarded: list[str] = []  # resumed estimates this round's replies contradict
+    observed = core.observed_seconds(reports) if core.server_time else {}
+    for r in reports:
+        book.replied.add(r.node_id)
+        if r.partition_id is not None:
+            book.partition_of[r.node_id] = r.partition_id
+            if f"node-{r.node_id}" in book.node_keys and book.keys([r.node_id])[0] == r.partition_id:
+                stale.append(f"node-{r.node_id}")
+        if r.node_id in book.probation:
+            continue  # a probe of min_quota samples says "alive", not what a sample costs
+        key = book.keys([r.node_id])[0]
+        if not core.allow_cycling and r.data_size is not None:
+            try:
+                core.controller.set_max_quota(key, max(r.data_size, core._min_of()))
+                core.bounds.set_cap(key, max(r.data_size, core._min_of()))
+            except (ValueError, OverflowError) as err:
+                logger.log(
+                    WARNING,
+                    "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
+                    server_round,
+                    r.data_size,
+                    r.node_id,
+                    err,
+                )
+        reason = core.held_reason(r, key, warm=warm, median=median, estimated=key in estimated)
+        if reason is not None:
+            core._held[r.node_id] = reason
+            continue
+        if key in core._unverified:
+            discarded += core._check_resumed(key, estimated.get(key), core._believed.get(r.node_id, r))
+        try:
+            core.controller.observe(key, core.server_report(key, core._believed.get(r.node_id, r), observed))
+        except ValueError as err:
+            logger.log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s", server_round, r.node_id, err)
+            continue
+        if r.idle_w is not None:  # parse_report screened it: finite, >= 0
+            core.controller.set_idle_power(key, r.idle_w)
+        believed = core._believed.get(r.node_id, r)
+        core.bounds.note_cost(key, believed.time_s / believed.samples)
+        accepted.append(r)
+    core._forget_keys(stale)
+    round_log.warn_held(server_round, reports, core._held, core.who, core.budget)
+    if discarded:
+        warn_contradicted(server_round, discarded, core.trust.plausible_range if core.trust is not None else math.inf)
+    return accepted
+
+
+def check_resumed(
+    core: AdaptiveCore, key: Hashable, saved: tuple[float, float | None] | None, believed: ClientReport
+) -> list[str]:
+    """Check a resumed estimate against its participant's first believed reply, like a claim
+    (``state_store.contradiction``); returns ``["<key>: saved x, believed y"]`` when dropped
+    (it is then learned again from this reply). Without ``trust`` the state is believed."""
+    core._unverified.discard(key)
+    if core.trust is None or saved is None or not math.isfinite(core.trust.plausible_range):
+        return []
+    why = contradiction(key, saved, believed.time_s, believed.energy_j, believed.samples, core.trust.plausible_range)
+    if why is None:
+        return []
+    core.controller.forget([key])
+    return [why]
+
+
+def believed_reports(
+    core: AdaptiveCore, server_round: int, reports: Sequence[ClientReport]
+) -> dict[Hashable, ClientReport]:
+    """``{node: report as believed}`` by ``core.trust`` (probes excluded: they time overhead).
+
+    Where a reported set-up moves into the fixed term (``core.models_setup()``), the rules judge
+    the compute without it and the believed set-up is added back
+    (``observation.believe_without_setup``).
+    """
+    claims = [r for r in reports if r.node_id not in core._probation]
+    if core.trust is None or not claims:
+        return {r.node_id: r for r in claims}
+    for r in claims:
+        if r.partition_id is not None:
+            core._partition_of.setdefault(r.node_id, r.partition_id)
+    estimates = core.controller.estimates()
+    key_of = dict(zip([r.node_id for r in claims], core._keys([r.node_id for r in claims])))
+
+    def estimate(node: Hashable) -> float | None:
+        # a resumed estimate no reply has confirmed is a claim, not history: no cap relative to it
+        est = None if key_of[node] in core._unverified else estimates.get(key_of[node])
+        return None if est is None else est[0]
+
+    # judged without a claimed set-up: the compute the controller learns the per-sample cost from
+    setups = {r.node_id: r.setup_part() for r in claims} if core.models_setup() else {}
+    return believe_without_setup(core.trust, server_round, claims, core.observed_seconds(claims), estimate, setups)

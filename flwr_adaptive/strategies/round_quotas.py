@@ -1,0 +1,86 @@
+"""Quotas out: the round coordinator's split of one round's budget among the nodes that train.
+
+Contract
+--------
+:func:`split_round` is :meth:`AdaptiveCore.quotas_for
+<flwr_adaptive.strategies.core.AdaptiveCore.quotas_for>`: ``{node_id: quota}`` summing to the
+round's budget (``budget_per_node`` × the nodes sampled when that is set), zero quotas left out
+(no message). Who trains is ``core.trainers`` (all, unless the budget cannot give each its
+minimum quota). While no node's partition is known (round 1) the split is equal; after, the
+controller splits by partition id (``PartitionMap.inherit_vacancies`` lets a new node id take
+over a departed partition), each node within its data size when cycling is off (a provisional
+size for a node that never replied, ``core.prior_caps`` for the never measured). A node on
+probation (it failed last round) gets ``core.probe_quota()`` samples and its share is re-split
+among the others; when every node is on probation, none is. When the budget exceeds all the
+nodes' local data (cycling off) every node trains on all of it. Every hook it calls is the
+coordinator's, so a strategy that overrides one changes it here too.
+
+Cost
+----
+One ``allocate`` of the controller (or of an equal-split controller in round 1) over the
+round's trainers, and O(nodes) dictionary work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
+
+from flwr_adaptive.controller import AllocationController
+from flwr_adaptive.strategies.quota_bounds import all_local_data
+
+if TYPE_CHECKING:
+    from flwr_adaptive.strategies.core import AdaptiveCore
+
+__all__ = ["split_round"]
+
+
+def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
+    """``{node_id: quota}`` summing to ``core.budget`` for this round's nodes (module doc)."""
+    if core.budget_per_node is not None:
+        core.set_round_budget(core.budget_per_node * len(node_ids))
+    node_ids = core.trainers(server_round, list(node_ids))
+    core._round_keys = {}
+    if not node_ids:
+        return {}
+    probe = core.probe_quota()
+    book = core.nodes
+    probation = [n for n in node_ids if n in book.probation]
+    if len(probation) == len(node_ids):
+        probation = []  # nobody healthy to take the share: everyone tries again, observed
+        book.probation -= set(node_ids)
+    known = any(n in book.partition_of for n in node_ids)
+    ids = (
+        book.inherit_vacancies(server_round, node_ids, book.keys(node_ids), core.controller.current)
+        if known
+        else node_ids
+    )
+    caps = [probe if n in probation else (core.bounds.caps.get(k) if known else None) for n, k in zip(node_ids, ids)]
+    full = [c for c in caps if c is not None]
+    if len(full) == len(caps) and core.budget > sum(full):
+        split = all_local_data(server_round, node_ids, full, core.budget)
+    elif not known:
+        equal = AllocationController(
+            core.budget,
+            w_time=0.0,
+            w_energy=0.0,
+            deadband=0.0,
+            min_quota=core.min_quota,
+            max_quota={n: probe for n in probation},
+        )
+        split = equal.allocate(node_ids)
+    else:
+        if not core.allow_cycling:
+            caps = core._with_provisional_caps(node_ids, caps)
+        if core.policy != "equal":
+            caps = core.prior_caps(node_ids, ids, caps, probation)
+        book.node_keys.update(k for k in ids if type(k) is str)
+        for k, c in zip(ids, caps):
+            core.controller.set_max_quota(k, c)
+        by_key = core.controller.allocate(ids)
+        split = {n: by_key[k] for n, k in zip(node_ids, ids)}
+        core._round_keys = dict(zip(node_ids, ids))  # for the round's predicted makespan
+    quotas = {n: q for n, q in split.items() if q > 0}  # a zero quota trains nothing: no message
+    for n in quotas:
+        book.last_trained[n] = server_round
+    return quotas
