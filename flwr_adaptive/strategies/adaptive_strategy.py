@@ -10,11 +10,11 @@ Contract
   its data (``keys.ALLOW_CYCLING``) and the round (``keys.ROUND``). The inner strategy's own config
   entries (e.g. FedProx's ``proximal-mu``) are kept.
 - ``aggregate_train`` screens the replies **before** delegating (see
-  :mod:`flwr_adaptive.strategies.screening`): a reply with an error, without exactly one
-  ArrayRecord and one MetricRecord, with invalid telemetry, or whose arrays differ from the model
-  sent (names, shapes, dtypes) or hold NaN/inf, or that is too large to screen (metric keys,
-  list lengths, array bytes against the model sent: checked on sizes before any value is read)
-  is logged and skipped (the inner FedAvg would raise
+  :mod:`flwr_adaptive.strategies.train_replies` and :mod:`flwr_adaptive.strategies.screening`):
+  a reply with an error, without exactly one ArrayRecord and one MetricRecord, with invalid
+  telemetry, or whose arrays differ from the model sent (names, shapes, dtypes) or hold NaN/inf,
+  or that is too large to screen (metric keys, list lengths, array bytes against the model sent:
+  checked on sizes before any value is read) is logged and skipped (the inner FedAvg would raise
   on it, or average NaN into the model, and ``Strategy.start`` does not catch it); a second reply
   of the same node is ignored; metric keys that not every kept reply sends alike are left out of
   the metric average (never the reply). Replies are attributed by ``reply_to`` (Flower's
@@ -63,20 +63,19 @@ from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
-from flwr_adaptive.strategies.records import rescaled_record, split_records, with_config
-from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.records import rescaled_record, with_config
+from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
     array_layout,
     describe_removed,
     harmonize_metrics,
-    record_sizes,
-    size_reason,
 )
 from flwr_adaptive.strategies.sent_round import SentRound
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
+from flwr_adaptive.strategies.train_replies import screen_replies
 from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["AdaptiveStrategy"]
@@ -445,95 +444,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self, server_round: int, replies: list[Message]
     ) -> tuple[list[Message], list[ClientReport], dict[Hashable, str]]:
         """Split replies into usable ones (with their reports) and skipped ones (with a reason)."""
-        skipped: dict[Hashable, str] = {}
-        candidates: list[tuple[Message, ClientReport]] = []
-        answered: set[Hashable] = set()
-        self._records_of: dict[int, tuple[ArrayRecord, MetricRecord]] = {}  # id(reply) -> its records
-        self.sent_round.arrived_s = {}
-        for msg in replies:
-            node = self.sender_of(msg)
-            if node not in self._assigned:
-                log(
-                    WARNING,
-                    "[adaptive] round %s: reply from node %s that was not sent a quota this round: skipped",
-                    server_round,
-                    node,
-                )
-                continue
-            if node in answered:
-                log(
-                    WARNING,
-                    "[adaptive] round %s: %s replied more than once; only its first reply counts",
-                    server_round,
-                    self.who(node),
-                )
-                continue
-            answered.add(node)
-            self.sent_round.note_arrival(node, msg)
-            if msg.has_error():
-                skipped[node] = "error"
-                log(
-                    WARNING,
-                    "[adaptive] round %s: %s failed: %s; skipped",
-                    server_round,
-                    self.who(node),
-                    msg.error.reason,
-                )
-                continue
-            array_items, metric_items = split_records(msg.content)  # one pass, no record views
-            if len(array_items) != 1 or len(metric_items) != 1:
-                skipped[node] = "invalid"
-                log(
-                    WARNING,
-                    "[adaptive] round %s: %s replied with %d ArrayRecords and %d "
-                    "MetricRecords (expected 1 and 1); skipped",
-                    server_round,
-                    self.who(node),
-                    len(array_items),
-                    len(metric_items),
-                )
-                continue
-            metrics = metric_items[0][1]
-            if reason := size_reason(
-                metrics,
-                record_sizes(array_items[0][1]),
-                getattr(self, "_reference_layout", None),
-                self.lists_sized_elsewhere,
-            ):
-                skipped[node] = "invalid"
-                log(WARNING, "[adaptive] round %s: node %s: %s; skipped unread", server_round, node, reason)
-                continue
-            self._records_of[id(msg)] = (array_items[0][1], metrics)
-            self.note_partition(node, metrics)
-            try:
-                report = parse_report(node, metrics, self.assigned_quota(node))
-            except ValueError as err:
-                skipped[node] = "invalid"
-                log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
-                continue
-            candidates.append((msg, report))
-        kept_pairs = self._usable_arrays(server_round, candidates, skipped)
-        for node in self._assigned:
-            if node not in answered:
-                skipped[node] = "no-reply"
-                limit = getattr(self, "_round_limit", None)
-                log(
-                    WARNING,
-                    "[adaptive] round %s: no reply from %s (%s); skipped%s",
-                    server_round,
-                    self.who(node),
-                    "timeout or lost"
-                    if limit is None
-                    else f"late: past the round timeout of {limit[0]:.1f} s = "
-                    + (
-                        "the ceiling, no prediction yet"
-                        if limit[1] is None or self.round_timeout is None
-                        else f"{self.round_timeout.factor:g} x the predicted {limit[1]:.1f} s within "
-                        f"[{self.round_timeout.floor_s:g}, {self.round_timeout.ceiling_s:g}] s"
-                    ),
-                    "" if limit is None else ", on probation next round",
-                )
-        return [m for m, _ in kept_pairs], [r for _, r in kept_pairs], skipped
+        return screen_replies(self, server_round, replies)
 
     def _note_overhead(self, reports: Sequence[ClientReport]) -> None:
         """The per-round overhead the server saw: the median of (observed − reported compute)."""
@@ -553,6 +464,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         """Keep the replies whose arrays match the model sent and are finite (``array_screening``)."""
         reference = getattr(self, "_reference_layout", None)
         return usable_arrays(server_round, pairs, skipped, reference, getattr(self, "_records_of", {}), self.who)
+
+    _records_of: dict[int, tuple[ArrayRecord, MetricRecord]]  # this round: id(reply) -> its records (screening)
 
     #: Metric keys whose lists a subclass bounds by length itself before reading them (the size
     #: screen counts each as one value): HFL's per-rank lists.
