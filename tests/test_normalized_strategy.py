@@ -352,7 +352,7 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
 
     # Prepare: three silos run the 10 steps sent; silo 0 with plain SGD (‖a‖₁ = 10), the others
     # with momentum 0.9 (41.38): FedNova scales silo 0's change τ_eff/10 = 3.09×
-    strategy = hierarchical(3, **({} if cap is None else {"max_rescale": cap}))
+    strategy = hierarchical(3, max_rescale=cap)
     momentum = {0: 0.0, 1: 0.9, 2: 0.9}
     node_of = {1000 + p: p for p in momentum}
     msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
@@ -377,7 +377,8 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     lambda **kw: build_strategy("oort", budget=10, **kw),
 ], ids=["message", "legacy", "hfl", "build-time", "build-static", "build-oort"])
 def test_max_rescale_reaches_every_strategy_and_is_checked(make):
-    assert make().max_rescale == MAX_RESCALE  # the one default of every strategy
+    assert make().max_rescale == MAX_RESCALE == 8.0  # the one default of every strategy (the sweep's choice)
+    assert make(max_rescale=None).max_rescale is None  # FedNova's factors, unbounded
     assert make(max_rescale=4).max_rescale == 4.0
     with pytest.raises(ValueError, match="max_rescale must be >= 1"):
         make(max_rescale=0.5)
@@ -386,3 +387,12 @@ def test_max_rescale_reaches_every_strategy_and_is_checked(make):
 def test_fedasync_refuses_max_rescale_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="max_rescale does not apply to policy 'fedasync'"):
         build_strategy("fedasync", budget=10, max_rescale=4)
+
+
+def test_the_default_cap_binds_on_a_one_step_node_next_to_ten_step_ones():
+    # FedNova would scale node 0 (one momentum step next to two ten-step nodes) 28×: the default caps it at 8
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy.step_tolerance = 20.0
+    got = message_round(strategy, X, list(zip(CAPPED_KWS, CAPPED_MODELS)))
+    assert strategy.last_scales[100] == 8.0
+    np.testing.assert_allclose(got[0], _capped_expected(8.0), rtol=1e-12)

@@ -115,14 +115,16 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         rescaling). Default (``None``): ``"normalized"`` when ``allow_cycling=False`` (private
         data), ``"samples"`` when ``allow_cycling=True`` (data shared in a trusted domain).
         Claimed data sizes are capped at ``weight_cap`` (2) × the round's median claim.
-    max_rescale : float, optional
+    max_rescale : float or None (default: 8.0)
         With ``weighting="normalized"``: the largest factor a node's model change is scaled by
         (>= 1). FedNova scales a node that took few local steps up to the round's mean local work
         (momentum 0.9: one step next to ten-step nodes is scaled about 35×), and its minibatch
         noise with it; the cap bounds that, and the node's share of the objective becomes
         ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` instead of its data share p_i (between FedNova
-        and data-size FedAvg; ``flwr_adaptive.normalized_averaging``). ``None`` (default):
-        FedNova's factors, unbounded.
+        and data-size FedAvg; ``flwr_adaptive.normalized_averaging``). The default 8 is the
+        non-IID sweep's choice (docs/results.md): it keeps a slow owner of a class whose factor
+        stays below it and bounds the 1-2-step nodes of a wide fleet. ``None``: FedNova's
+        factors, unbounded.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.

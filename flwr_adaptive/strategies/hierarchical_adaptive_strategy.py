@@ -116,7 +116,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         sends, so with one optimizer on every silo the rescaling is 1 and the rule is the
         data-weighted average whatever the silo budgets), ``"samples"`` (each silo's budget: a
         silo with a larger budget weighs more) or ``"data-size"``.
-    max_rescale : float, optional
+    max_rescale : float or None (default: 8.0)
         The largest factor a silo model's change is scaled by, as for ``AdaptiveStrategy``
         (``None``: unbounded). Every silo runs the ``steps`` sent, so only silos whose local
         optimizers differ (momentum, proximal term) are rescaled at all.

@@ -30,7 +30,7 @@ round and on the kept replies only:
   sent). When a kept reply does not say its steps, the round uses every reply's **samples** in
   their place (right for one batch size and one pass over the quota; one warning): a mix of
   units would be wrong. Unknown momentum counts as plain SGD; a μ > 0 with an unknown learning
-  rate is left out (one warning each). ``max_rescale`` (``None``: FedNova) clips every factor at
+  rate is left out (one warning each). ``max_rescale`` (default 8; ``None``: FedNova) clips every factor at
   that value, so a client held at a step or two is not extrapolated to the round's τ_eff: the
   objective then weighs it ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` (derivation in
   :mod:`flwr_adaptive.normalized_averaging`).

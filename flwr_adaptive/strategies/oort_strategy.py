@@ -87,7 +87,7 @@ class OortStrategy(AdaptiveStrategy):
     weighting : str, optional
         ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
         (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
-    max_rescale : float, optional
+    max_rescale : float or None (default: 8.0)
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
         ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
     allow_cycling : bool (default: False)
