@@ -67,8 +67,8 @@ def _replies(messages, slowdown: dict[int, float]):
     return out
 
 
-def _rounds(make, sampled: int, population: int, rounds: int, seed: int) -> list[float]:
-    """Seconds of configure_train + aggregate_train in each round (replies built untimed)."""
+def _rounds(make, sampled: int, population: int, rounds: int, seed: int, clock=time.perf_counter) -> list[float]:
+    """Seconds of configure_train + aggregate_train in each round (replies built untimed), on ``clock``."""
     from flwr.app import ArrayRecord, ConfigRecord
 
     node_ids = [10**9 + i for i in range(population)]
@@ -80,13 +80,13 @@ def _rounds(make, sampled: int, population: int, rounds: int, seed: int) -> list
     times = []
     for rnd in range(1, rounds + 1):
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = clock()
         msgs = list(strategy.configure_train(rnd, arrays, config, grid))
-        t1 = time.perf_counter()
+        t1 = clock()
         replies = _replies(msgs, slowdown)
-        t2 = time.perf_counter()
+        t2 = clock()
         strategy.aggregate_train(rnd, replies)
-        t3 = time.perf_counter()
+        t3 = clock()
         times.append((t1 - t0) + (t3 - t2))
     return times
 
@@ -97,23 +97,28 @@ def _fedavg(fraction: float):
     return FedAvg(fraction_train=fraction, fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1)
 
 
-def _controller_rounds(sampled: int, population: int, rounds: int, seed: int) -> list[float]:
+def _controller_rounds(sampled: int, population: int, rounds: int, seed: int, clock=time.perf_counter) -> list[float]:
     rng = np.random.default_rng(seed)
     slowdown = np.exp(rng.standard_normal(population))
     ctrl = AllocationController.from_policy("time", 64 * sampled)
     times = []
     for _ in range(rounds):
         ids = rng.choice(population, sampled, replace=False).tolist()
-        t0 = time.perf_counter()
+        t0 = clock()
         quotas = ctrl.allocate(ids)
         for p in ids:
             ctrl.observe(p, Report(time_s=float(0.002 * quotas[p] * slowdown[p]) or 1e-9, samples=max(quotas[p], 1)))
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return times
 
 
-def measure(sampled: int, population: int, rounds: int = 4, repeat: int = 3, seed: int = 0) -> dict:
-    """One row: FedAvg vs the adaptive strategy at ``sampled`` of ``population`` nodes."""
+def measure(sampled: int, population: int, rounds: int = 4, repeat: int = 3, seed: int = 0,
+            clock=time.perf_counter) -> dict:
+    """One row: FedAvg vs the adaptive strategy at ``sampled`` of ``population`` nodes.
+
+    ``clock``: wall time by default (what a server waits); ``time.process_time`` counts this process's
+    CPU only, so a ratio within one run is not moved by other processes sharing the cores.
+    """
     def adaptive(fraction: float) -> AdaptiveStrategy:
         # trust=False: fabricated replies carry no delivery stamps to weigh
         return AdaptiveStrategy(_fedavg(fraction), budget=64 * sampled, policy="time", trust=False)
@@ -121,9 +126,9 @@ def measure(sampled: int, population: int, rounds: int = 4, repeat: int = 3, see
     runs = {"fedavg": [], "adaptive": [], "controller": []}
     with _message_identity():
         for r in range(repeat):
-            runs["fedavg"].append(_rounds(_fedavg, sampled, population, rounds, seed + r))
-            runs["adaptive"].append(_rounds(adaptive, sampled, population, rounds, seed + r))
-            runs["controller"].append(_controller_rounds(sampled, population, rounds, seed + r))
+            runs["fedavg"].append(_rounds(_fedavg, sampled, population, rounds, seed + r, clock))
+            runs["adaptive"].append(_rounds(adaptive, sampled, population, rounds, seed + r, clock))
+            runs["controller"].append(_controller_rounds(sampled, population, rounds, seed + r, clock))
     first = {k: float(np.median([t[0] for t in v])) for k, v in runs.items()}
     later = {k: float(np.median([np.mean(t[1:]) for t in v])) for k, v in runs.items()}
     own = later["adaptive"] - later["fedavg"]
