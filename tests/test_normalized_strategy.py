@@ -71,6 +71,17 @@ def test_default_weighting_follows_the_data_setting():
     assert build_strategy("oort", budget=10).weighting == "normalized"
 
 
+@pytest.mark.parametrize("cls", [AdaptiveStrategy, LegacyAdaptiveStrategy])
+@pytest.mark.parametrize("options", [{"weighting": "samples"}, {"weighting": "data-size"}, {"allow_cycling": True}])
+def test_a_rescale_cap_where_nothing_is_rescaled_is_refused_with_the_fix(cls, options):
+    # Only the normalised rule rescales updates: a cap beside another weighting would do nothing
+    for cap in (4.0, None):
+        with pytest.raises(ValueError, match="has no effect with weighting=.*pass weighting='normalized'"):
+            cls(budget=10, max_rescale=cap, **options)
+    assert cls(budget=10, **options).max_rescale == MAX_RESCALE  # the default stays accepted
+    assert cls(budget=10, max_rescale=4.0).max_rescale == 4.0
+
+
 def test_message_api_aggregates_fednova_steps_for_sgd_momentum_and_proximal_clients():
     # Prepare: three nodes, different data sizes, steps, momentum and a proximal term
     models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]

@@ -62,6 +62,7 @@ from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
 from flwr_adaptive.strategies.history import checked_history_path
+from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
@@ -214,6 +215,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             context=context,
         )
         self.history_path = checked_history_path(history_path)
+        check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
         self.setup_check = SetupCheck("message")

@@ -59,7 +59,7 @@ from flwr_adaptive.normalized_averaging import (
 )
 from flwr_adaptive.strategies.reports import ClientReport
 
-__all__ = ["AggregationWeights", "WEIGHTINGS", "default_weighting"]
+__all__ = ["AggregationWeights", "WEIGHTINGS", "check_rescale_applies", "default_weighting"]
 
 #: The aggregation weightings; the first is the default with private data (``allow_cycling=False``).
 WEIGHTINGS = ("normalized", "samples", "data-size")
@@ -90,6 +90,20 @@ def claimed_steps(reports: Sequence[ClientReport]) -> list[int] | None:
     if any(r.steps is None for r in reports):
         return None
     return [int(r.steps) for r in reports]  # type: ignore[arg-type]
+
+
+def check_rescale_applies(max_rescale: float | None, weighting: str) -> None:
+    """Refuse a ``max_rescale`` other than the default where no update is rescaled.
+
+    Only ``weighting="normalized"`` rescales updates; with ``"samples"`` or ``"data-size"`` (and
+    ``allow_cycling=True``, whose default is ``"samples"``) a cap would be accepted and do nothing.
+    """
+    if weighting != "normalized" and max_rescale != MAX_RESCALE:
+        raise ValueError(
+            f"max_rescale={max_rescale!r} has no effect with weighting={weighting!r}: only "
+            "weighting='normalized' rescales updates (allow_cycling=True defaults to 'samples'); "
+            "pass weighting='normalized' or leave max_rescale out"
+        )
 
 
 class AggregationWeights:
