@@ -62,8 +62,8 @@ from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
 from flwr_adaptive.strategies.history import checked_history_path
-from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
+from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid

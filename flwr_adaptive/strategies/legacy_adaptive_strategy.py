@@ -56,8 +56,8 @@ from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale, r
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_results
 from flwr_adaptive.strategies.history import checked_history_path
-from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
+from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
