@@ -273,17 +273,7 @@ class LocalDeployment:
         (and ``--database``, whose state it then reads back). The SuperNodes keep retrying."""
         if self.superlink is None or self.superlink.poll() is not None:
             raise RuntimeError("the SuperLink is not running")
-        try:
-            root = psutil.Process(self.superlink.pid)
-            procs = [*root.children(recursive=True), root]
-        except psutil.NoSuchProcess:
-            procs = []
-        for p in procs:
-            self._seen.setdefault(p.pid, p)
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
+        procs = self._sigkill_tree(self.superlink.pid)
         psutil.wait_procs(procs, timeout=30)
         self.superlink.wait()
         self._start_superlink(timeout_s)
@@ -406,19 +396,23 @@ class LocalDeployment:
         node = self._nodes[index]
         if node.proc is None or node.proc.poll() is not None:
             raise RuntimeError(f"SuperNode {index} is not running")
+        self._sigkill_tree(node.proc.pid)
+        node.proc.wait()
+
+    def _sigkill_tree(self, pid: int) -> list[psutil.Process]:
+        """SIGKILL ``pid`` and its descendants (a machine that crashed), remembered for the final sweep."""
         try:
-            root = psutil.Process(node.proc.pid)
+            root = psutil.Process(pid)
             procs = [*root.children(recursive=True), root]
         except psutil.NoSuchProcess:
             procs = []
         for p in procs:
             self._seen.setdefault(p.pid, p)
-        for p in procs:
             try:
                 p.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
                 pass
-        node.proc.wait()
+        return procs
 
     # ------------------------------------------------------------------ the flwr CLI
     def flwr(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
