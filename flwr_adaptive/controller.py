@@ -56,7 +56,6 @@ from flwr_adaptive.limits import (
     ParticipantId,
     Report,
     as_id,
-    check_bound,
     check_budget_groups,
     check_drift,
     check_fixed_seconds,
@@ -68,6 +67,7 @@ from flwr_adaptive.limits import (
     id_list,
     parse_bound,
     show,
+    store_bound,
     validate_report,
 )
 from flwr_adaptive.policies import (
@@ -128,7 +128,7 @@ class AllocationController:
         Per-participant bounds; a dict maps participant → bound (missing keys: 0 and unbounded).
         ``max_quota=None`` means unbounded; a bound above ``MAX_BUDGET`` cannot bind and is
         stored as ``MAX_BUDGET``. When a bound binds the rest is re-split among the others.
-        ``set_max_quota`` changes one participant's upper bound later.
+        ``set_min_quota`` / ``set_max_quota`` change one participant's bound later.
     groups : dict, optional
         ``{participant: group}``, group names ``str`` or ``int``. A sample never crosses a
         group; a group without live members gets nothing this round and its budget is not given
@@ -253,14 +253,15 @@ class AllocationController:
 
         A bound above ``MAX_BUDGET`` cannot bind and is stored as ``MAX_BUDGET``.
         """
-        participant = as_id(participant)
-        if max_quota is None:
-            self._max_map.pop(participant, None)
-        else:
-            self._max_map[participant] = check_bound(f"max_quota for participant {participant!r}", max_quota)
-        slot = self._store.index.get(participant)
-        if slot is not None:
-            self._store.hi[slot] = self._max_of(participant)
+        self._set_bound(store_bound(self._max_map, "max_quota", participant, max_quota))
+
+    def set_min_quota(self, participant: ParticipantId, min_quota: int | None) -> None:
+        """Set (or with ``None`` remove: the default ``min_quota`` applies) one participant's lower bound."""
+        self._set_bound(store_bound(self._min_map, "min_quota", participant, min_quota))
+
+    def _set_bound(self, participant: ParticipantId) -> None:
+        if (slot := self._store.index.get(participant)) is not None:  # a registered slot holds its bounds
+            (self._store.lo[slot],), (self._store.hi[slot],) = self._bounds([participant])
 
     def set_group(self, participant: ParticipantId, group: Hashable, budget: int | None = None) -> None:
         """Put ``participant`` in ``group`` (controllers built with ``groups=`` only).

@@ -337,6 +337,16 @@ def check_bound(name: str, value: Any) -> int:
     return min(check_int(name, value), MAX_BUDGET)  # a larger bound cannot bind
 
 
+def store_bound(bounds: dict[ParticipantId, int], name: str, participant: Any, value: Any) -> ParticipantId:
+    """Set (``None``: remove) ``participant``'s entry in ``bounds``, a ``name`` map; returns its id."""
+    key: ParticipantId = as_id(participant)
+    if value is None:
+        bounds.pop(key, None)
+    else:
+        bounds[key] = check_bound(f"{name} for participant {key!r}", value)
+    return key
+
+
 def parse_bound(name: str, value: Any, default: int | None) -> tuple[int | None, dict[ParticipantId, int]]:
     """``min_quota`` / ``max_quota`` as ``(default, {participant: bound})``."""
     if value is None:
