@@ -25,7 +25,9 @@ stays identified.
 Cost
 ----
 Vectorised over participants: O(P·WINDOW) per call, no Python loop over participants, no masked
-arrays (medians of a window by a sorting network, see :func:`column_median`).
+arrays (medians of a window by a sorting network, see :func:`column_median`; of a full window by
+the part of it that decides the middle). Full windows are fitted in blocks of :data:`FIT_BLOCK`
+participants, so that the temporaries stay in the cache.
 """
 
 from __future__ import annotations
@@ -196,21 +198,22 @@ def fit_windows(
     The same results, bit for bit, as :func:`fit_columns` on the ``K·P`` columns: the
     participants whose windows are full (the steady state) take a path without masks, where the
     first line's spread of ``n`` is computed once for the ``K`` quantities; the others go
-    through :func:`fit_columns`.
+    through :func:`fit_columns`. A column sum is NaN when its column holds a NaN (or, harmlessly,
+    both infinities: such a column takes the general path, which gives the same result), so
+    the sums the fit needs anyway tell the full windows.
     """
     W, K, P = y.shape
-    full = ~(np.isnan(n).any(axis=0) | np.isnan(y).any(axis=(0, 1)))
+    sum_y = y.sum(axis=0)
+    full = ~(np.isnan(n.sum(axis=0)) | np.isnan(sum_y).any(axis=0))
     if full.all():
-        return (*_fit_full(n[:, None, :], y), None, y.sum(axis=0))
+        return (*_fit_blocks(n[:, None, :], y, sum_y), None, sum_y)
     a, b, identified, noise = (np.empty((K, P)) for _ in range(4))
-    sum_y = np.empty((K, P))
     identified = np.empty((K, P), dtype=bool)
     filled = np.ones((W, K, P), dtype=bool)
     rows = np.flatnonzero(full)
     if len(rows):
-        y_full = y[:, :, rows]
-        a[:, rows], b[:, rows], identified[:, rows], noise[:, rows] = _fit_full(n[:, None, rows], y_full)
-        sum_y[:, rows] = y_full.sum(axis=0)
+        fitted = _fit_blocks(n[:, None, rows], y[:, :, rows], sum_y[:, rows])
+        a[:, rows], b[:, rows], identified[:, rows], noise[:, rows] = fitted
     rest = np.flatnonzero(~full)
     count = len(rest)
     ga, gb, gid, gnoise, gfilled, gsum = fit_columns(np.tile(n[:, rest], (1, K)), y[:, :, rest].reshape(W, K * count))
@@ -220,36 +223,69 @@ def fit_windows(
     return a, b, identified, noise, filled, sum_y
 
 
+#: Participants per block of :func:`_fit_blocks`: the temporaries of a block ((WINDOW, K, block)
+#: floats) stay in the cache. Whole arrays of 100,000 participants made every step a trip to
+#: memory: the fit took ~4x as long (experiments/bench_controller.py).
+FIT_BLOCK = 8192
+
+
+def _fit_blocks(
+    n: np.ndarray, y: np.ndarray, sum_y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_fit_full` a block of :data:`FIT_BLOCK` participants at a time (columns are
+    fitted independently: the same results)."""
+    P = y.shape[2]
+    if P <= FIT_BLOCK:
+        return _fit_full(n, y, sum_y)
+    K = y.shape[1]
+    a, b, noise = np.empty((K, P)), np.empty((K, P)), np.empty((K, P))
+    identified = np.empty((K, P), dtype=bool)
+    for s in range(0, P, FIT_BLOCK):
+        e = s + FIT_BLOCK
+        a[:, s:e], b[:, s:e], identified[:, s:e], noise[:, s:e] = _fit_full(n[..., s:e], y[..., s:e], sum_y[:, s:e])
+    return a, b, identified, noise
+
+
+_FLOAT_MAX = float(np.finfo(float).max)
+
+
 @np.errstate(divide="ignore", invalid="ignore", over="ignore")
-def _fit_full(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`fit_columns` of full windows (no NaN): ``n`` ``(WINDOW, 1, P)``, ``y`` ``(WINDOW, K, P)``.
+def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_columns` of full windows (no NaN): ``n`` ``(WINDOW, 1, P)``, ``y`` ``(WINDOW, K, P)``,
+    ``sum_y`` its sum down the window.
 
     Every operation is the one :func:`fit_columns` applies with all weights 1 (``1·x`` and
     ``x / 1`` are exact, a mask that selects every cell selects nothing away), in the same
-    order, so the results are the same bit for bit.
+    order, so the results are the same bit for bit. The sample counts are expanded to ``y``'s
+    shape once (numpy's broadcasting of a middle axis costs about twice a plain operation);
+    a sum down the window adds its rows in order whatever the layout.
     """
-    W = len(n)
+    W, K = len(n), y.shape[1]
     count = float(W)
+    nk = np.broadcast_to(n, y.shape).copy() if K > 1 else n
     sum_n = n.sum(axis=0)
-    sum_y = y.sum(axis=0)
     proportional = sum_y / sum_n
     mean_n = sum_n / count
     mean_y = sum_y / count
     spread = (n.max(axis=0) - n.min(axis=0)) / mean_n
     dn = n - mean_n
     snn = (dn * dn).sum(axis=0)
-    b = np.where(snn > 0, (dn * (y - mean_y)).sum(axis=0) / snn, np.nan)
+    dnk = np.broadcast_to(dn, y.shape).copy() if K > 1 else dn
+    b = np.where(snn > 0, (dnk * (y - mean_y)).sum(axis=0) / snn, np.nan)
     a = mean_y - b * mean_n
     # One robust step: residuals far beyond the row's typical residual lose their weight.
-    resid = y - (a + b * n)
+    resid = y - (a + b * nk)
     scale = 1.4826 * _full_median(np.abs(resid))
-    scale = np.maximum(np.nan_to_num(scale), 0.01 * np.abs(mean_y)) + 1e-300
+    # np.nan_to_num of a scale >= 0 or NaN: NaN -> 0, inf -> the largest float (its dispatch
+    # and copies cost more than the rest of this line)
+    scale = np.where(np.isnan(scale), 0.0, np.clip(scale, -_FLOAT_MAX, _FLOAT_MAX))
+    scale = np.maximum(scale, 0.01 * np.abs(mean_y)) + 1e-300
     w2 = 1.0 / (1.0 + (resid / (3.0 * scale)) ** 2)
     sw2 = w2.sum(axis=0)
     sw2 = np.where(sw2 > 0, sw2, 1.0)
-    n_bar = (w2 * n).sum(axis=0) / sw2
+    n_bar = (w2 * nk).sum(axis=0) / sw2
     y_bar = (w2 * y).sum(axis=0) / sw2
-    dn2 = n - n_bar
+    dn2 = nk - n_bar
     wdn = w2 * dn2
     snn2 = (wdn * dn2).sum(axis=0)
     b2 = np.where(snn2 > 0, (wdn * (y - y_bar)).sum(axis=0) / snn2, np.nan)
@@ -257,7 +293,7 @@ def _fit_full(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     ok = np.isfinite(a2) & np.isfinite(b2)
     a = np.where(ok, a2, a)
     b = np.where(ok, b2, b)
-    resid = y - (a + b * n)
+    resid = y - (a + b * nk)
     df = min(max(W - 2, 1), len(INTERCEPT_T) - 1)
     sigma = np.sqrt((resid**2).sum(axis=0) / float(df))
     slope_error = sigma / np.sqrt(snn)
@@ -271,7 +307,7 @@ def _fit_full(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
     a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
     b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
-    noise = 1.4826 * _full_median(np.abs(y - (a + b * n))) / mean_y
+    noise = 1.4826 * _full_median(np.abs(y - (a + b * nk))) / mean_y
     if W < 3:
         noise = np.full_like(noise, np.nan)
     return a, b, identified, noise
@@ -280,7 +316,36 @@ def _fit_full(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
 def _full_median(v: np.ndarray) -> np.ndarray:
     """:func:`column_median` down axis 0 of a window without empty cells: a column that is NaN
     everywhere (a line that could not be fitted) gives NaN, as there; a column NaN only in some
-    cells (overflowing arithmetic) is rare and goes through :func:`column_median` itself."""
+    cells (overflowing arithmetic) is rare and goes through :func:`column_median` itself.
+
+    The median comes from the comparators of the sorting network that decide the two middle
+    values (:data:`_MIDDLE`), without sorting the rest. A NaN anywhere in a column reaches the
+    median (every input feeds a kept comparator, and minimum / maximum propagate NaN), so the
+    rare check for partly empty columns runs only when the median has a NaN.
+    """
+    plan = _MIDDLE.get(len(v))
+    if plan is None:  # another WINDOW: the full sort
+        return _full_median_sorted(v)
+    rows = [v[i] for i in range(len(v))]
+    for i, j, low, high in plan:
+        if low and high:
+            rows[i], rows[j] = np.minimum(rows[i], rows[j]), np.maximum(rows[i], rows[j])
+        elif low:
+            rows[i] = np.minimum(rows[i], rows[j])
+        else:
+            rows[j] = np.maximum(rows[i], rows[j])
+    # min + max of the last pair is its sum: the last comparator is not needed (float + commutes)
+    median: np.ndarray = (rows[(len(v) - 1) // 2] + rows[len(v) // 2]) / 2
+    if np.isnan(median).any():
+        count = np.isnan(v).sum(axis=0)
+        if ((count > 0) & (count < len(v))).any():
+            return _full_median_sorted(v)
+    return median
+
+
+def _full_median_sorted(v: np.ndarray) -> np.ndarray:
+    """:func:`_full_median` by the whole sorting network (or :func:`column_median` for partly
+    NaN columns): the reference the pruned network reproduces."""
     nan = np.isnan(v)
     if nan.any():
         count = nan.sum(axis=0)
@@ -291,3 +356,26 @@ def _full_median(v: np.ndarray) -> np.ndarray:
     ordered = _sort_columns(v)  # NaN columns stay NaN: minimum / maximum propagate it
     median: np.ndarray = (ordered[(len(v) - 1) // 2] + ordered[len(v) // 2]) / 2
     return median
+
+
+def _middle_plan(width: int) -> tuple[tuple[int, int, bool, bool], ...] | None:
+    """The comparators of ``_NETWORK[width]`` that the two middle outputs depend on, as ``(i, j,
+    min needed, max needed)``, the last one dropped when it only orders the middle pair; ``None``
+    when some input would not reach the middle (then a NaN could hide: the full sort is used)."""
+    network = _NETWORK.get(width)
+    if network is None or width < 2:
+        return None
+    middle = {(width - 1) // 2, width // 2}
+    if network and set(network[-1]) == middle:
+        network = network[:-1]
+    needed, plan = set(middle), []
+    for i, j in reversed(network):
+        low, high = i in needed, j in needed
+        if low or high:
+            plan.append((i, j, low, high))
+            needed |= {i, j}
+    return tuple(reversed(plan)) if needed == set(range(width)) else None
+
+
+#: Per window size: the pruned median network of :func:`_full_median` (6: 19 of the 24 min / max).
+_MIDDLE = {width: plan for width in _NETWORK if (plan := _middle_plan(width)) is not None}

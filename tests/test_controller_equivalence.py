@@ -136,3 +136,50 @@ def test_fit_windows_is_fit_columns_bit_for_bit_on_full_partial_and_degenerate_w
     # and a window set without any empty cell takes the path without masks
     full = fit_windows(np.nan_to_num(n, nan=100.0)[:, 63:], np.nan_to_num(y, nan=1.0)[:, :, 63:])
     assert full[4] is None
+
+
+@pytest.mark.parametrize("width", range(1, 7))
+def test_pruned_median_network_is_the_full_sort_bit_for_bit_in_every_order(width):
+    import itertools
+
+    from flwr_adaptive.estimation import _full_median, _full_median_sorted
+
+    # Prepare: every order of `width` values with ties, as columns (each order exercises the
+    # comparators the pruned network keeps), plus columns NaN everywhere, NaN in one cell
+    # (the column_median path), infinities and huge values whose sum overflows
+    rng = np.random.default_rng(width)
+    values = np.round(rng.uniform(0.0, 4.0, width), 1)
+    orders = np.array(list(itertools.permutations(range(width)))).T
+    v = np.concatenate([values[orders], np.full((width, 2), np.nan), np.full((width, 2), 1e308)], axis=1)
+    v[0, -1] = np.inf
+    partly = v.copy()
+    partly[width - 1, 0] = np.nan
+    for case in (v, partly, v.reshape(width, 1, -1)):
+        # Execute
+        with np.errstate(over="ignore"):
+            got, want = _full_median(case), _full_median_sorted(case)
+        # Assert: the same bits (NaN where NaN), and numpy's median where nothing is NaN
+        assert got.tobytes() == want.tobytes()
+    with np.errstate(over="ignore"):
+        medians = _full_median(v)[: orders.shape[1]]
+    assert medians.tolist() == [float(np.median(values))] * orders.shape[1]
+
+
+def test_blocked_full_window_fit_is_the_whole_fit_bit_for_bit(monkeypatch):
+    from flwr_adaptive import estimation
+
+    # Prepare: full windows of 1,000 participants (time and energy), some without a slope
+    rng = np.random.default_rng(7)
+    P = 1_000
+    n = np.round(rng.lognormal(5, 0.3, (estimation.WINDOW, P)))
+    n[:, :30] = 100.0
+    t = (rng.uniform(0, 2, P) + rng.lognormal(-5, 1, P) * n) * (1 + 0.03 * rng.standard_normal((estimation.WINDOW, P)))
+    y = np.stack([t, t * rng.lognormal(1, 0.3, P)], axis=1)
+    whole = estimation.fit_windows(n, y)
+    # Execute: blocks of 64 participants (the last one partial)
+    monkeypatch.setattr(estimation, "FIT_BLOCK", 64)
+    blocked = estimation.fit_windows(n, y)
+    # Assert
+    assert whole[4] is None and blocked[4] is None
+    for got, want in zip(blocked[:4] + blocked[5:], whole[:4] + whole[5:]):
+        assert got.tobytes() == want.tobytes()
