@@ -1,0 +1,121 @@
+"""The rows of the non-IID section: the policy, weighting, aggregation and options of each table row.
+
+Contract
+--------
+:data:`ROWS` maps a row's name to a :class:`Row` (policy, label, weighting, inner strategy, quota
+floor, cycling, further strategy options), built from what the installed strategies offer: a row
+on a weighting they lack (:func:`normalised_weighting`) is left out by :func:`available_rows`, the
+rescale-cap rows exist once ``AdaptiveStrategy`` takes such an option (:func:`rescale_cap_option`),
+and :func:`default_row` names the row on the weighting a user gets by default
+(:func:`default_weighting`). :data:`QUICK_ROWS`, :data:`MEASURED_ROWS` and :data:`LATER_ALPHA_ROWS`
+are the rows of the quick form, of the measured clock and of the second and later α.
+
+Cost
+----
+Importing builds :data:`ROWS`: it imports the strategies (Flower) and reads ``AdaptiveStrategy``'s
+signature; :func:`default_weighting` builds one ``AdaptiveStrategy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ALPHAS = (0.3, 0.1)
+FLOORS = (0.25, 0.5, 0.75)  # floor on a quota as a share of the equal split (budget / nodes)
+PROX_MU = 0.1
+RESCALE_CAPS = (4.0, 8.0, 16.0)  # caps on the normalised rule's rescaling factor (rows when the strategies offer one)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the tables: a policy with its aggregation and options."""
+
+    policy: str
+    label: str
+    weighting: str | None = None  # None: the strategies' default for private data
+    inner: str = "fedavg"
+    floor: float = 0.0  # share of the equal split
+    cycling: bool = False
+    options: tuple = ()  # further strategy options, ((name, value), …)
+
+
+def normalised_weighting() -> str | None:
+    """The strategies' name of the normalised (FedNova) weighting, or ``None`` when they have none."""
+    from flwr_adaptive.strategies import core
+
+    names = [w for w in core.WEIGHTINGS if w not in ("samples", "data-size")]
+    return names[0] if names else None
+
+
+def default_weighting() -> str:
+    """The weighting an ``AdaptiveStrategy`` uses with private data when the user names none."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    return str(AdaptiveStrategy(FedAvg(), budget=10, allow_cycling=False).weighting)
+
+
+def rescale_cap_option() -> str | None:
+    """The strategies' option that caps the normalised rule's rescaling factor, or ``None`` when they have none.
+
+    Read from ``AdaptiveStrategy``'s signature (the first keyword with ``rescale`` in its name), so the rows
+    appear as soon as the library offers the cap, whatever it is called.
+    """
+    import inspect
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    names = [n for n in inspect.signature(AdaptiveStrategy.__init__).parameters if "rescale" in n]
+    return names[0] if names else None
+
+
+def _rows() -> dict[str, Row]:
+    norm = normalised_weighting() or "normalised"
+    rows = {"equal-fedavg": Row("equal", "Equal + FedAvg", "samples"),
+            "equal-norm": Row("equal", "Equal + normalised", norm)}
+    for policy, name in (("time", "Time-only"), ("min-energy", "Min-energy")):
+        for w, wl in (("samples", "samples"), ("data-size", "data-size"), (norm, "normalised")):
+            rows[f"{policy}-{wl}"] = Row(policy, f"{name} + {wl}", w)
+    rows["time-fedprox"] = Row("time", f"Time-only + FedProx (μ={PROX_MU:g})", None, inner="fedprox")
+    rows["static"] = Row("static", "Static", None)
+    rows["oort"] = Row("oort", "Oort-like", None)
+    rows["fedasync"] = Row("fedasync", "FedAsync", "samples")
+    rows["pyramid"] = Row("pyramid", "PyramidFL-style", "samples", cycling=True)
+    for f in FLOORS:
+        rows[f"time-floor{f:g}"] = Row("time", f"Time-only, floor {f:g} × equal", None, floor=f)
+    cap = rescale_cap_option()
+    for c in RESCALE_CAPS if cap else ():
+        rows[f"time-norm-cap{c:g}"] = Row("time", f"Time-only + normalised, rescale ≤ {c:g}", norm,
+                                          options=((cap, c),))
+    return rows
+
+
+ROWS = _rows()
+#: Rows of the quick form (the suite): the reference, the adaptive default, one baseline of each kind.
+QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-normalised", "time-floor0.25", "pyramid",
+              "time-fedprox")
+MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-normalised")
+#: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal
+#: rules, Time-only's weightings (the normalised one with its rescale capped at 8 too: the candidate default
+#: that keeps the slow data owner's class in tests/test_noniid_e2e.py's case) and the PyramidFL-style baseline.
+LATER_ALPHA_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-data-size", "time-normalised",
+                    "time-norm-cap8", "pyramid")
+
+
+def available_rows(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(rows that can run, rows left out)``: a normalised row needs the strategies' normalised weighting."""
+    norm = normalised_weighting()
+    ok, left = [], []
+    for name in names:
+        row = ROWS[name]
+        (left if row.weighting == "normalised" and norm is None else ok).append(name)
+    return ok, left
+
+
+def default_row(policy: str = "time") -> str:
+    """The row of ``policy`` whose weighting is the strategies' default for private data."""
+    w = default_weighting()
+    label = {"samples": "samples", "data-size": "data-size"}.get(w, "normalised")
+    return f"{policy}-{label}"
