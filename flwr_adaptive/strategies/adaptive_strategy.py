@@ -75,6 +75,7 @@ from flwr_adaptive.strategies.screening import (
 )
 from flwr_adaptive.strategies.sent_round import SentRound
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
+from flwr_adaptive.strategies.step_floor import check_min_local_steps
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 from flwr_adaptive.strategies.train_replies import screen_replies
 from flwr_adaptive.strategies.trust import CostTrust
@@ -131,6 +132,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         quota is capped at the data size the client reports.
     min_quota : int (default: 1)
         Smallest quota any client gets.
+    min_local_steps : int (default: 0)
+        A floor in local optimizer steps: from its second round on, every trained node's quota
+        is at least this many steps of its own batch size (learnt from the local steps and
+        samples its replies report, ``keys.LOCAL_STEPS``; until a node's batch size is known it
+        has no floor), within the round's equal share (so the floors always fit the budget, and
+        a node under-claiming its steps gains at most Equal's quota) and its data size. The
+        split then never holds a slow node at one or two steps while the others take ten, which
+        would leave its update extrapolated (``"normalized"``) or its data under-weighted
+        (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -178,6 +188,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         max_rescale: float | None = MAX_RESCALE,
         allow_cycling: bool = False,
         min_quota: int = 1,
+        min_local_steps: int = 0,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -196,6 +207,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 "flwr_adaptive.strategies.LegacyAdaptiveStrategy"
             )
         max_rescale = check_max_rescale(max_rescale)  # checked first, set once the components exist
+        min_local_steps = check_min_local_steps(min_local_steps)
         AdaptiveCore.__init__(
             self,
             budget,
@@ -217,6 +229,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.history_path = checked_history_path(history_path)
         check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
+        self.min_local_steps = min_local_steps
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
         self.setup_check = SetupCheck("message")
         if round_timeout is not None and not isinstance(round_timeout, RoundTimeout):

@@ -35,6 +35,8 @@ Contract
   replied: a provisional size, ``quota_bounds``). A node absent from the split gets no message:
   when ``budget`` cannot give every node ``min_quota`` only ``budget // min_quota`` train, those
   that waited longest first; when it exceeds the nodes' local data each trains on all of it.
+  With ``min_local_steps = k`` each node's quota is at least k steps of its batch size learnt
+  from its replies, within the equal share (``strategies.step_floor``).
 - ``observe_replies(round, reports)`` learns each node's partition and data size and feeds one
   :class:`~flwr_adaptive.controller.Report` per client (as ``trust`` believes it, with its idle
   watts) to the controller; replies that would mislead it are held back (``held_reason``), an
@@ -86,6 +88,7 @@ from flwr_adaptive.strategies.state_store import (
     encode_state,
     parse_state,
 )
+from flwr_adaptive.strategies.step_floor import StepFloor
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
@@ -176,6 +179,7 @@ class AdaptiveCore:
         self.nodes = PartitionMap(self._warn_once)
         self.tables = RunHistory()
         self.bounds = QuotaBounds()
+        self.step_floor = StepFloor()  # min_local_steps: off until the API class sets it
         self.holds = HeldReasons()
         self.overheads = ServerOverheads()
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
@@ -197,6 +201,7 @@ class AdaptiveCore:
     data_sizes = Delegated("aggregation", "data_sizes", "``{partition id: data size}`` the operator knows.")
     step_tolerance = Delegated("aggregation", "step_tolerance", "Claimed steps per sample kept within this factor.")
     max_rescale = Delegated("aggregation", "max_rescale", "Largest factor a normalised update is scaled by, or None.")
+    min_local_steps = Delegated("step_floor", "steps", "Local steps every trained node gets at least (0: no floor).")
     last_weights = Delegated("aggregation", "last_weights", "The last round's ``{node id: weight}``.", writable=False)
     last_scales = Delegated("aggregation", "last_scales", "The last round's FedNova factors.", writable=False)
     #: CSV the round's rows are appended to after every round (its ``-clients`` file beside it);
@@ -558,6 +563,7 @@ class AdaptiveCore:
         for k in ids:
             self.nodes.node_keys.discard(k)
             self.bounds.forget(k)
+            self.step_floor.forget(k)
             self.overheads.forget(k)  # the controller's fixed time goes with forget(config=True)
         self.controller.forget(ids, config=True)
 

@@ -69,6 +69,7 @@ from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.silo_reports import RankReport, aggregate_silo_metrics, parse_rank_reports, rank_id
 from flwr_adaptive.strategies.state_file import StateFileError
+from flwr_adaptive.strategies.step_floor import check_min_local_steps
 from flwr_adaptive.strategies.trust import CostTrust
 
 __all__ = ["HierarchicalAdaptiveStrategy", "RankReport", "parse_rank_reports", "aggregate_silo_metrics", "rank_id"]
@@ -95,6 +96,11 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     min_rank_quota : int, optional
         Smallest quota of a rank (default ``steps``: one sample per step, so no rank idles
         through a step). A silo whose k ranks cannot all get it splits its budget evenly.
+    min_local_steps : int (default: 0)
+        The flat strategies' floor in local optimizer steps per node. Here every silo runs the
+        ``steps`` sent, whatever its ranks' quotas (samples never move between silos), so a
+        floor up to ``steps`` holds by construction; one above ``steps`` is refused (raise
+        ``steps`` instead).
     deadband : float, optional
         As for the controller. ``None``: 0, the ranks are re-split every round (moving quotas
         between a silo's ranks moves no data or model, while every step pays for an imbalance;
@@ -156,6 +162,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         steps: int,
         policy: str = "time",
         min_rank_quota: int | None = None,
+        min_local_steps: int = 0,
         deadband: float | None = None,
         slack: float | None = None,
         paper: bool = False,
@@ -174,6 +181,11 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             raise ValueError(
                 f"budget must be an int >= steps ({steps}): samples per silo and round, every "
                 f"step needs at least one; got {budget!r}"
+            )
+        if check_min_local_steps(min_local_steps) > steps:
+            raise ValueError(
+                f"min_local_steps={min_local_steps} exceeds steps={steps}: every silo runs the {steps} DDP "
+                "steps sent each round, so no floor above them can hold; raise steps or lower min_local_steps"
             )
         min_rank = int(steps) if min_rank_quota is None else min_rank_quota
         if isinstance(min_rank, bool) or not isinstance(min_rank, (int, np.integer)) or min_rank < 0:

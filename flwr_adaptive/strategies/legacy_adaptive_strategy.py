@@ -61,6 +61,7 @@ from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
+from flwr_adaptive.strategies.step_floor import check_min_local_steps
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 from flwr_adaptive.strategies.trust import CostTrust
 
@@ -132,6 +133,15 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         quota is capped at the data size the client reports.
     min_quota : int (default: 1)
         Smallest quota any client gets.
+    min_local_steps : int (default: 0)
+        A floor in local optimizer steps: from its second round on, every trained node's quota
+        is at least this many steps of its own batch size (learnt from the local steps and
+        samples its replies report, ``keys.LOCAL_STEPS``; until a node's batch size is known it
+        has no floor), within the round's equal share (so the floors always fit the budget, and
+        a node under-claiming its steps gains at most Equal's quota) and its data size. The
+        split then never holds a slow node at one or two steps while the others take ten, which
+        would leave its update extrapolated (``"normalized"``) or its data under-weighted
+        (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -172,6 +182,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         max_rescale: float | None = MAX_RESCALE,
         allow_cycling: bool = False,
         min_quota: int = 1,
+        min_local_steps: int = 0,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -187,6 +198,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
         max_rescale = check_max_rescale(max_rescale)  # checked first, set once the components exist
+        min_local_steps = check_min_local_steps(min_local_steps)
         AdaptiveCore.__init__(
             self,
             budget,
@@ -208,6 +220,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.history_path = checked_history_path(history_path)
         check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
+        self.min_local_steps = min_local_steps
         #: Stops a run whose client app was set up wrongly, in its first round; its errors name
         #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).
         self.setup_check = SetupCheck("legacy")

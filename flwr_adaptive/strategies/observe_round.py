@@ -4,7 +4,8 @@ Contract
 --------
 :func:`observe_round` is :meth:`AdaptiveCore.observe_replies
 <flwr_adaptive.strategies.core.AdaptiveCore.observe_replies>`: for each report it learns the
-node's partition and data size (its quota cap when cycling is off), skips probes (nodes on
+node's partition and data size (its quota cap when cycling is off) and its batch size (the
+step floor's, ``core.step_floor.note``), skips probes (nodes on
 probation), holds back what would mislead the controller (``core.held_reason``), checks a
 resumed estimate against the participant's first believed reply (:func:`check_resumed`) and
 feeds one :class:`~flwr_adaptive.controller.Report` per kept client (as ``core.trust`` believes
@@ -60,9 +61,10 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
             book.partition_of[r.node_id] = r.partition_id
             if f"node-{r.node_id}" in book.node_keys and book.keys([r.node_id])[0] == r.partition_id:
                 stale.append(f"node-{r.node_id}")
+        key = book.keys([r.node_id])[0]
+        core.step_floor.note(key, r.samples, r.steps)  # a probe's batches tell its batch size too
         if r.node_id in book.probation:
             continue  # a probe of min_quota samples says "alive", not what a sample costs
-        key = book.keys([r.node_id])[0]
         if not core.allow_cycling and r.data_size is not None:
             try:
                 core.controller.set_max_quota(key, max(r.data_size, core._min_of()))

@@ -64,14 +64,15 @@ LABELS.update({p + PAPER_SUFFIX: LABELS[p] + " (paper)" for p in _PAPER_POLICIES
 #: (set to anything but the default, they are refused rather than silently ignored). The
 #: estimation knobs ``smoothing`` and ``deadband`` are let through: one sweep sets them for all.
 _UNUSED = {
-    STATIC: ("forget_after", "slack", "paper"),
-    OORT: ("cost_clip", "forget_after", "slack", "paper"),
+    STATIC: ("forget_after", "slack", "paper", "min_local_steps"),
+    OORT: ("cost_clip", "forget_after", "slack", "paper", "min_local_steps"),
     FEDASYNC: (
         "slack",
         "paper",
         "weighting",
         "max_rescale",
         "min_quota",
+        "min_local_steps",
         "forget_after",
         "cost_clip",
         "state_dir",
@@ -112,6 +113,7 @@ def build_strategy(
     max_rescale: float | None = MAX_RESCALE,
     allow_cycling: bool = False,
     min_quota: int = 1,
+    min_local_steps: int = 0,
     forget_after: int = 3,
     cost_clip: float = 100.0,
     trust: CostTrust | bool = True,
@@ -157,6 +159,9 @@ def build_strategy(
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
+    min_local_steps : int (default: 0)
+        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies
+        only: Static, Oort and FedAsync do not take it).
 
     Raises
     ------
@@ -172,6 +177,7 @@ def build_strategy(
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
         "max_rescale": max_rescale != MAX_RESCALE,
         "min_quota": min_quota != 1,
+        "min_local_steps": min_local_steps != 0,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,
         "state_dir": bool(state_dir),
@@ -216,5 +222,13 @@ def build_strategy(
     if policy == STATIC:
         return StaticProfilingStrategy(strategy, budget=budget, policy="time", **costs, **common)
     return AdaptiveStrategy(
-        strategy, budget=budget, policy=policy, slack=slack, paper=paper, forget_after=forget_after, **costs, **common
+        strategy,
+        budget=budget,
+        policy=policy,
+        slack=slack,
+        paper=paper,
+        forget_after=forget_after,
+        min_local_steps=min_local_steps,
+        **costs,
+        **common,
     )

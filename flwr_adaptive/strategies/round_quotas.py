@@ -9,7 +9,8 @@ round's budget (``budget_per_node`` × the nodes sampled when that is set), zero
 minimum quota). While no node's partition is known (round 1) the split is equal; after, the
 controller splits by partition id (``PartitionMap.inherit_vacancies`` lets a new node id take
 over a departed partition), each node within its data size when cycling is off (a provisional
-size for a node that never replied, ``core.prior_caps`` for the never measured). A node on
+size for a node that never replied, ``core.prior_caps`` for the never measured) and, with
+``core.min_local_steps``, at least its step floor (``core.step_floor.quota``). A node on
 probation (it failed last round) gets ``core.probe_quota()`` samples and its share is re-split
 among the others; when every node is on probation, none is. When the budget exceeds all the
 nodes' local data (cycling off) every node trains on all of it. Every hook it calls is the
@@ -75,8 +76,12 @@ def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashab
         if core.policy != "equal":
             caps = core.prior_caps(node_ids, ids, caps, probation)
         book.node_keys.update(k for k in ids if type(k) is str)
-        for k, c in zip(ids, caps):
+        share = core.budget // len(ids)  # floors within the equal share always fit the budget
+        for n, k, c in zip(node_ids, ids, caps):
             core.controller.set_max_quota(k, c)
+            if core.step_floor.steps:  # a probe stays a probe: no floor on probation
+                floor = None if n in probation else core.step_floor.quota(k, share, c)
+                core.controller.set_min_quota(k, None if floor is None else max(floor, core._min_of()))
         by_key = core.controller.allocate(ids)
         split = {n: by_key[k] for n, k in zip(node_ids, ids)}
         core._round_keys = dict(zip(node_ids, ids))  # for the round's predicted makespan
