@@ -515,7 +515,7 @@ class AllocationController:
             raise ValueError(f"participant {participants[i]!r}: min_quota {lo[i]} exceeds max_quota {hi[i]}")
         codes, names = group_codes(participants, self.groups)
         budgets = [self.budget[g] for g in names] if isinstance(self.budget, dict) else [self.budget]
-        quotas, predicted = propose(
+        proposal = propose(
             self._store,
             participants,
             slots,
@@ -542,26 +542,26 @@ class AllocationController:
             slots=slots,
             lo=lo,
             hi=hi,
-            proposed=quotas,
+            proposed=proposal.split,
             codes=codes,
             budgets=budgets,
             group_of=group_of,
-            predicted=predicted,
+            predicted=proposal.predicted,
+            bound=proposal.bound,
             noise_floor=self._store.noise_floor,
             # the recent reports say whether the held split is balanced within their noise
             history=self._store.hist[slots] if len(self._store.hist) == len(self._store.ids) else None,
             fixed=np.array([self._fixed_s.get(p, 0.0) for p in participants]) if self._fixed_s else None,
             balance_times=self.objective == "weighted" and self.w_energy == 0 and self.w_time > 0,
         )
+        quotas = proposal.split() if kept is None or self._probe else kept  # solved only when not kept
         # Commit: nothing above changed the controller.
         self._store.fresh(slots, forget=True)
         self._round += 1
         kept = None if self._probe else kept  # an excited split is not held
         excited = None if kept is not None else excite(self._store, slots, quotas, lo, hi, codes)
         quotas, kept, self._probe = (quotas, kept, False) if excited is None else (excited, None, True)
-        if kept is not None:
-            quotas = kept
-        else:
+        if kept is None:  # quotas is kept otherwise
             self._committed = CommittedSplit(slots.copy(), quotas, lo, hi, copy.deepcopy(self.budget), group_of)
         self._store.unanswered[slots[quotas > 0]] += 1
         self._compact()

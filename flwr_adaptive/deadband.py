@@ -105,7 +105,7 @@ class CommittedSplit:
         slots: np.ndarray,
         lo: np.ndarray,
         hi: np.ndarray,
-        proposed: np.ndarray,
+        proposed: np.ndarray | Callable[[], np.ndarray],
         codes: np.ndarray,
         budgets: list[int],
         group_of: list[Hashable] | None,
@@ -114,6 +114,7 @@ class CommittedSplit:
         history: np.ndarray | None = None,
         fixed: np.ndarray | None = None,
         balance_times: bool = False,
+        bound: Callable[[], np.ndarray | None] | None = None,
     ) -> np.ndarray | None:
         """The committed split aligned to ``slots`` if the deadband keeps it, else ``None``.
 
@@ -122,7 +123,10 @@ class CommittedSplit:
         ``noise_floor(slots)`` the relative jitter of the estimates (the ``"gain"`` rule).
         ``history`` holds each participant's recent raw reports ``(samples, seconds, joules)``
         (``(P, WINDOW, 3)``, NaN = none; ``None``: not kept), ``fixed`` its seconds beyond the
-        reported compute; with ``balance_times`` they feed the balance test.
+        reported compute; with ``balance_times`` they feed the balance test. ``proposed`` may be
+        a function that solves the proposed split (called only when needed); ``bound()`` gives
+        values at or below ``predicted(proposed)`` without it (``None``: unknown): the gain rule
+        keeps on them when it can, the same decision (a bound that passes, the exact value passes).
         """
         if deadband <= 0 or self.budget is None or self.budget != budget:
             return None
@@ -151,8 +155,13 @@ class CommittedSplit:
             # Keep the split while re-splitting improves the predicted objective by < deadband,
             # or by less than the participants' own jitter can fake.
             band = max(deadband, noise_floor(slots))
-            keep = predicted(current) <= (1.0 + band) * predicted(proposed)
+            held = predicted(current)
+            lower = None if bound is None else bound()
+            if lower is not None and bool(np.all(held <= (1.0 + band) * lower)):
+                return current
+            keep = held <= (1.0 + band) * predicted(proposed() if callable(proposed) else proposed)
             return current if bool(np.all(keep)) else None
+        proposed = proposed() if callable(proposed) else proposed
         change = np.abs(proposed - current)
         # The total-variation rule alone can hold a split in which one small participant carries
         # twice its fair load (a 2× slowdown of an 11 % participant moves only ~4 % of the

@@ -2,11 +2,13 @@
 
 Contract
 --------
-:func:`propose` returns the integer quotas of the controller's option for the participants of
-one ``allocate`` (each group's quotas sum exactly to its budget, within ``[lo, hi]``) and the
-function that predicts the option's objective under any split of them (what the gain deadband
-compares). The paper's split (``objective="weighted"`` with per-sample costs or the Equal
-weights, and every option while nothing is measured) is ``n_i ∝ 1/c_i`` per group
+:func:`propose` returns a :class:`Proposal`: the integer quotas of the controller's option for
+the participants of one ``allocate`` (each group's quotas sum exactly to its budget, within
+``[lo, hi]``), the function that predicts the option's objective under any split of them (what
+the gain deadband compares) and, for the affine weighted split, a lower bound of that objective
+that needs no integer rounding (the split is then solved only when the deadband asks for it).
+The paper's split (``objective="weighted"`` with per-sample costs or the Equal weights, and
+every option while nothing is measured) is ``n_i ∝ 1/c_i`` per group
 (``flwr_adaptive.split.bounded_split``); the affine weighted split equalises ``A_i + B_i·n_i``
 per group and ``"min-energy"`` minimises the round's energy within the makespan slack
 (``flwr_adaptive.solver``). It changes nothing: neither the store nor the committed split.
@@ -20,17 +22,17 @@ The affine and min-energy splits: those of ``flwr_adaptive.solver`` (O(P log P) 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from flwr_adaptive.deadband import Predicted
 from flwr_adaptive.estimates import EstimateStore, weighted_affine
 from flwr_adaptive.limits import ParticipantId
-from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
+from flwr_adaptive.solver import makespan_lower_bound, min_energy_split, min_makespan_split, round_energy
 from flwr_adaptive.split import bounded_split, check_fits, group_makespans
 
-__all__ = ["propose"]
+__all__ = ["propose", "Proposal"]
 
 
 def propose(
@@ -50,7 +52,7 @@ def propose(
     slack: float,
     fixed_s: Mapping[ParticipantId, float],
     idle_w: Mapping[ParticipantId, float],
-) -> tuple[np.ndarray, Predicted]:
+) -> Proposal:
     """The option's split of ``budgets`` among ``participants`` and its predicted objective.
 
     ``codes`` holds each participant's group index into ``names`` / ``budgets``; ``known``
@@ -71,7 +73,7 @@ def propose(
                 idx = np.flatnonzero(codes == k)
                 quotas[idx] = bounded_split(budgets[k], weight[idx], lo[idx], hi[idx], g)
         fixed = np.zeros(len(participants))
-        return quotas, lambda q: group_makespans(fixed, cost, q, codes, len(budgets))
+        return Proposal(quotas, lambda q: group_makespans(fixed, cost, q, codes, len(budgets)))
     # the options beyond the paper
     for k, g in enumerate(names):
         idx = codes == k
@@ -81,11 +83,21 @@ def propose(
         a = a + np.array([fixed_s.get(p, 0.0) for p in participants], dtype=float)
     if objective == "weighted":  # the weighted cost, affine: equalise A_i + B_i·n_i
         A, B = weighted_affine(a, b, c, d, w_time, w_energy)
-        quotas = np.zeros(len(slots), dtype=np.int64)
-        for k in range(len(names)):
-            idx = np.flatnonzero(codes == k)
-            quotas[idx] = min_makespan_split(budgets[k], A[idx], B[idx], lo[idx], hi[idx])[0]
-        return quotas, lambda q: group_makespans(A, B, q, codes, len(budgets))
+        # one group: its members are everyone (no gather); else each group's indices
+        members: list[slice | np.ndarray] = (
+            [slice(None)] if len(names) == 1 else [np.flatnonzero(codes == k) for k in range(len(names))]
+        )
+
+        def solve() -> np.ndarray:
+            quotas = np.zeros(len(slots), dtype=np.int64)
+            for k, idx in enumerate(members):
+                quotas[idx] = min_makespan_split(budgets[k], A[idx], B[idx], lo[idx], hi[idx])[0]
+            return quotas
+
+        def bound() -> np.ndarray:  # each group's makespan under the split, from below
+            return np.array([makespan_lower_bound(budgets[k], A[i], B[i], lo[i], hi[i]) for k, i in enumerate(members)])
+
+        return Proposal(solve, lambda q: group_makespans(A, B, q, codes, len(budgets)), bound)
     # min-energy
     if np.isnan(d).all():  # no energy figures anywhere: the minimum makespan (Time-only)
         c, d, idle, slack = np.zeros(len(slots)), np.zeros(len(slots)), np.zeros(len(slots)), 0.0
@@ -101,4 +113,38 @@ def propose(
         T, E = round_energy(q, a, b, c, d, idle)
         return np.array([E, max(T, t_limit) if math.isfinite(t_limit) else 0.0])
 
-    return quotas, predicted
+    return Proposal(quotas, predicted)
+
+
+class Proposal:
+    """This round's proposed split (``split()``) and the function that predicts the option's
+    objective under any split (``predicted``).
+
+    The affine weighted split is solved only when asked for: while the gain deadband keeps the
+    committed split, the comparison with a lower bound of the proposal's objective (``bound()``,
+    per entry of ``predicted``) settles it, and the integer rounding is never done. Every other
+    option's split is solved at once (``split`` is then the array itself).
+    """
+
+    def __init__(
+        self,
+        split: np.ndarray | Callable[[], np.ndarray],
+        predicted: Predicted,
+        bound: Callable[[], np.ndarray] | None = None,
+    ) -> None:
+        self._quotas = split if isinstance(split, np.ndarray) else None
+        self._solve = split
+        self.predicted = predicted
+        self._bound = bound
+
+    def split(self) -> np.ndarray:
+        """The proposed integer quotas (solved on the first call)."""
+        if self._quotas is None:
+            solve = self._solve
+            assert callable(solve)
+            self._quotas = solve()
+        return self._quotas
+
+    def bound(self) -> np.ndarray | None:
+        """Values at or below ``predicted(split())`` entry by entry, without solving; ``None``: none known."""
+        return None if self._bound is None else self._bound()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flwr_adaptive.solver import min_energy_split, min_makespan_split, round_energy
+from flwr_adaptive.solver import makespan_lower_bound, min_energy_split, min_makespan_split, round_energy
 
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -167,6 +167,40 @@ def test_min_makespan_is_the_exact_optimum(instance):
     best = min(float(np.max(a[idx] + b[idx] * m))
                for m in all_splits([budgets[group]], np.zeros(len(idx), dtype=np.int64), lo[idx], hi[idx]))
     assert math.isclose(T, best, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@PROPERTY
+@given(small_instances())
+def test_the_makespan_lower_bound_never_exceeds_the_split_makespan(instance):
+    # the gain deadband keeps a split on this bound without solving: a bound above the split's
+    # makespan would keep a split the exact comparison releases
+    budgets, codes, a, b, *_, lo, hi, _slack = instance
+    group = int(codes[0])
+    idx = np.flatnonzero(codes == group)
+    # Execute
+    _, T = min_makespan_split(budgets[group], a[idx], b[idx], lo[idx], hi[idx])
+    bound = makespan_lower_bound(budgets[group], a[idx], b[idx], lo[idx], hi[idx])
+    # Assert: below, and not vacuous (at least the slowest participant at its lower bound)
+    assert bound <= T
+    assert bound >= float(np.max(a[idx] + b[idx] * lo[idx]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_makespan_lower_bound_is_below_and_near_the_split_of_many_participants(seed):
+    # Prepare: 2,000 participants with fixed costs and per-sample costs 50x apart, some bounds
+    rng = np.random.default_rng(seed)
+    P = 2_000
+    b = rng.lognormal(-6, 1, P)
+    a = b * 100 * rng.uniform(0, 1, P) * (seed % 2)
+    lo = rng.integers(0, 3, P)
+    hi = np.where(rng.random(P) < 0.1, lo + rng.integers(0, 50, P), np.iinfo(np.int64).max)
+    budget = int(rng.integers(P, 300 * P))
+    # Execute
+    n, T = min_makespan_split(budget, a, b, lo, hi)
+    bound = makespan_lower_bound(budget, a, b, lo, hi)
+    # Assert: at or below the makespan, within the rounding of a sample of the slowest
+    assert bound <= T
+    assert T - bound <= float(np.max(b)) * 1.001
 
 
 def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
