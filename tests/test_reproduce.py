@@ -241,6 +241,24 @@ def test_a_rerun_that_reuses_every_run_states_the_warm_up_of_the_invocation_that
     assert reproduce.REUSED["measured"] == len(reproduce.plan_measured_units(reproduce.parse_args(["--quick"])))
 
 
+
+def test_a_rerun_states_the_iid_reuse_in_the_header_and_the_non_iid_reuse_in_its_section(quick, tmp_path):
+    # Prepare: the quick run's finished runs, reused into another page
+    import re
+
+    from experiments import noniid, reproduce
+
+    out, _, _ = quick
+    # Execute
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--work", str(out / "work"), "--jobs", "1"]) == 0
+    page = (tmp_path / "results.md").read_text()
+    # Assert: the header speaks of the IID settings' earlier invocations only; the non-IID section of its own runs
+    header = next(line for line in page.splitlines() if line.startswith("- **Wall time of the command**"))
+    reused = re.search(r"It reused finished runs \(([^)]*)\)", header).group(1)
+    assert "pma and sweep" in reused and "measured" in reused and "non-IID" not in reused
+    assert re.search(r"it reused [0-9]+ finished runs from `--work`", page.split(noniid.MARK_START)[1])
+    assert reproduce.REUSED["non-IID"] > 0
+
 def test_measured_runs_go_seed_by_seed_with_the_order_rotated():
     # Prepare
     from experiments.reproduce import parse_args, plan_measured_units
