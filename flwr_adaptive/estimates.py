@@ -287,7 +287,7 @@ class EstimateStore:
                 f"{name} is unmeasured for some participants but its weight is > 0: "
                 "report energy_j from every participant or use a policy with w_energy=0"
             )
-        med = float(np.median(v))
+        med = median(v)
         if not med > 0:
             raise ValueError(
                 f"median {name} per sample is {med!r} (must be > 0 to normalise); "
@@ -372,8 +372,15 @@ class EstimateStore:
                 self.tau[j] = np.nan  # the EMA restarts from this observation
                 self.eps[j] = np.nan
                 self.drift_count += int(jump.sum())
-        self.hist[s, :-1] = self.hist[s, 1:]
-        self.hist[s, -1] = np.stack([n, t, e], axis=1)
+        hist = self.hist
+        if len(s) == len(hist) and (len(s) < 2 or bool((s[1:] > s[:-1]).all())):
+            # every slot in order (everyone reported): slices, not a gather and a scatter of all
+            # windows (numpy copies the overlapping shift through a buffer)
+            hist[:, :-1] = hist[:, 1:]
+            hist[:, -1, 0], hist[:, -1, 1], hist[:, -1, 2] = n, t, e
+        else:
+            hist[s, :-1] = hist[s, 1:]
+            hist[s, -1] = np.stack([n, t, e], axis=1)
 
     def forget_model(self, gone: np.ndarray) -> None:
         """Drop the history and fits of participants whose estimate is dropped."""
@@ -387,15 +394,29 @@ class EstimateStore:
         """``(a, b, c, d)`` per participant from its window; the last identified line re-levelled
         when the window does not identify one, the per-sample estimate before that.
 
-        Time and energy are fitted in one call (their rows stacked: the fit is row by row).
+        Time and energy are fitted in one call (their rows stacked: the fit is row by row), and
+        participants a block of ``estimation.FIT_BLOCK`` at a time (each participant's line is its
+        own: the same results), so that the transposed windows and the fit's temporaries stay in
+        the cache.
         """
         self.grow_model()
+        block = estimation.FIT_BLOCK
+        if len(slots) <= block:
+            out, noise = self._affine_block(slots)
+        else:
+            parts = [self._affine_block(slots[s : s + block]) for s in range(0, len(slots), block)]
+            out = tuple(np.concatenate([part[0][i] for part in parts]) for i in range(4))
+            noise = np.concatenate([part[1] for part in parts])
+        self.noise_cache = (slots, noise)
+        return out
+
+    def _affine_block(self, slots: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """:meth:`affine_estimates` of distinct ``slots``, and the noise of their time fits."""
         # the windows as (WINDOW, quantity, P): each window position a contiguous vector over
         # participants; time and energy share their sample counts (one spread, one first line)
         windows = np.ascontiguousarray(self.hist[slots].transpose(1, 2, 0))
         n, y = windows[:, 0], windows[:, 1:]
         fa, fb, fidentified, fnoise, ffilled, fsum = estimation.fit_windows(n, y)
-        self.noise_cache = (slots, fnoise[0])
         out = []
         fit = self.fit[slots]
         for k, (col, per_sample) in enumerate(((0, self.tau[slots]), (2, self.eps[slots]))):
@@ -418,7 +439,7 @@ class EstimateStore:
                 self.fit[slots[keep], col] = a[keep]
                 self.fit[slots[keep], col + 1] = b[keep]
             out += [a, b]
-        return tuple(out)
+        return tuple(out), fnoise[0]
 
     def noise_floor(self, slots: np.ndarray) -> float:
         """The predicted gain that jitter alone produces: 3 × the median relative scatter of the
@@ -454,7 +475,7 @@ class EstimateStore:
         measured = known & ~np.isnan(d)
         if not measured.any():
             return a, b, c, np.full(len(slots), np.nan)
-        power = float(np.median(d[measured] / b[measured]))  # watts of the median participant
+        power = median(d[measured] / b[measured])  # watts of the median participant
         if not power >= 0:
             raise ValueError(f"median active power is {power!r} W (must be >= 0); check energy_j")
         d = np.where(measured, d, power * b)
@@ -470,7 +491,24 @@ def nan_median(v: np.ndarray) -> float:
     nan = np.isnan(v)
     if nan.any():
         v = v[~nan]
-    return float(np.median(v)) if len(v) else math.nan
+    return median(v) if len(v) else math.nan
+
+
+def median(v: np.ndarray) -> float:
+    """``float(np.median(v))`` of a non-empty 1-D float array, the same value, by the one
+    partition ``np.median`` itself does (the middle element, or the two middle ones added and
+    halved as its mean of them does; NaN when ``v`` holds a NaN, which a partition puts last)
+    without its dispatch through ``_ureduce`` (~20 µs a call: several per ``allocate``). Its mean
+    sums from ``+0.0``, so ``0.0 +`` below: a median of ``-0.0`` values is ``0.0``, as there."""
+    size = len(v)
+    k = size // 2
+    if size % 2:
+        part = np.partition(v, (k, size - 1))
+        middle = 0.0 + float(part[k])
+    else:
+        part = np.partition(v, (k - 1, k, size - 1))
+        middle = (0.0 + float(part[k - 1] + part[k])) / 2
+    return math.nan if math.isnan(part[-1]) else middle
 
 
 def weighted_affine(
@@ -479,7 +517,7 @@ def weighted_affine(
     """The weighted cost of affine models as ``A_i + B_i·n``: each term over its median per-sample cost."""
     A, B = np.zeros(len(a)), np.zeros(len(a))
     if w_time > 0:
-        scale = float(np.median(b))
+        scale = median(b)
         A, B = A + w_time * a / scale, B + w_time * b / scale
     if w_energy > 0:
         if np.isnan(d).any():
@@ -487,7 +525,7 @@ def weighted_affine(
                 "energy is unmeasured for some participants but w_energy > 0: report "
                 "energy_j from every participant or use a policy with w_energy=0"
             )
-        scale = float(np.median(d))
+        scale = median(d)
         if not scale > 0:
             raise ValueError(
                 f"median energy per sample is {scale!r} (must be > 0 to normalise); check the reports or set w_energy=0"

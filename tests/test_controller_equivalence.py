@@ -183,3 +183,37 @@ def test_blocked_full_window_fit_is_the_whole_fit_bit_for_bit(monkeypatch):
     assert whole[4] is None and blocked[4] is None
     for got, want in zip(blocked[:4] + blocked[5:], whole[:4] + whole[5:]):
         assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("case", ["time", "min-energy"])
+def test_estimates_fitted_in_blocks_are_those_fitted_at_once(case, monkeypatch):
+    from flwr_adaptive import estimation
+
+    # Prepare: a closed loop of 300 participants (jitter, a step change, missed reports)
+    whole = closed_loop(case, 4, rounds=10, participants=300)
+    # Execute: the same loop with the participants fitted 64 at a time (the last block partial)
+    monkeypatch.setattr(estimation, "FIT_BLOCK", 64)
+    blocked = closed_loop(case, 4, rounds=10, participants=300)
+    # Assert: every round's quotas and the final state, bit for bit
+    assert blocked == whole
+
+
+def test_median_is_numpys_bit_for_bit():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from flwr_adaptive.estimates import median
+
+    values = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(values | st.sampled_from([0.0, -0.0, 1.0, 2.0, 1e308]), min_size=1, max_size=40))
+    def check(v):
+        v = np.array(v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = np.float64(np.median(v))
+            got = np.float64(median(v))
+        # Assert: the same bits (any NaN is NaN)
+        assert (np.isnan(want) and np.isnan(got)) or want.tobytes() == got.tobytes()
+
+    check()
