@@ -14,7 +14,8 @@ One slot per participant ever registered (and not dropped), arrays indexed by sl
 - ``hist`` / ``fit`` (only with affine costs or drift detection, grown lazily): the last
   ``estimation.WINDOW`` observations ``(samples, seconds, joules)`` and the last identified line
   ``(a, b, c, d)`` of ``t = a + b·n``, ``e = c + d·n``. A report far from what the model predicts
-  (``drift``, or beyond 6 × the participants' median measured scatter when that is more)
+  (``drift``, or beyond :data:`DRIFT_Z` × the participants' median scatter around their
+  full windows' lines when that is more; at the quota measured last, against that report)
   rescales the participant's history at once instead of being smoothed in.
 
 How estimates age: by their participant's own history, not by server rounds. An estimate is
@@ -59,6 +60,9 @@ __all__ = ["EstimateStore", "weighted_affine", "MAX_STORED"]
 #: Largest magnitude of a history or fit entry (the state reader refuses more): accepted reports
 #: stay far below it (≤ MAX_PER_SAMPLE × MAX_BUDGET ≈ 1e166).
 MAX_STORED = 1e300
+
+#: Measured scatters (of log time, around full windows' lines) within which a jump is jitter.
+DRIFT_Z = 6.0
 
 Bounds = Callable[[list[ParticipantId]], tuple[np.ndarray, np.ndarray]]
 
@@ -326,15 +330,22 @@ class EstimateStore:
 
     def record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
         """Detect a step change, then append one observation to each of ``s`` (slots unique)."""
-        threshold: float = self.drift if self.drift is not None else 0.0
+        threshold: Any = self.drift if self.drift is not None else 0.0
+        scatter = 0.0  # DRIFT_Z × the measured scatter of log time (0: not measured)
         if self.drift is not None and self.noise_cache is not None:
             # A jump within 6 × the participants' measured scatter (their median: one window's is
             # itself noisy; a 6-point fit's residuals understate it) is jitter, not a step change:
             # rescaling a window to one noisy report made identical devices with 30 % jitter
             # wander (3 ×: the split still moved in 21 % of rounds, 6 ×: 6 %; tests/test_deadband.py).
-            noise = self.noise_cache[1]
+            # Only full windows measure it: a line through 3–5 reports at moving quotas scatters
+            # with its own misfit (ranks moved 200 → 300 → 330 samples with 10 % jitter scattered
+            # ~20 %, and their 2× step changes then read as jitter; tests/test_silo.py).
+            slots = self.noise_cache[0]
+            full = np.isfinite(self.hist[slots, :, 1]).all(axis=1)
+            noise = np.where(full, self.noise_cache[1], np.nan)
             if np.isfinite(noise).any():
-                threshold = max(self.drift, math.expm1(6.0 * nan_median(noise)))
+                scatter = DRIFT_Z * nan_median(noise)
+                threshold = max(self.drift, math.expm1(scatter))
         self.noise_cache = None
         if self.drift is not None:
             pred_t, pred_e = self.predict(s, n)
@@ -343,7 +354,15 @@ class EstimateStore:
             # mixes observations at other quotas, and a fixed cost makes their per-sample costs
             # differ (a device with a 40 % fixed share measured at 600 and then 2,000 samples
             # looks 25 % "faster" at 2,300 than its EMA says, with no drift at all).
-            no_line = (self.cost_model != "affine") | np.isnan(self.fit[s, 1])
+            # At the quota measured last, the last report is the same work timed again: it needs no
+            # model (a line through a few reports at other quotas can miss it by more than the
+            # jitter: 3 reports of a rank at 200, 65, 41 samples mispredicted 41 by 60 % and hid a
+            # 2× speed-up). The difference of two reports holds the jitter twice: the noise-scaled
+            # threshold widens by √2 there.
+            repeat = n == last_n
+            no_line = (self.cost_model != "affine") | np.isnan(self.fit[s, 1]) | repeat
+            if scatter > 0:
+                threshold = np.where(repeat, max(self.drift, math.expm1(scatter * math.sqrt(2))), threshold)
             with np.errstate(divide="ignore", invalid="ignore"):
                 pred_t = np.where(no_line & ~np.isnan(last_n), self.hist[s, -1, 1] / last_n * n, pred_t)
                 pred_e = np.where(no_line & ~np.isnan(last_n), self.hist[s, -1, 2] / last_n * n, pred_e)

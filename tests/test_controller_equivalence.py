@@ -6,8 +6,9 @@ digest below covers every round's quotas and the final ``state_dict`` (floats by
 for bit) of many seeded closed loops per case: jitter, a step change in a third of the devices,
 partial participation, groups, a binding upper bound, idle power, missed reports, windows that
 fill and roll. They were computed by the implementation before the change (commit 5c05b09, and
-for the affine cases again where the excitation of unidentified fits changed them on purpose:
-see the log). When behaviour changes on purpose, regenerate them with
+for the affine cases again where the excitation of unidentified fits changed them on purpose,
+and for the drift cases where the noise-scaled drift threshold did: see the log). When
+behaviour changes on purpose, regenerate them with
 ``.venv/bin/python tests/test_controller_equivalence.py`` and say why in the commit message.
 """
 
@@ -34,13 +35,13 @@ CASES = {
 }
 DIGESTS = {
     "paper": "3e8ffa1ea6b30e3ffdff6e03",
-    "time": "9d7a6e49c2f72a7b26215265",
-    "low-energy": "11d57adffd45ad1951c1d4be",
-    "energy": "abd6214c471bf1cd1663a028",
-    "min-energy": "ad56153fdafcd9a1046a3f94",
+    "time": "32b693ff54c11a4e332e40d2",
+    "low-energy": "29d32804626649a308503eb4",
+    "energy": "eeb05e16c420a3e6f9f71ec0",
+    "min-energy": "4e67078541ea2cbd2a423ad4",
     "equal": "71cf5d43ef798791b9832c9f",
-    "min-energy-unconstrained": "8228e1a6b96453de2a0ffd80",
-    "affine-tv": "4d02ce8e637e8266273e7129",
+    "min-energy-unconstrained": "463232ef0a805c91c013cf3f",
+    "affine-tv": "7ab86639fb71012ad8fb402c",
 }
 
 

@@ -128,3 +128,41 @@ def test_with_little_jitter_a_step_change_is_still_followed_at_once():
     splits = closed_loop(7, 24, jitter=0.05, slow_from=20, factor=1.5)
     # Assert: the next split after the first slow report already moves device 0 well down
     assert splits[21, 0] < 0.85 * splits[19, 0]
+
+
+def silo_drift_loop(seed: int, jitter: float) -> dict[int, dict[str, int]]:
+    """tests/test_silo.py's drift scenario without processes: 3 silos of 2 ranks (400 samples per
+    silo and round), rank time = slowdown × (0.01 s + 0.16 ms per sample) × lognormal jitter, each
+    silo's ranks 2× apart in speed change at round 4. Returns each round's rank quotas."""
+    slowdowns = {0: ([1.0, 3.0], [1.0, 6.0]), 1: ([1.0, 6.0], [2.0, 6.0]), 2: ([6.0, 1.0], [3.0, 1.0])}
+    rng = np.random.default_rng(seed)
+    ctrl = AllocationController.from_policy("time", {}, groups={}, smoothing=1.0, deadband=0.02)
+    ids = [f"{silo}/{rank}" for silo in range(3) for rank in range(2)]
+    for rid in ids:
+        ctrl.set_group(rid, int(rid[0]), 400)
+    quotas, rounds = dict.fromkeys(ids, 200), {}
+    for rnd in range(1, 7):
+        rounds[rnd] = dict(quotas)
+        for rid in ids:
+            silo, rank = int(rid[0]), int(rid[2])
+            slow = slowdowns[silo][rnd >= 4][rank]
+            t = slow * (0.01 + 0.00016 * quotas[rid]) * math.exp(jitter * rng.standard_normal())
+            ctrl.observe(rid, Report(time_s=t, samples=quotas[rid]))
+        quotas = ctrl.allocate(ids)
+    return rounds
+
+
+@pytest.mark.parametrize(("jitter", "least"), [(0.1, 38), (0.15, 35)])
+def test_ranks_follow_a_2x_step_at_their_held_quota_despite_lines_fitted_to_few_reports(jitter, least):
+    # Prepare / Execute: 40 seeds of the silo drift scenario
+    def followed(r: dict[int, dict[str, int]]) -> bool:
+        before, last = r[4], r[6]
+        moved = last["0/1"] < before["0/1"] and last["1/0"] < before["1/0"] and last["2/0"] > before["2/0"]
+        return moved and all(last[slow] < 200 for slow in ("0/1", "1/1", "2/0"))
+
+    passed = sum(followed(silo_drift_loop(seed, jitter)) for seed in range(40))
+    # Assert: the split follows every silo's step by round 6 in nearly every seed. Measured: 39 and
+    # 37 of 40. With the drift threshold scaled by the scatter around lines through 3-5 reports
+    # (misfit read as jitter): 10 and 8; judging a report at the held quota against the line
+    # instead of the last report there: 34 and 29.
+    assert passed >= least, passed

@@ -150,9 +150,6 @@ def test_silo_budgets_are_the_same_every_round_and_no_sample_leaves_its_silo(hie
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "known regression, the same as test_the_split_follows_the_drift_inside_each_silo's: the split "
-    "follows the drift over more rounds, so the CV after it can stay above half Equal's"))
 def test_inside_each_silo_the_rank_cv_is_below_equal_from_round_3_despite_drift(hierarchy):
     # Prepare
     equal = rank_cv(hierarchy["runs"]["equal"]["rank_history"])
@@ -173,10 +170,6 @@ def test_inside_each_silo_the_rank_cv_is_below_equal_from_round_3_despite_drift(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "known regression: since the noise-scaled drift threshold (6 sigma of the scatter around the "
-    "fits), a 2x step among ranks whose timings scatter ~20 % is read as jitter and the silo's "
-    "split can be held for the run's last rounds (about half the runs on a loaded 2-core machine)"))
 def test_the_split_follows_the_drift_inside_each_silo(hierarchy):
     # Prepare: each rank's share of its silo's budget in round DRIFT_ROUND (the last split made from
     # measurements before the drift) and in the last round
