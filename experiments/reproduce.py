@@ -353,19 +353,38 @@ def noniid_lines(args: argparse.Namespace, work: Path, figs: Path, per_sample: d
     return noniid.run(args, work, calib, metric_of, higher_of, figs, provenance)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    started = time.perf_counter()
-    args = parse_args(argv)
-    if args.only_noniid:
-        return main_noniid_only(args, argv, started)
-    command = "python -m experiments.reproduce " + " ".join(shlex.quote(a) for a in (argv if argv is not None
-                                                                                      else sys.argv[1:]))
+def _command(argv: Sequence[str] | None) -> str:
+    """The command line as the page states it (``argv``: a caller's arguments, else the process's)."""
+    return "python -m experiments.reproduce " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+                                                                                   else sys.argv[1:]))
+
+
+def _folders(args: argparse.Namespace) -> tuple[Path, Path]:
+    """``(out, work)`` resolved, ``work`` emptied first with ``--fresh`` and created."""
     out, work = Path(args.out).resolve(), Path(args.work).resolve()
     if args.fresh and work.exists():
         import shutil
 
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
+    return out, work
+
+
+def _provenance(command: str) -> tuple[str, str, str]:
+    """``(machine, commit, date)`` of this invocation, printed with the command."""
+    machine, commit = machine_line(), git_commit()
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"[reproduce] {command}\n[reproduce] {machine}; commit {commit}", flush=True)
+    return machine, commit, date
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    started = time.perf_counter()
+    args = parse_args(argv)
+    if args.only_noniid:
+        return main_noniid_only(args, argv, started)
+    command = _command(argv)
+    out, work = _folders(args)
     # What the cached PMA and sweep runs depend on (DDP/HFL files carry their own settings in their names).
     settings = {k: getattr(args, k) for k in ("tasks", "scenarios", "policies", "seeds", "rounds", "budget", "clock",
                                               "sweep_task", "measured_task", "measured_scenario", "measured_rounds")}
@@ -373,9 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings_path.exists() and json.loads(settings_path.read_text()).get("settings") != json.loads(
             json.dumps(settings)):
         raise SystemExit(f"{work} holds runs of other settings; pass --fresh or another --work")
-    machine, commit = machine_line(), git_commit()
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"[reproduce] {command}\n[reproduce] {machine}; commit {commit}", flush=True)
+    machine, commit, date = _provenance(command)
     tasks_needed = sorted(set(args.tasks) | {args.sweep_task})
     from experiments.inprocess import load_task
 
@@ -436,17 +453,9 @@ def main_noniid_only(args: argparse.Namespace, argv: Sequence[str] | None, start
     """``--only-noniid``: run the non-IID section and replace it in the existing page (the rest is kept as it is)."""
     from experiments import noniid
 
-    command = "python -m experiments.reproduce " + " ".join(shlex.quote(a) for a in (argv if argv is not None
-                                                                                      else sys.argv[1:]))
-    out, work = Path(args.out).resolve(), Path(args.work).resolve()
-    if args.fresh and work.exists():
-        import shutil
-
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    machine, commit = machine_line(), git_commit()
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"[reproduce] {command}\n[reproduce] {machine}; commit {commit}", flush=True)
+    command = _command(argv)
+    out, work = _folders(args)
+    machine, commit, date = _provenance(command)
     if argv is None:
         _stop_on_sigterm()
     lines = noniid_lines(args, work, out / "results", {}, machine, commit, command, date)
