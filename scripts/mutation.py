@@ -84,6 +84,16 @@ TARGETS = [
             "not affine_fit_reaches and not paper_flag_reproduces and not early_rounds_benchmark",
         ),
     ),
+    Target(
+        "makespan",
+        "flwr_adaptive/makespan.py",
+        (
+            "tests/test_solver.py",
+            "tests/test_controller_beyond.py",
+            "-k",
+            "not affine_fit_reaches and not paper_flag_reproduces and not early_rounds_benchmark",
+        ),
+    ),
     Target("estimation", "flwr_adaptive/estimation.py", _CONTROLLER_TESTS),
     Target(
         "screening",

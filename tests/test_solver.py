@@ -203,6 +203,87 @@ def test_the_makespan_lower_bound_is_below_and_near_the_split_of_many_participan
     assert T - bound <= float(np.max(b)) * 1.001
 
 
+def _heap_extra(short, a, b, n, hi):
+    """The samples the heap of min_makespan_split adds to each participant (the reference)."""
+    import heapq
+
+    n = n.copy()
+    heap = [(float(a[i] + b[i] * (n[i] + 1)), i) for i in np.flatnonzero(n < hi).tolist()]
+    heapq.heapify(heap)
+    start = n.copy()
+    for _ in range(short):
+        t, i = heapq.heappop(heap)
+        n[i] += 1
+        if n[i] < hi[i]:
+            heapq.heappush(heap, (t + float(b[i]), i))
+    return n - start
+
+
+def _most_pairs(short, a, b, n, hi):
+    """The most finish times ``a + b·(n + 1)``, ``+ b`` per further sample (within ``hi``) any
+    participant has at or below the ``short``-th smallest first finish (the merge's horizon)."""
+    room = np.flatnonzero(n < hi)
+    first = a[room] + b[room] * (n[room] + 1)
+    cut = np.sort(first)[short - 1]
+    most = 0
+    for i, t in zip(room.tolist(), first.tolist()):
+        k = 0
+        while t <= cut and k < hi[i] - n[i] and k <= 300:
+            k, t = k + 1, t + float(b[i])
+        most = max(most, k)
+    return most
+
+
+@pytest.mark.parametrize("table", [True, False])
+@pytest.mark.parametrize("seed", range(60))
+def test_the_extra_samples_without_the_heap_are_the_heaps(seed, table, monkeypatch):
+    from flwr_adaptive import makespan as solver
+
+    if not table:  # the merge a sample at a time (what runs when the table would be too large)
+        monkeypatch.setattr(solver, "_MAX_MERGE_CELLS", 0)
+
+    # Prepare: caps below the round length, some participants 10x or 100x faster than the rest
+    # (many samples each: past the merge's step limit for some seeds), ties, bounds that bind
+    rng = np.random.default_rng(seed)
+    P = int(rng.integers(2, 300))
+    b = rng.lognormal(-6, 1.0, P)
+    b[: max(1, P // 20)] *= 10.0 ** -float(rng.integers(0, 3))
+    if seed % 3 == 0:
+        b = np.round(b, 4) + 1e-4  # equal finish times
+    a = b * 100 * rng.uniform(0, 1, P) * (seed % 2)
+    hi = np.where(rng.random(P) < 0.3, rng.integers(0, 60, P), np.iinfo(np.int64).max)
+    n = np.minimum(rng.integers(0, 50, P), hi)
+    room = int((n < hi).sum())
+    short = int(rng.integers(1, max(2, room)))
+    # Execute
+    got = solver._extra_samples(short, a, b, n, hi)
+    # Assert: the heap's samples; None (the heap runs) exactly where the merge gives up: no room
+    # to spare, or a participant with a pair past the merge's step limit
+    heap_needed = short >= room or _most_pairs(short, a, b, n, hi) > solver._MAX_MERGE_STEPS
+    assert (got is None) == heap_needed
+    if got is not None:
+        assert got.tolist() == _heap_extra(short, a, b, n, hi).tolist()
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_the_extra_samples_give_up_exactly_at_the_merge_step_limit(table, monkeypatch):
+    from flwr_adaptive import makespan as solver
+
+    if not table:
+        monkeypatch.setattr(solver, "_MAX_MERGE_CELLS", 0)
+    steps = solver._MAX_MERGE_STEPS
+    unbounded = np.full(3, np.iinfo(np.int64).max)
+    # Prepare: a participant finishing a sample every second beside two whose first sample ends
+    # at `cut`; the 2 extra samples go to the fast one (at 1 s and 2 s), which has `cut` finish
+    # times at or below the horizon
+    for cut, expect in ((steps, [2, 0, 0]), (steps + 1, None)):
+        b = np.array([1.0, float(cut), float(cut)])
+        # Execute
+        got = solver._extra_samples(2, np.zeros(3), b, np.zeros(3, dtype=np.int64), unbounded)
+        # Assert: `steps` further finish times are merged; one more and the heap must run
+        assert (None if got is None else got.tolist()) == expect, cut
+
+
 def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
     # Prepare: 200 participants, budget 10^6, unbounded max_quota (int64 max).
     rng = np.random.default_rng(3)
