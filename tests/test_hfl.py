@@ -359,7 +359,7 @@ def test_a_rank_that_claims_a_thousandth_of_its_silos_others_is_taken_at_their_m
     assert sent[0][1] == [185, 277, 138]
     assert believed[0][1] == [580, 10, 10]
     assert sent[1][1] == believed[1][1] == [360, 120, 120]
-    assert any("node 0/0 claims" in r.getMessage() and "not believed" in r.getMessage() for r in caplog.records)
+    assert any("partition 0, rank 0 claims" in r.getMessage() and "not believed" in r.getMessage() for r in caplog.records)
 
 
 def test_a_tampered_resumed_state_is_checked_against_the_ranks_first_replies(tmp_path, caplog):

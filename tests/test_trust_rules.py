@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flwr_adaptive import keys
 from flwr_adaptive.devices import TESTBED
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust, _references
@@ -150,3 +151,25 @@ def test_forgive_and_max_group_are_validated():
         CostTrust(forgive=-1)
     with pytest.raises(ValueError, match=r"max_group must be a number in \[0, 0.5\]"):
         CostTrust(max_group=0.9)
+
+
+def test_warnings_name_the_partition_the_strategy_knows_and_hfl_names_the_rank(caplog):
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+    from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy
+
+    # Prepare: a strategy whose node 7001 reported partition 3; one implausible claim among 4
+    strategy = AdaptiveStrategy(FedAvg(), budget=400)
+    strategy.note_partition(7001, {keys.PARTITION_ID: 3})
+    claims = [_claim(n, 1.0) for n in (7002, 7003, 7004)] + [_claim(7001, 0.01)]
+    # Execute
+    strategy.trust.believe(1, claims)
+    # Assert: the line names the partition the operator configured, then the node id
+    lines = [r.getMessage() for r in caplog.records if "not believed" in r.getMessage()]
+    assert len(lines) == 1 and "partition 3 (node 7001) claims" in lines[0], lines
+    # HFL's rank ids ("<silo>/<rank>") read as partition and rank; a silo without a partition yet by its node
+    hfl = HierarchicalAdaptiveStrategy(budget=400, steps=5)
+    assert hfl.trust.who("3/1") == "partition 3, rank 1"
+    assert hfl.trust.who("node-7001/0") == "node 7001, rank 0"
+    assert CostTrust().who(7001) == "node 7001"  # without a strategy: the node id

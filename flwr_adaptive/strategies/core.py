@@ -187,6 +187,8 @@ class AdaptiveCore:
         self._rounds_done = 0  # rounds observed, across resumptions
         #: What the server believes of each claim (see ``flwr_adaptive.strategies.trust``).
         self.trust: CostTrust | None = resolve_trust(trust)
+        if self.trust is not None:
+            self.trust.who = self.who  # warnings name the partition the operator configured
         self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed
         self._held: dict[Hashable, str] = {}  # this round: node id -> why its report was not observed
         self._round_skipped: dict[Hashable, str] = {}  # this round: node id -> why it was skipped

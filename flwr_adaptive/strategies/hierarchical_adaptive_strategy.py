@@ -238,6 +238,13 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
                 type(self.strategy).__name__,
             )
 
+    def who(self, node_id: Hashable) -> str:
+        """Rank ids (``"3/1"``) as ``"partition 3, rank 1"``; nodes as ``AdaptiveStrategy.who``."""
+        silo, sep, rank = str(node_id).rpartition("/")
+        if not sep:
+            return super().who(node_id)
+        return f"{'node ' + silo[5:] if silo.startswith('node-') else 'partition ' + silo}, rank {rank}"
+
     def summary(self) -> None:
         """Log the hierarchical settings, then the inner strategy's summary."""
         log(

@@ -103,10 +103,14 @@ class CostTrust:
     strikes: int = 2
     forgive: float = 0.25
     max_group: float = 1 / 3
+    #: How a warning names a node: the strategies set their own (``"partition 3 (node <id>)"``;
+    #: HFL's ranks ``"partition 0, rank 1"``), the node id without one.
+    who: Callable[[Hashable], str] = field(init=False, repr=False, compare=False)
     _strikes: dict[Hashable, float] = field(default_factory=dict, repr=False)
     _said: set[tuple[str, Hashable]] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
+        self.who = _node_label
         for name in ("plausible_range", "max_drop", "evidence_gap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
@@ -162,10 +166,10 @@ class CostTrust:
                     self._say(
                         "drop",
                         node,
-                        "[adaptive] round %s: node %s claims %.3g s per sample, more than %g× "
+                        "[adaptive] round %s: %s claims %.3g s per sample, more than %g× "
                         "below its estimate %.3g: its cost may fall by at most %g× per round",
                         server_round,
-                        node,
+                        self.who(node),
                         r.time_s / r.samples,
                         self.max_drop,
                         prev,
@@ -204,11 +208,11 @@ class CostTrust:
                 self._say(
                     "evidence",
                     r.node_id,
-                    "[adaptive] round %s: node %s claims %.3g s but the server observed "
+                    "[adaptive] round %s: %s claims %.3g s but the server observed "
                     "%.3g s beyond the common overhead (%.3g strikes: one per suspect round, %g forgiven per "
                     "clean round): it is timed by the server's observation in its suspect rounds",
                     server_round,
-                    r.node_id,
+                    self.who(r.node_id),
                     r.time_s,
                     implied,
                     self._strikes[r.node_id],
@@ -234,11 +238,11 @@ class CostTrust:
                 self._say(
                     f"implausible-{what}",
                     node,
-                    "[adaptive] round %s: node %s claims %.3g %s per sample, "
+                    "[adaptive] round %s: %s claims %.3g %s per sample, "
                     "below 1/%g of the other nodes' median %.3g (of those slower than its group): not believed, "
                     "it is taken at that median",
                     server_round,
-                    node,
+                    self.who(node),
                     value,
                     "s" if what == "time" else "J",
                     self.plausible_range,
@@ -249,6 +253,10 @@ class CostTrust:
         if (rule, node) not in self._said:
             self._said.add((rule, node))
             logger.log(WARNING, msg, *args)
+
+
+def _node_label(node: Hashable) -> str:
+    return f"node {node}"
 
 
 def _median_of_others(values: np.ndarray) -> np.ndarray:
