@@ -100,7 +100,7 @@ def test_parse_report_reads_setup_and_refuses_one_outside_the_call():
 
 
 # ----------------------------------------------------------------------------- server side
-def _round(strategy, rnd, *, report_setup=True, virtual=0, setup_share=None):
+def _round(strategy, rnd, *, report_setup=True, virtual=0, setup_share=None, watts=None):
     from flwr.app import ArrayRecord, ConfigRecord
 
     msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(NODES)))
@@ -111,7 +111,8 @@ def _round(strategy, rnd, *, report_setup=True, virtual=0, setup_share=None):
         k = SLOW[PARTS[n]]
         setup = SETUP * k
         compute = setup + q[n] * COST * k
-        metrics = {**telemetry(q[n], compute, PARTS[n], virtual=virtual)}
+        energy = -1.0 if watts is None else watts * k * compute  # a slower board draws more, say
+        metrics = {**telemetry(q[n], compute, PARTS[n], virtual=virtual, energy=energy)}
         if report_setup:
             metrics[keys.SETUP_S] = setup if setup_share is None else setup_share * compute
         replies.append(reply(m, metrics))
@@ -214,6 +215,17 @@ def test_min_energy_takes_the_setup_as_a_fixed_term_even_on_per_sample_costs():
     for part, k in SLOW.items():
         assert strategy.controller.estimates()[part][0] == pytest.approx(COST * k)
         assert strategy.fixed_overheads()[part] == pytest.approx(SETUP * k)
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_the_setup_takes_its_share_of_the_energy_with_it():
+    # Prepare / Execute: min-energy (energy estimated); each call draws 5 W × slowdown throughout
+    strategy = _strategy(policy="min-energy")
+    _round(strategy, 1, watts=5.0)
+    # Assert: the per-sample energy is the steady steps' (5·k W × COST·k s), not the call's over
+    # its samples (which would be (3k + 2k) s × 5k W / 200 = 2.5× that)
+    for part, k in SLOW.items():
+        assert strategy.controller.estimates()[part][1] == pytest.approx(5.0 * k * COST * k)
 
 
 # ----------------------------------------------------------------------------- a set-up claim

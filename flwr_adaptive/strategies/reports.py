@@ -139,8 +139,16 @@ class ClientReport:
 
     def to_report(self, setup_s: float = 0.0) -> Report:
         """The controller's view of this round: own compute time (less ``setup_s`` seconds of
-        set-up, which the strategy models as a fixed cost), active energy, samples."""
-        return Report(time_s=self.time_s - setup_s, energy_j=self.energy_j, samples=self.samples)
+        set-up, which the strategy models as a fixed cost), active energy, samples.
+
+        The set-up's share of the energy leaves with it, at the call's mean power (a meter reads
+        one window per call, not its phases): left in, a cold call's set-up would inflate the
+        per-sample energy that min-energy splits by, as its time did the per-sample time.
+        """
+        energy = self.energy_j
+        if setup_s > 0 and energy is not None:
+            energy *= (self.time_s - setup_s) / self.time_s
+        return Report(time_s=self.time_s - setup_s, energy_j=energy, samples=self.samples)
 
 
 def _number(node_id: NodeId, metrics: Mapping[str, Any], key: str) -> float:
