@@ -25,6 +25,10 @@ ALPHAS = (0.3, 0.1)
 FLOORS = (0.25, 0.5, 0.75)  # floor on a quota as a share of the equal split (budget / nodes)
 PROX_MU = 0.1
 RESCALE_CAPS = (4.0, 8.0, 16.0)  # caps on the normalised rule's rescaling factor (rows when the strategies offer one)
+#: ``min_local_steps`` of the step-floor rows. With 1100 samples over 11 nodes and batches of 32, Equal gives every node
+#: 100 samples (4 steps; the floor learns B ≤ 33 from it); a floor of 4 steps is then the equal share for everyone,
+#: the Equal split itself, and 3 steps (99 samples) nearly so.
+STEP_FLOORS = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -89,14 +93,43 @@ def _rows() -> dict[str, Row]:
     for c in RESCALE_CAPS if cap else ():
         rows[f"time-norm-cap{c:g}"] = Row("time", f"Time-only + normalised, rescale ≤ {c:g}", norm,
                                           options=((cap, c),))
+    if cap:  # the normalised rule's runs without options ran before the cap existed: FedNova's factors, unbounded
+        rows["time-normalised"] = Row("time", "Time-only + normalised, rescale unbounded (FedNova)", norm,
+                                      options=((cap, None),))
+    if cap and step_floor_option():
+        for k in STEP_FLOORS:
+            rows[f"time-norm-cap8-steps{k}"] = Row("time", f"Time-only + normalised, rescale ≤ 8, ≥ {k} steps", norm,
+                                                   options=((cap, 8.0), ("min_local_steps", k)))
+            rows[f"time-samples-steps{k}"] = Row("time", f"Time-only + samples, ≥ {k} steps", "samples",
+                                                 options=(("min_local_steps", k),))
+    rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
     return rows
+
+
+def step_floor_option() -> bool:
+    """Whether ``AdaptiveStrategy`` takes ``min_local_steps`` (the step-floor rows exist then)."""
+    import inspect
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    return "min_local_steps" in inspect.signature(AdaptiveStrategy.__init__).parameters
+
+
+def strategy_defaults() -> dict:
+    """``AdaptiveStrategy``'s defaults of the options the rows set (``max_rescale``, ``min_local_steps``)."""
+    import inspect
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    params = inspect.signature(AdaptiveStrategy.__init__).parameters
+    return {n: params[n].default for n in ("max_rescale", "min_local_steps") if n in params}
 
 
 ROWS = _rows()
 #: Rows of the quick form (the suite): the reference, the adaptive default, one baseline of each kind.
-QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-normalised", "time-floor0.25", "pyramid",
+QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8", "time-norm-cap8-steps2", "pyramid",
               "time-fedprox")
-MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-normalised")
+MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8")
 #: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal
 #: rules, Time-only's weightings (the normalised one with its rescale capped at 8 too: the candidate default
 #: that keeps the slow data owner's class in tests/test_noniid_e2e.py's case) and the PyramidFL-style baseline.
@@ -114,8 +147,18 @@ def available_rows(names: Sequence[str]) -> tuple[list[str], list[str]]:
     return ok, left
 
 
+def settings_of(row: Row) -> tuple:
+    """What a run of ``row`` is: policy, inner strategy, cycling, quota-share floor, the weighting (resolved) and,
+    filled in with the strategies' defaults, the options the rows set (``max_rescale`` only where it applies)."""
+    w = row.weighting or default_weighting()
+    opts = {**strategy_defaults(), **dict(row.options)}
+    if w != normalised_weighting():
+        opts.pop("max_rescale", None)
+    return row.policy, row.inner, row.cycling, row.floor, w, tuple(sorted(opts.items()))
+
+
 def default_row(policy: str = "time") -> str:
-    """The row of ``policy`` whose weighting is the strategies' default for private data."""
-    w = default_weighting()
-    label = {"samples": "samples", "data-size": "data-size"}.get(w, "normalised")
-    return f"{policy}-{label}"
+    """The row of ``policy`` that runs what a user gets by default (private data): the strategies' default
+    weighting with their default options, no floor on a quota's share (the first such row)."""
+    want = settings_of(Row(policy, ""))
+    return next(n for n, r in ROWS.items() if r.weighting is not None and settings_of(r) == want)

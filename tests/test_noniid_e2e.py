@@ -31,7 +31,7 @@ ROUNDS = 10
 MARGIN = 0.25  # accuracy on node 0's class: default weighting vs Equal (measured: +0.01 to +0.04, 3 seeds)
 
 
-def _edits(policy: str, weighting: str | None, max_rescale: float | None = None):
+def _edits(policy: str, weighting: str | None, max_rescale: float | None = None, min_local_steps: int | None = None):
     """The README's edits (test_strategy_message.EDITS) with this run's strategy line, plus the run
     length and learning rate the generated app reads from its run config (test instrumentation)."""
     from test_strategy_message import EDITS
@@ -39,6 +39,7 @@ def _edits(policy: str, weighting: str | None, max_rescale: float | None = None)
     extra = "" if policy == "time" else f', policy="{policy}"'
     extra += "" if weighting is None else f', weighting="{weighting}"'
     extra += "" if max_rescale is None else f", max_rescale={max_rescale!r}"
+    extra += "" if min_local_steps is None else f", min_local_steps={min_local_steps!r}"
     line = f"    strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget={BUDGET}{extra})\n"
     edits = [(f, old, line if "AdaptiveStrategy(FedAvg" in new else new) for f, old, new in EDITS]
     return edits + [
@@ -49,13 +50,14 @@ def _edits(policy: str, weighting: str | None, max_rescale: float | None = None)
     ]
 
 
-def run_case(root: Path, policy: str, weighting: str | None = None, max_rescale: float | None = None) -> dict:
+def run_case(root: Path, policy: str, weighting: str | None = None, max_rescale: float | None = None,
+             min_local_steps: int | None = None) -> dict:
     """One simulation; returns the accuracy per class of the final model and node 0's quotas."""
     import torch
     from test_strategy_message import _adapted_app, _run_adapted
 
     root.mkdir(parents=True, exist_ok=True)
-    _adapted_app(root, _edits(policy, weighting, max_rescale))
+    _adapted_app(root, _edits(policy, weighting, max_rescale, min_local_steps))
     shutil.copy(HERE / "noniid_task.py", root / "pytorchexample" / "task.py")
     strategy, app = _run_adapted(root)
     import noniid_task as task
@@ -68,7 +70,9 @@ def run_case(root: Path, policy: str, weighting: str | None = None, max_rescale:
     per_class = [float((pred[y == c] == c).float().mean()) for c in range(task.CLASSES)]
     rows = strategy.client_history
     slow = rows[rows["partition_id"] == 0]
-    return {"weighting": strategy.weighting, "max_rescale": strategy.max_rescale, "per_class": per_class, "overall": float((pred == y).float().mean()),
+    return {"weighting": strategy.weighting, "max_rescale": strategy.max_rescale,
+            "min_local_steps": strategy.min_local_steps, "per_class": per_class,
+            "overall": float((pred == y).float().mean()),
             "slow_quota": slow["quota"].tolist(), "slow_scale": slow["agg_scale"].tolist()}
 
 
@@ -88,21 +92,25 @@ def test_the_slow_nodes_class_keeps_equals_accuracy_with_the_default_weighting(r
     assert time["overall"] >= equal["overall"] - MARGIN / 3, (time, equal)
 
 
-#: The measured runs (policy, weighting, max_rescale): ``None`` is the strategies' default.
-CASES = (("equal", None, None), ("time", None, None), ("time", "samples", None), ("time", "normalized", 2.0),
-         ("time", "normalized", 4.0), ("time", "normalized", 8.0))
+#: The measured runs (policy, weighting, max_rescale, min_local_steps): ``None`` is the strategies' default.
+CASES = (("equal", None, None, None), ("time", None, None, None), ("time", "samples", None, None),
+         ("time", "normalized", 2.0, None), ("time", "normalized", 4.0, None), ("time", "normalized", 8.0, None),
+         ("time", "normalized", 8.0, 2), ("time", "samples", None, 2))
 
 if __name__ == "__main__":  # the measurement quoted in docs/integration.md: python test_noniid_e2e.py [seeds...]
     import os
     import tempfile
 
     sys.path.insert(0, str(HERE))
+    picked = os.environ.get("NONIID_CASES")  # e.g. NONIID_CASES=0,6,7: those CASES only
+    cases = [CASES[int(i)] for i in picked.split(",")] if picked else list(CASES)
     for seed in sys.argv[1:] or ["0"]:
         os.environ["NONIID_SEED"] = seed  # read by the task when the simulation's workers import it
         with tempfile.TemporaryDirectory() as tmp:
-            for policy, weighting, cap in CASES:
-                out = run_case(Path(tmp) / f"{policy}-{weighting}-{cap}", policy, weighting, cap)
+            for policy, weighting, cap, steps in cases:
+                out = run_case(Path(tmp) / f"{policy}-{weighting}-{cap}-{steps}", policy, weighting, cap, steps)
                 print(f"seed {seed} {policy:6s} weighting={out['weighting']:10s} max_rescale={out['max_rescale']} "
+                      f"min_local_steps={out['min_local_steps']} "
                       f"class 0 (slow node's) "
                       f"{out['per_class'][0]:.3f} | overall {out['overall']:.3f} | classes "
                       f"{' '.join(f'{a:.2f}' for a in out['per_class'])} | slow node's quotas {out['slow_quota']} "

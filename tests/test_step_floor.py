@@ -6,14 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from adaptive_support import FakeGrid
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_normalized_strategy import reply, telemetry
 
-from adaptive_support import FakeGrid
 from flwr_adaptive.strategies import AdaptiveStrategy, HierarchicalAdaptiveStrategy, LegacyAdaptiveStrategy
 from flwr_adaptive.strategies.registry import build_strategy
 from flwr_adaptive.strategies.step_floor import StepFloor
-from test_normalized_strategy import reply, telemetry
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
@@ -106,9 +106,9 @@ def message_quotas(strategy, rounds=3):
 
 def legacy_quotas(strategy, rounds=3):
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from test_strategy_core import _Manager
 
     from flwr_adaptive import keys
-    from test_strategy_core import _Manager
 
     out = []
     for rnd in range(1, rounds + 1):
@@ -125,7 +125,8 @@ def legacy_quotas(strategy, rounds=3):
 def _legacy(**kw):
     from flwr.server.strategy import FedAvg
 
-    return LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300, deadband=0.0, trust=False, **kw)
+    inner = FedAvg(min_fit_clients=3, min_available_clients=3)
+    return LegacyAdaptiveStrategy(inner, budget=300, deadband=0.0, trust=False, **kw)
 
 
 @pytest.mark.parametrize("api", ["message", "legacy"])
@@ -133,8 +134,11 @@ def _legacy(**kw):
 def test_the_slow_node_keeps_its_step_floor_and_the_budget_is_exact(api, weighting):
     # Prepare: budget 300 over 3 nodes; round 1 is equal (100 each: 4 steps of 32, so B <= 33)
     kw = {} if weighting is None else {"weighting": weighting}
-    make = (lambda **o: AdaptiveStrategy(_fedavg(3), budget=300, deadband=0.0, trust=False, **kw, **o)) if api == "message" else (
-        lambda **o: _legacy(**kw, **o))
+    def make(**o):
+        if api == "legacy":
+            return _legacy(**kw, **o)
+        return AdaptiveStrategy(_fedavg(3), budget=300, deadband=0.0, trust=False, **kw, **o)
+
     run = message_quotas if api == "message" else legacy_quotas
 
     # Execute
