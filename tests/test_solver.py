@@ -284,6 +284,33 @@ def test_the_extra_samples_give_up_exactly_at_the_merge_step_limit(table, monkey
         assert (None if got is None else got.tolist()) == expect, cut
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_the_search_s_fill_is_the_greedy_fill_at_every_round_length(seed):
+    from flwr_adaptive import solver
+
+    # Prepare: one or three groups, bounds, the marginal-energy order of min_energy_split
+    rng = np.random.default_rng(seed)
+    P = int(rng.integers(1, 500))
+    groups = 1 + seed % 3
+    codes = rng.integers(0, groups, P)
+    b = rng.lognormal(-5, 1, P)
+    a = b * 100 * rng.uniform(0, 1, P)
+    g = rng.normal(0, 1, P)
+    lo = rng.integers(0, 3, P)
+    hi = np.where(rng.random(P) < 0.3, lo + rng.integers(0, 80, P), np.iinfo(np.int64).max)
+    budgets = [int(lo[codes == k].sum()) + int(rng.integers(0, 50 * P)) for k in range(groups)]
+    order = np.lexsort((np.arange(P), g, codes))
+    fill = solver._Fill(budgets, codes, order, a, b, lo, hi)
+    t_min = max(
+        (solver.min_makespan_split(budgets[k], a[codes == k], b[codes == k], lo[codes == k], hi[codes == k])[1])
+        for k in range(groups)
+        if (codes == k).any()
+    )
+    for T in t_min * np.array([1.0, 1.0001, 1.05, 1.5, 10.0]):
+        # Execute + Assert: the same quotas at every round length that holds the budgets
+        assert fill.at(T).tolist() == solver._greedy_at(T, budgets, codes, order, a, b, lo, hi).tolist()
+
+
 def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
     # Prepare: 200 participants, budget 10^6, unbounded max_quota (int64 max).
     rng = np.random.default_rng(3)
