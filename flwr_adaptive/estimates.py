@@ -274,12 +274,12 @@ class EstimateStore:
     def estimates(self) -> dict[ParticipantId, tuple[float, float | None]]:
         """Smoothed ``(seconds per sample, joules per sample)`` of every participant with an estimate."""
         self.flush()
-        out = {}
-        for pid, slot in self.index.items():
-            tau, eps = self.tau[slot], self.eps[slot]
-            if not np.isnan(tau):
-                out[pid] = (float(tau), None if np.isnan(eps) else float(eps))
-        return out
+        # by slot (the index's order): the strategies ask every round, a Python loop over numpy
+        # scalars cost ~3 us per participant
+        known = np.flatnonzero(~np.isnan(self.tau))
+        ids = self.ids
+        eps = [None if e != e else e for e in self.eps[known].tolist()]  # e != e: NaN, unmeasured
+        return {ids[i]: (t, e) for i, t, e in zip(known.tolist(), self.tau[known].tolist(), eps)}
 
     def term(self, values: np.ndarray, known: np.ndarray, name: str) -> np.ndarray:
         """Each participant's ratio of ``values`` to their median, clipped to ``cost_clip``."""

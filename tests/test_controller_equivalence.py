@@ -218,3 +218,28 @@ def test_median_is_numpys_bit_for_bit():
         assert (np.isnan(want) and np.isnan(got)) or want.tobytes() == got.tobytes()
 
     check()
+
+
+def test_estimates_are_every_estimated_participant_in_slot_order():
+    # Prepare: participants with time and energy, time only, none yet, one forgotten
+    ctrl = AllocationController(1000, w_time=1.0)
+    ids = ["a", 1, "b", 2, "c"]
+    ctrl.allocate(ids)
+    ctrl.observe("a", Report(time_s=1.0, energy_j=2.0, samples=100))
+    ctrl.observe(1, Report(time_s=0.5, energy_j=None, samples=100))
+    ctrl.observe(2, Report(time_s=0.25, energy_j=0.0, samples=50))
+    ctrl.observe("new", Report(time_s=3.0, energy_j=1.5, samples=30))
+    ctrl.forget(["b"])
+    store = ctrl._store
+    store.flush()
+    # the reference: the loop over the index it replaced
+    want = {}
+    for pid, slot in store.index.items():
+        if not np.isnan(store.tau[slot]):
+            want[pid] = (float(store.tau[slot]), None if np.isnan(store.eps[slot]) else float(store.eps[slot]))
+    # Execute
+    got = ctrl.estimates()
+    # Assert: the same entries in the same order, Python floats, None where energy is unmeasured
+    assert list(got.items()) == list(want.items())
+    assert got == {"a": (0.01, 0.02), 1: (0.005, None), 2: (0.005, 0.0), "new": (0.1, 0.05)}
+    assert all(type(t) is float for t, _ in got.values())
