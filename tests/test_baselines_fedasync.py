@@ -197,7 +197,7 @@ def test_property_fedasync_mix_order_time_and_energy_match_an_independent_replay
     grid = SimGrid(costs, active_w=watts, idle_w=[0.5] * n)
     strategy = FedAsyncStrategy(budget=64 * n, min_nodes=n)
     # The replay of the claims as made: costs here span up to 64x, beyond what cost trust believes
-    # of honest devices (its bounds are tested in test_hostile_replies and test_liar).
+    # of honest devices (its bounds are tested in test_cost_trust and test_liar).
     strategy.trust = None
 
     # Execute (Flower's INFO lines off for this call only: caplog does not fit a hypothesis test)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import adaptive_support as sup
-from test_hostile_replies import BUDGET, HOSTILE, NODES, PARTS, configure, fedavg, honest_round, reply, telemetry
+from hostile_support import BUDGET, HOSTILE, NODES, PARTS, configure, fedavg, honest_round, reply, telemetry
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
@@ -119,7 +119,7 @@ def test_the_legacy_strategy_and_fedasync_skip_an_oversized_reply_unread():
 
     from flwr_adaptive.strategies import LegacyAdaptiveStrategy
     from flwr_adaptive.strategies.screening import MAX_METRIC_KEYS
-    from test_hostile_replies import _legacy_round
+    from hostile_support import _legacy_round
 
     # Prepare: the legacy API's client HOSTILE sends more keys than allowed
     strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=4, min_available_clients=4), budget=BUDGET)

@@ -1,0 +1,177 @@
+"""Cost trust on a hostile claim: server evidence, plausibility and the growth cap.
+
+A node's claimed cost is timed by what the server observed once it was suspect two rounds (an
+honest node late by polling is not suspected), a claim below 1/4 of the others' median is taken
+at that median and a drop is capped, a fast group is held only up to ``max_group`` of the nodes;
+``trust=`` takes a bool or a ``CostTrust`` only, and the Message strategy reads the arrival time
+the SuperLink stamps. Hand-made claims (``_claim``) or replies (``hostile_support``). The
+coalition and strike rules are in ``test_trust_rules.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from flwr_adaptive import keys
+
+from hostile_support import BUDGET, PARTS, configure, fedavg, reply, telemetry
+
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+
+
+def _claim(node, time_s, samples=100, virtual=False):
+    from flwr_adaptive.strategies.reports import ClientReport
+
+    return ClientReport(node_id=node, partition_id=node, quota=samples, samples=samples, time_s=time_s,
+                        cpu_time_s=time_s, wall_time_s=time_s, energy_j=None, data_size=None, capped=False,
+                        idle_w=None, virtual_clock=virtual)
+
+
+def test_server_evidence_times_a_node_by_what_the_server_observed_after_two_rounds(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: 5 s of transport/start-up for everyone; node 4 claims 0.2 s but really takes 9 s
+    trust = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    claims = [_claim(1, 8.0), _claim(2, 9.0), _claim(3, 8.5), _claim(4, 0.2)]
+    observed = {1: 13.0, 2: 14.0, 3: 13.5, 4: 14.0}
+    # Execute
+    first = trust.believe(1, claims, observed)
+    second = trust.believe(2, claims, observed)
+    virtual = trust.believe(3, [_claim(n, c.time_s, virtual=True) for n, c in zip(range(1, 5), claims)], observed)
+    # Assert: one suspect round is not enough; the second times node 4 by the observation minus the
+    # common overhead (median of observed - claimed = 5 s); honest nodes are untouched; no server
+    # clock applies to virtual-clock telemetry
+    assert first[4].time_s == 0.2
+    assert second[4].time_s == pytest.approx(9.0) and [second[n].time_s for n in (1, 2, 3)] == [8.0, 9.0, 8.5]
+    assert virtual[4].time_s == 0.2
+    assert sum("server observed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_server_evidence_does_not_suspect_an_honest_node_that_polling_made_late():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: four honest nodes compute 1.3 s; the server pulls replies every 3 s, so three are seen
+    # at 3 s; node 3 picked its instruction up one SuperNode poll late and missed the pull that followed
+    # (8.9 s): 7.2 s beyond the common overhead of 1.7 s, 5.9 s beyond its claim, every round.
+    claims = [_claim(n, 1.3) for n in (1, 2, 3, 4)]
+    observed = {1: 3.0, 2: 3.0, 3: 8.9, 4: 3.0}
+    # Execute
+    trust = CostTrust()
+    believed = [trust.believe(r, claims, observed) for r in (1, 2, 3)]
+    tight = CostTrust(evidence_min_s=1.0)
+    too_tight = [tight.believe(r, claims, observed) for r in (1, 2)]
+    # Assert: the default (two 3-s polls) believes it; a 1-s margin would time it by the polls
+    assert all(b[3].time_s == 1.3 for b in believed)
+    assert too_tight[1][3].time_s == pytest.approx(8.9 - 1.7)
+
+
+def test_plausibility_and_growth_cap_bound_a_liars_claim():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    trust = CostTrust()
+    claims = [_claim(1, 0.2), _claim(2, 0.3), _claim(3, 0.25), _claim(4, 1e-9)]
+    believed = trust.believe(1, claims, estimate_of=lambda n: {4: 0.0025}.get(n))
+    # Assert: 1e-9 s is far below 1/4 of the others' median (0.25 s): taken at that median; a node
+    # claiming 0.06 s (just inside 1/4) with an estimate of 0.0025 s/sample may halve at most
+    assert believed[4].time_s == pytest.approx(0.25)
+    inside = trust.believe(2, claims[:3] + [_claim(4, 0.07)], estimate_of=lambda n: {4: 0.0025}.get(n))
+    assert inside[4].time_s == pytest.approx(0.125)
+    assert [believed[n].time_s for n in (1, 2, 3)] == [0.2, 0.3, 0.25]
+    with pytest.raises(ValueError, match="plausible_range must be a number >= 1"):
+        CostTrust(plausible_range=0.5)
+
+
+def test_server_evidence_needs_the_claim_exceeded_by_evidence_min_s_and_a_group(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare (scripts/mutation.sh survivors: the seconds margin computed as a ratio, and a group of
+    # min_group + 1 = 3 timed nodes relaxed to 2). Node 4 claims 0.5 s; the server's evidence
+    # implies 5 s: 10x its claim but only 4.5 s above it, inside the 7-s margin of two polls.
+    trust = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    claims = [_claim(1, 8.0), _claim(2, 9.0), _claim(3, 8.5), _claim(4, 0.5)]
+    observed = {1: 13.0, 2: 14.0, 3: 13.5, 4: 10.0}  # common overhead 5 s: node 4 implies 5 s
+    # Execute
+    inside = [trust.believe(r, claims, observed)[4].time_s for r in (1, 2, 3)]
+    pair = CostTrust(plausible_range=math.inf, max_drop=math.inf)
+    two = [pair.believe(r, [_claim(1, 8.0), _claim(4, 0.2)], {1: 13.0, 4: 30.0})[4].time_s for r in (1, 2, 3)]
+    # Assert: both believed as claimed (two timed nodes: no group to take the overhead from)
+    assert inside == [0.5, 0.5, 0.5]
+    assert two == [0.2, 0.2, 0.2]
+    assert not any("server observed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("trust", [0, 1, None, "yes"])
+def test_trust_that_is_not_a_bool_or_a_cost_trust_is_refused(trust):
+    from flwr_adaptive.strategies.trust import resolve_trust
+
+    # 0 and 1 are not False and True (scripts/mutation.sh: `trust is False` -> `== False` survived)
+    with pytest.raises(ValueError, match="trust must be True"):
+        resolve_trust(trust)
+
+
+@pytest.mark.parametrize("what", ["time", "energy"])
+def test_plausible_range_boundary_is_one_quarter_of_the_others_median(what):
+    from dataclasses import replace
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    # Prepare: docs/security.md: a per-sample cost below the other nodes' median divided by
+    # plausible_range (4) is not believed. The others claim 0.2, 0.3, 0.25 s per 100 samples
+    # (median 0.25): the bound for node 4 is 0.0625 s. Claims 0.8 % either side of it.
+    def claims(fourth):
+        out = [_claim(1, 0.2), _claim(2, 0.3), _claim(3, 0.25), _claim(4, fourth)]
+        if what == "energy":  # the same rule on joules; times all equal so only energy can be held
+            out = [replace(c, time_s=0.25, energy_j=c.time_s) for c in out]
+        return out
+
+    def believed(fourth):
+        trust = AdaptiveStrategy(budget=10).trust  # the strategy's default rules
+        got = trust.believe(1, claims(fourth))[4]
+        return got.time_s if what == "time" else got.energy_j
+
+    # Execute / Assert: just inside (0.063 s, 1/3.97 of the median) and at the bound: believed as
+    # claimed; just outside (0.062 s, 1/4.03): taken at the others' median
+    assert believed(0.063) == 0.063
+    assert believed(0.0625) == 0.0625
+    assert believed(0.062) == pytest.approx(0.25)
+
+
+def test_the_message_strategy_reads_the_arrival_time_the_superlink_stamps():
+    from datetime import datetime, timezone
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    msgs, q = configure(strategy, 1)
+    replies = [reply(m, {**telemetry(q[n], 0.5, PARTS[n]), keys.VIRTUAL_CLOCK: 0})
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    for i, r in enumerate(replies):
+        r.metadata.delivered_at = datetime.fromtimestamp(strategy._sent_at + 6.0 + i, tz=timezone.utc).isoformat()
+    strategy.aggregate_train(1, replies)
+    observed = strategy.observed_seconds([sup_report for sup_report in strategy._believed.values()])
+    assert sorted(round(v, 3) for v in observed.values()) == [6.0, 7.0, 8.0, 9.0]
+
+
+def test_a_fast_majority_is_held_only_up_to_max_group_of_the_nodes(caplog):
+    from dataclasses import replace
+
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: 9 nodes, 6 claiming ~1/60 of the 3 others' cost. docs/security.md: groups of up to
+    # max_group (1/3) of the nodes are judged against the rest; a larger coalition moves the median
+    # and is not defended. So the 3 lowest claims are held (at the median of the other 6, 0.51 s)
+    # and the other 3 are believed (scripts/mutation.sh: groups of up to max_group + n survived)
+    claims = [_claim(i, 1.0 if i <= 3 else 0.01 + 0.001 * i) for i in range(1, 10)]
+    # Execute
+    believed = CostTrust().believe(1, claims)
+    time_lines = [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    energy = CostTrust().believe(1, [replace(c, time_s=1.0, energy_j=c.time_s) for c in claims])
+    energy_lines = [r.getMessage() for r in caplog.records]
+    # Assert: the same rule on joules; each log line names its unit
+    assert [round(believed[n].time_s, 4) for n in range(1, 10)] == [1.0] * 3 + [0.5095] * 3 + [0.017, 0.018, 0.019]
+    assert [round(energy[n].energy_j, 4) for n in range(1, 10)] == [1.0] * 3 + [0.5095] * 3 + [0.017, 0.018, 0.019]
+    assert any("claims 0.00014 s per sample" in t for t in time_lines), time_lines
+    assert any("claims 0.00014 J per sample" in t for t in energy_lines), energy_lines
