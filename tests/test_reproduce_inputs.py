@@ -1,0 +1,68 @@
+"""What ``experiments.reproduce`` takes in: its options are checked before anything runs, and its
+scenarios' device fleets (wide vs testbed, the wide DDP ranks' lognormal slowdowns) are what the
+page says they are. Hand-computed; nothing is run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_wide_scenario_is_wider_than_the_testbed():
+    # Prepare
+    from experiments.reproduce import scenario_profiles
+
+    spread = lambda ps: np.log([p.slowdown for p in ps]).std()  # noqa: E731
+    # Assert: σ of log-slowdown near 1 on average over seeds, well above the testbed's; fleets differ by seed
+    wide = [spread(scenario_profiles("wide", s)) for s in range(20)]
+    assert 0.7 < np.mean(wide) < 1.2 and spread(scenario_profiles("testbed", 0)) < 0.6
+    assert scenario_profiles("wide", 0) != scenario_profiles("wide", 1)
+    assert scenario_profiles("wide", 3) == scenario_profiles("wide", 3)
+
+
+def test_wide_ddp_slowdowns_are_lognormal_mid_quantiles():
+    # Prepare: Φ⁻¹(1/8, 3/8, 5/8, 7/8) = ∓1.1503, ∓0.3186; exp, scaled so the fastest is 2
+    from experiments.reproduce import lognormal_quartile_slowdowns
+
+    expected = [2.0, 2.0 * math.exp(1.1503 - 0.3186), 2.0 * math.exp(1.1503 + 0.3186), 2.0 * math.exp(2 * 1.1503)]
+    # Assert
+    assert lognormal_quartile_slowdowns() == pytest.approx(expected, abs=0.01)
+
+
+def test_options_are_checked_early():
+    from experiments import reproduce
+
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--policies", "time,energy"])  # no Equal: no target, no Δ
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--tasks", "imagenet"])
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--seeds", "1"])
+    for bad in (["--noniid-rounds", "imagenet=3"], ["--noniid-rounds", "mnist=x"], ["--noniid-lr", "mnist=-1"],
+                ["--noniid-round-cap", "0"], ["--noniid-rounds", "0"]):
+        with pytest.raises(SystemExit):
+            reproduce.parse_args(bad)
+    # per-task rounds: a number for every task, or task=rounds over the defaults
+    assert set(reproduce.parse_args(["--noniid-rounds", "7"]).noniid_rounds.values()) == {7}
+    args = reproduce.parse_args(["--noniid-rounds", "weather=3", "--noniid-lr", "mnist=0.2"])
+    default = reproduce.parse_args([])
+    assert args.noniid_rounds == {**default.noniid_rounds, "weather": 3}
+    assert args.noniid_lr == {**default.noniid_lr, "mnist": 0.2}
+
+
+def test_hfl_and_measured_options_are_checked_early():
+    from experiments import reproduce
+
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--measured-policies", "time,energy"])  # no Equal to compare with
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--hfl-policies", "equal,oort"])  # Oort-like is not a controller policy
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--measured-seeds", "1"])
+    args = reproduce.parse_args([])
+    assert (args.hfl_seeds, args.hfl_rounds, args.ddp_rounds, args.measured_seeds) == (3, 10, 10, 5)
+    assert args.hfl_policies == ["equal", "time", "min-energy"]
