@@ -56,6 +56,8 @@ _CONTROLLER_TESTS = (
     "tests/test_controller.py",
     "tests/test_controller_beyond.py",
     "tests/test_controller_limits.py",
+    "tests/test_controller_state_files.py",
+    "tests/test_controller_ageing.py",
     "tests/test_option_plumbing.py",
     "-k",
     "not hostile_interleavings and not affine_fit_reaches and not paper_flag_reproduces and not early_rounds_benchmark",
@@ -100,7 +102,7 @@ TARGETS = [
         "flwr_adaptive/strategies/screening.py",
         ("tests/test_hostile_replies.py", "tests/test_strategy_core.py"),
     ),
-    Target("trust", "flwr_adaptive/strategies/trust.py", ("tests/test_hostile_replies.py", "tests/test_liar.py")),
+    Target("trust", "flwr_adaptive/strategies/trust.py", ("tests/test_hostile_replies.py", "tests/test_cost_trust.py", "tests/test_liar.py")),
     Target(
         "plumbing-core",
         "flwr_adaptive/strategies/core.py",
