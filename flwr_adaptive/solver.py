@@ -141,7 +141,9 @@ def min_energy_split(
     #    One group: an epoch at a time (flwr_adaptive.sweep, the same result bit for bit).
     #    Several: one heap step per moved sample, the loop on Python lists (numpy scalars cost
     #    several times more per step).
-    energy_lower = _lower_bound(budgets, members, g, lo, hi)  # Σ g·n with caps = hi
+    # each group's members in order (increasing g, ties by index): what a stable argsort of g gives
+    by_g = [order[s:e] for s, e in zip(group_start.tolist(), [*group_start[1:].tolist(), P])]
+    energy_lower = _lower_bound(budgets, by_g, g, lo, hi)  # Σ g·n with caps = hi
     best_F = float(np.dot(g, n)) + idle_total * T_min
     best_T = T_min
     F = best_F
@@ -172,7 +174,7 @@ def min_energy_split(
         best_F, best_T, T_prev, limited = swept
         if limited:
             best_F, best_T = _search_rest(
-                T_prev, T_max, idle_total, best_F, best_T, energy_lower, budgets, members, codes, order, g, a, b, lo, hi
+                T_prev, T_max, idle_total, best_F, best_T, energy_lower, budgets, by_g, codes, order, g, a, b, lo, hi
             )
         return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min
     heap = list(zip((a[start] + b[start] * (cap[start] + 1)).tolist(), start.tolist()))
@@ -187,7 +189,7 @@ def min_energy_split(
         steps += 1
         if steps > MAX_SWEEP_STEPS:  # a huge budget: search the round length instead (see Cost)
             best_F, best_T = _search_rest(
-                T_prev, T_max, idle_total, best_F, best_T, energy_lower, budgets, members, codes, order, g, a, b, lo, hi
+                T_prev, T_max, idle_total, best_F, best_T, energy_lower, budgets, by_g, codes, order, g, a, b, lo, hi
             )
             break
         T, i = heapq.heappop(heap)
@@ -225,7 +227,7 @@ def _search_rest(
     best_T: float,
     energy_lower: float,
     budgets: list[int],
-    members: list[np.ndarray],
+    by_g: list[np.ndarray],
     codes: np.ndarray,
     order: np.ndarray,
     g: np.ndarray,
@@ -235,15 +237,19 @@ def _search_rest(
     hi: np.ndarray,
 ) -> tuple[float, float]:
     """Past the sweep's step limit: the best of a golden-section search over the round lengths
-    that are left and of the slack's limit, against the sweep's best so far."""
-    T_hi = max(T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, members, g, a, b, lo, hi))
-    fill = _Fill(budgets, codes, order, a, b, lo, hi)
+    that are left and of the slack's limit, against the sweep's best so far.
+
+    Each round length is priced by :meth:`_Fill.total` (the participants up to each group's
+    marginal only), the same value as a full fill; one asked for twice is priced once.
+    """
+    T_hi = max(T_prev, _search_limit(T_max, idle_total, best_F, energy_lower, budgets, by_g, g, a, b, lo, hi))
+    fill = _Fill(budgets, codes, order, a, b, lo, hi, g)
+    totals: dict[float, float] = {}
 
     def energy_at(t: float) -> float:
-        # a plain sum, not np.dot: BLAS's threads on a loaded machine made each call of 100,000
-        # participants ~11 ms (the search's ~60 calls: most of min-energy's round); the search
-        # is within a sample's rounding anyway, so its float rounding may differ from np.dot's
-        return float((g * fill.at(t)).sum()) + idle_total * t
+        if t not in totals:
+            totals[t] = fill.total(t)
+        return totals[t] + idle_total * t
 
     # the slack's limit is where the optimum often sits: compare it with the search's pick
     for t in (_golden_search(energy_at, T_prev, T_hi), T_hi):
@@ -259,7 +265,7 @@ def _search_limit(
     best_F: float,
     energy_lower: float,
     budgets: list[int],
-    members: list[np.ndarray],
+    by_g: list[np.ndarray],
     g: np.ndarray,
     a: np.ndarray,
     b: np.ndarray,
@@ -272,7 +278,7 @@ def _search_limit(
     if idle_total > 0:
         limit = min(limit, (best_F - energy_lower) / idle_total)
     else:  # energy never grows with T: the unconstrained greedy's own round is the far end
-        n = _lower_bound_split(budgets, members, g, lo, hi)
+        n = _lower_bound_split(budgets, by_g, g, lo, hi)
         with np.errstate(over="ignore", invalid="ignore"):
             limit = min(limit, float(np.max(a + b * n.astype(float))))
     return limit
@@ -326,6 +332,10 @@ def _greedy_at(
     return n
 
 
+#: Participants of the first block :meth:`_Fill.total` fills (each next block 4 times larger).
+_FIRST_FILL_BLOCK = 1024
+
+
 class _Fill:
     """:func:`_greedy_at` at many round lengths, the same quotas: what does not depend on the round
     length (costs and bounds in ``order``, each group's range in it and what its budget leaves
@@ -341,6 +351,7 @@ class _Fill:
         b: np.ndarray,
         lo: np.ndarray,
         hi: np.ndarray,
+        g: np.ndarray | None = None,
     ) -> None:
         self.order, self.lo = order, lo
         self.a, self.b, self.lo_o, self.hi_o = a[order], b[order], lo[order], hi[order]
@@ -351,10 +362,20 @@ class _Fill:
             s, e = (int(x) for x in np.searchsorted(sorted_codes, [k, k + 1], side="left"))
             if s < e:
                 self.groups.append((k, budget, s, e, budget - int(self.lo_o[s:e].sum())))
+        if g is not None:
+            self.g_o = g[order]
+            self.at_lo = g * lo  # each participant's term of Σ g·n while it sits at lo
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                # Σ (T + |a|)/b bounds the sum of all rooms above lo (see total)
+                self.inv_b, self.a_over_b = float(np.sum(1.0 / b)), float(np.sum(np.abs(a) / b))
+
+    def caps(self, T: float) -> np.ndarray:
+        """``caps_at(T)`` of the participants in order."""
+        return caps_at(T, self.a, self.b, self.lo_o, self.hi_o, self.bounds)
 
     def at(self, T: float) -> np.ndarray:
         """``_greedy_at(T, ...)`` of the arguments given at construction."""
-        room = caps_at(T, self.a, self.b, self.lo_o, self.hi_o, self.bounds) - self.lo_o
+        room = self.caps(T) - self.lo_o
         n_o = self.lo_o.copy()
         for k, budget, s, e, left in self.groups:
             r = room[s:e]
@@ -366,16 +387,46 @@ class _Fill:
         n[self.order] = n_o  # every participant is in one group: all of n is written
         return n
 
+    def total(self, T: float) -> float:
+        """``float((g * _greedy_at(T, ...)).sum())``, the same value, filling each group only up
+        to its marginal participant: the ones after it sit at ``lo`` (their terms are ``g·lo``,
+        computed once), and the sum runs over the same terms in the same places.
+
+        The running sum of the rooms is taken a block at a time (a carry between blocks: int64
+        sums are the same however they are grouped) and stops once it covers the budget, where
+        no sum of all caps can overflow int64 (else the whole group at once, as the full fill)."""
+        terms = self.at_lo.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            most = (abs(T) * self.inv_b + self.a_over_b) * (1.0 + 1e-6) + len(self.lo) + 1.0
+        early = bool(most < 2.0**62)
+        for k, budget, s, e, left in self.groups:
+            given, carry, start, size = 0, np.int64(0), s, _FIRST_FILL_BLOCK if early else e - s
+            while start < e:
+                stop = min(start + size, e)
+                part = slice(start, stop)
+                bounds = (self.bounds[0][part], self.bounds[1][part])
+                r = caps_at(T, self.a[part], self.b[part], self.lo_o[part], self.hi_o[part], bounds) - self.lo_o[part]
+                cum = np.cumsum(r) + carry
+                take = np.minimum(r, np.maximum(left - (cum - r), 0))
+                given += int(take.sum())
+                terms[self.order[part]] = self.g_o[part] * (self.lo_o[part] + take)
+                carry, start, size = cum[-1], stop, 4 * size
+                if early and carry >= left:
+                    break  # everyone after takes 0: at lo
+            if given != left:
+                raise AssertionError(f"round length {T!r} cannot hold group {k}'s budget {budget}")
+        return float(terms.sum())
+
 
 def _lower_bound_split(
-    budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    budgets: list[int], by_g: list[np.ndarray], g: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> np.ndarray:
-    """The quotas of ``min Σ g·n`` with no makespan limit: each group filled in increasing ``g``."""
+    """The quotas of ``min Σ g·n`` with no makespan limit: each group (``by_g``: its members in
+    increasing ``g``, ties by index) filled in that order."""
     n = lo.astype(np.int64).copy()
-    for k, idx in enumerate(members):
-        if not len(idx):
+    for k, o in enumerate(by_g):
+        if not len(o):
             continue
-        o = idx[np.argsort(g[idx], kind="stable")]
         left = budgets[k] - int(lo[o].sum())
         room = (hi[o] - lo[o]).astype(float)  # float: unbounded rooms would overflow an int64 cumsum
         cum = np.cumsum(room)
@@ -383,6 +434,6 @@ def _lower_bound_split(
     return n
 
 
-def _lower_bound(budgets: list[int], members: list[np.ndarray], g: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+def _lower_bound(budgets: list[int], by_g: list[np.ndarray], g: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
     """``min Σ g·n`` with no makespan limit (every cap at ``hi``): no round length does better."""
-    return float(np.dot(g, _lower_bound_split(budgets, members, g, lo, hi).astype(float)))
+    return float(np.dot(g, _lower_bound_split(budgets, by_g, g, lo, hi).astype(float)))

@@ -300,15 +300,73 @@ def test_the_search_s_fill_is_the_greedy_fill_at_every_round_length(seed):
     hi = np.where(rng.random(P) < 0.3, lo + rng.integers(0, 80, P), np.iinfo(np.int64).max)
     budgets = [int(lo[codes == k].sum()) + int(rng.integers(0, 50 * P)) for k in range(groups)]
     order = np.lexsort((np.arange(P), g, codes))
-    fill = solver._Fill(budgets, codes, order, a, b, lo, hi)
+    fill = solver._Fill(budgets, codes, order, a, b, lo, hi, g)
     t_min = max(
         (solver.min_makespan_split(budgets[k], a[codes == k], b[codes == k], lo[codes == k], hi[codes == k])[1])
         for k in range(groups)
         if (codes == k).any()
     )
-    for T in t_min * np.array([1.0, 1.0001, 1.05, 1.5, 10.0]):
-        # Execute + Assert: the same quotas at every round length that holds the budgets
-        assert fill.at(T).tolist() == solver._greedy_at(T, budgets, codes, order, a, b, lo, hi).tolist()
+    for T in t_min * np.array([1.0, 1.0001, 1.05, 1.5, 10.0, 1e18]):
+        # Execute + Assert: the same quotas at every round length that holds the budgets, and the
+        # same Σ g·n from the participants up to each marginal (1e18: caps of 2**62, whose sum
+        # wraps: the whole group at once, as the full fill)
+        try:
+            want = solver._greedy_at(T, budgets, codes, order, a, b, lo, hi)
+        except AssertionError:  # the wrapped sum cannot hold the budget: refused alike
+            with pytest.raises(AssertionError):
+                fill.total(T)
+            continue
+        assert fill.at(T).tolist() == want.tolist()
+        assert fill.total(T) == float((g * want).sum())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_round_length_search_prices_lengths_between_equal_caps_as_a_fill_would(seed, monkeypatch):
+    from flwr_adaptive import solver
+
+    # Prepare: a fleet, with and without idle draw, and the search's inputs as min_energy_split
+    # makes them; no best yet (the search's own pick decides)
+    rng = np.random.default_rng(seed)
+    P = int(rng.integers(50, 2000))
+    b = rng.lognormal(-6, 1, P)
+    a = b * 100 * rng.uniform(0, 1, P)
+    w = rng.lognormal(np.log(5), 0.5, P)
+    idle = w * rng.uniform(0.1, 0.5, P) * (seed % 2)
+    lo, hi = np.zeros(P, dtype=np.int64), np.full(P, np.iinfo(np.int64).max)
+    codes = np.zeros(P, dtype=np.int64)
+    budgets = [100 * P]
+    g = w * b - idle * b
+    order = np.lexsort((np.arange(P), g, codes))
+    by_g = [order]
+    t_min = solver.min_makespan_split(budgets[0], a, b, lo, hi)[1]
+    idle_total = float(idle.sum())
+    lower = solver._lower_bound(budgets, by_g, g, lo, hi)
+    args = (t_min, 1.3 * t_min, idle_total, math.inf, t_min, lower, budgets, by_g, codes, order, g, a, b, lo, hi)
+    filled = []
+
+    def energy_at(t):  # the search's price of a round length, a fill every time
+        filled.append(t)
+        return float((g * solver._greedy_at(t, budgets, codes, order, a, b, lo, hi)).sum()) + idle_total * t
+
+    T_hi = max(t_min, solver._search_limit(1.3 * t_min, idle_total, math.inf, lower, budgets, by_g, g, a, b, lo, hi))
+    want_F, want_T = math.inf, t_min
+    for t in (solver._golden_search(energy_at, t_min, T_hi), T_hi):
+        F_t = energy_at(t)
+        if F_t < want_F:
+            want_F, want_T = F_t, t
+    priced = []
+    golden = solver._golden_search
+
+    def recording(f, lo_t, hi_t):
+        return golden(lambda t: priced.append((t, f(t))) or priced[-1][1], lo_t, hi_t)
+
+    monkeypatch.setattr(solver, "_golden_search", recording)
+    # Execute
+    got_F, got_T = solver._search_rest(*args)
+    # Assert: every round length asked for priced as a fill prices it, the same pick, bit for bit
+    assert priced == [(t, energy_at(t)) for t, _ in priced]
+    assert (got_F, got_T) == (want_F, want_T)
+    assert len(filled) > 20
 
 
 def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
