@@ -373,7 +373,9 @@ class EstimateStore:
             if jump.any():
                 j = s[jump]
                 scale_t = (t / pred_t)[jump]
-                scale_e = np.where(np.isfinite(e / pred_e), e / pred_e, 1.0)[jump]
+                with np.errstate(divide="ignore", invalid="ignore"):  # no energy predicted: scale 1
+                    ratio_e = e / pred_e
+                scale_e = np.where(np.isfinite(ratio_e), ratio_e, 1.0)[jump]
                 with np.errstate(over="ignore", under="ignore", invalid="ignore"):
                     self.hist[j, :, 1] *= scale_t[:, None]
                     self.hist[j, :, 2] *= scale_e[:, None]
