@@ -115,7 +115,7 @@ def _floor_point(g: pd.DataFrame) -> tuple[float, float, str]:
 
 def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path, alpha: float = ALPHAS[0]) -> Path | None:
     """Per weighting, per (task, scenario): time to target × Equal against the worst group's Δ vs Equal at the same
-    time (worst seed), one point per floor setting, joined in the setting order."""
+    time (worst seed), one point per floor setting, joined from no floor to the step floors and to the share floors."""
     fams = floor_rows(rows)
     if not fams:
         return None
@@ -127,22 +127,28 @@ def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path, alpha: fl
     s = summary[np.isclose(summary["alpha"], alpha)]
     fig, axes = plt.subplots(1, len(fams), figsize=(6.5 * len(fams), 4.8), squeeze=False)
     for ax, (family, settings) in zip(axes[0], fams.items()):
+        ax.title.set_size(9)
         for k, ((task, scenario), g) in enumerate(s.groupby(["task", "scenario"], sort=False)):
             pts = [(lab, *_floor_point(g[g["row"] == n])) for lab, n in settings if (g["row"] == n).any()]
-            pts = [p for p in pts if math.isfinite(p[1]) and math.isfinite(p[2])]  # a setting not reached everywhere
-            if not pts:
+            pts = [p for p in pts if math.isfinite(p[1]) and math.isfinite(p[2])]  # a setting no seed reached
+            if not pts or pts[0][0] != "none":
                 continue
-            line = ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", color=f"C{k}",
-                           linestyle="-" if scenario == "testbed" else "--", label=f"{task}, {scenario}")[0]
+            marker = "o" if scenario == "testbed" else "s"
+            # from no floor to each kind of floor: steps (solid), a share of the equal split (dotted)
+            for kind, style in (("steps", "-"), ("equal", ":")):
+                line = [pts[0], *(p for p in pts[1:] if kind in p[0])]
+                ax.plot([p[1] for p in line], [p[2] for p in line], linestyle=style, marker=marker, color=f"C{k}",
+                        label=f"{task}, {scenario}" if kind == "steps" else None)
             for lab, x, y, _ in pts:
-                ax.annotate(lab, (x, y), fontsize=6, color=line.get_color(), xytext=(3, 3), textcoords="offset points")
+                ax.annotate(lab, (x, y), fontsize=6, color=f"C{k}", xytext=(3, 3), textcoords="offset points")
         for limit, style in ((0.60, ":"), (0.35, "-.")):
             ax.axvline(limit, color="grey", linestyle=style, linewidth=0.8)
         ax.axhline(-WORST_LIMIT, color="red", linestyle=":", linewidth=0.8,
                    label=f"−{WORST_LIMIT:g} (the issue's limit)")
         ax.set(xlabel="time to target × Equal + FedAvg (median of the seeds reached; targets 0.60 testbed, 0.35 wide)",
-               ylabel="worst group − Equal's at the same time (worst seed; weather: % error)",
-               title=f"Time-only + {family}: floors, α = {alpha:g} (virtual clock)")
+               ylabel="worst group − Equal's, same time (worst seed)",
+               title=f"Time-only + {family}, α = {alpha:g} (virtual clock)\n"
+                     "solid: step floors, dotted: share floors; weather: Δ in % of its error")
         ax.xaxis.label.set_size(7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
