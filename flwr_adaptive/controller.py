@@ -532,8 +532,9 @@ class AllocationController:
             fixed_s=self._fixed_s,
             idle_w=self._idle_w,
         )
-
         group_of = None if self.groups is None else [names[c] for c in codes.tolist()]
+        # time only: the recent reports say whether the held split is balanced within their noise
+        balance = self.objective == "weighted" and self.w_energy == 0 and self.w_time > 0
         kept = self._committed.kept(
             deadband=self.deadband,
             rule=self.deadband_rule,
@@ -549,10 +550,9 @@ class AllocationController:
             predicted=proposal.predicted,
             bound=proposal.bound,
             noise_floor=self._store.noise_floor,
-            # the recent reports say whether the held split is balanced within their noise
-            history=self._store.hist[slots] if len(self._store.hist) == len(self._store.ids) else None,
+            history=self._store.hist[slots] if balance and len(self._store.hist) == len(self._store.ids) else None,
             fixed=np.array([self._fixed_s.get(p, 0.0) for p in participants]) if self._fixed_s else None,
-            balance_times=self.objective == "weighted" and self.w_energy == 0 and self.w_time > 0,
+            balance_times=balance,
         )
         quotas = proposal.split() if kept is None or self._probe else kept  # solved only when not kept
         # Commit: nothing above changed the controller.

@@ -422,24 +422,27 @@ class EstimateStore:
         """
         self.grow_model()
         block = estimation.FIT_BLOCK
-        if len(slots) <= block:
-            out, noise = self._affine_block(slots)
+        # every slot in order (all participants of the store): blocks are slices, not gathers
+        every = len(slots) == len(self.ids) and (len(slots) < 2 or bool((slots[1:] > slots[:-1]).all()))
+        blocks = [slice(s, s + block) if every else slots[s : s + block] for s in range(0, len(slots), block)]
+        if len(blocks) == 1:
+            out, noise = self._affine_block(blocks[0])
         else:
-            parts = [self._affine_block(slots[s : s + block]) for s in range(0, len(slots), block)]
+            parts = [self._affine_block(rows) for rows in blocks]
             out = tuple(np.concatenate([part[0][i] for part in parts]) for i in range(4))
             noise = np.concatenate([part[1] for part in parts])
         self.noise_cache = (slots, noise)
         return out
 
-    def _affine_block(self, slots: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-        """:meth:`affine_estimates` of distinct ``slots``, and the noise of their time fits."""
+    def _affine_block(self, slots: np.ndarray | slice) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """:meth:`affine_estimates` of distinct ``slots`` (or a slice of them), and the noise of their time fits."""
         # the windows as (WINDOW, quantity, P): each window position a contiguous vector over
         # participants; time and energy share their sample counts (one spread, one first line)
         windows = np.ascontiguousarray(self.hist[slots].transpose(1, 2, 0))
         n, y = windows[:, 0], windows[:, 1:]
         fa, fb, fidentified, fnoise, ffilled, fsum = estimation.fit_windows(n, y)
         out = []
-        fit = self.fit[slots]
+        fit = self.fit[slots].copy()  # read below while self.fit is written
         for k, (col, per_sample) in enumerate(((0, self.tau[slots]), (2, self.eps[slots]))):
             a, b, identified = fa[k], fb[k], fidentified[k]
             stored_a, stored_b = fit[:, col], fit[:, col + 1]
@@ -457,8 +460,9 @@ class EstimateStore:
                 self.fit[slots, col] = a
                 self.fit[slots, col + 1] = b
             else:
-                self.fit[slots[keep], col] = a[keep]
-                self.fit[slots[keep], col + 1] = b[keep]
+                rows = (np.arange(*slots.indices(len(self.fit))) if isinstance(slots, slice) else slots)[keep]
+                self.fit[rows, col] = a[keep]
+                self.fit[rows, col + 1] = b[keep]
             out += [a, b]
         return tuple(out), fnoise[0]
 
