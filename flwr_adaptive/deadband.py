@@ -114,7 +114,7 @@ class CommittedSplit:
         history: np.ndarray | None = None,
         fixed: np.ndarray | None = None,
         balance_times: bool = False,
-        bound: Callable[[], np.ndarray | None] | None = None,
+        bound: Callable[[Callable[[np.ndarray], bool]], np.ndarray | None] | None = None,
     ) -> np.ndarray | None:
         """The committed split aligned to ``slots`` if the deadband keeps it, else ``None``.
 
@@ -124,9 +124,10 @@ class CommittedSplit:
         ``history`` holds each participant's recent raw reports ``(samples, seconds, joules)``
         (``(P, WINDOW, 3)``, NaN = none; ``None``: not kept), ``fixed`` its seconds beyond the
         reported compute; with ``balance_times`` they feed the balance test. ``proposed`` may be
-        a function that solves the proposed split (called only when needed); ``bound()`` gives
-        values at or below ``predicted(proposed)`` without it (``None``: unknown): the gain rule
-        keeps on them when it can, the same decision (a bound that passes, the exact value passes).
+        a function that solves the proposed split (called only when needed); ``bound(enough)`` gives
+        values at or below ``predicted(proposed)`` without it (``None``: unknown; cheaper ones
+        where ``enough`` says they serve): the gain rule keeps on them when it can, the same
+        decision (a bound that passes, the exact value passes).
         """
         if deadband <= 0 or self.budget is None or self.budget != budget:
             return None
@@ -156,8 +157,12 @@ class CommittedSplit:
             # or by less than the participants' own jitter can fake.
             band = max(deadband, noise_floor(slots))
             held = predicted(current)
-            lower = None if bound is None else bound()
-            if lower is not None and bool(np.all(held <= (1.0 + band) * lower)):
+
+            def keeps(lower: np.ndarray) -> bool:
+                return bool(np.all(held <= (1.0 + band) * lower))
+
+            lower = None if bound is None else bound(keeps)
+            if lower is not None and keeps(lower):
                 return current
             keep = held <= (1.0 + band) * predicted(proposed() if callable(proposed) else proposed)
             return current if bool(np.all(keep)) else None

@@ -28,7 +28,7 @@ import numpy as np
 
 from flwr_adaptive.limits import exact_sum
 
-__all__ = ["min_makespan_split", "makespan_lower_bound", "caps_at", "cap_bounds"]
+__all__ = ["min_makespan_split", "makespan_lower_bound", "slowest_at_lower_bound", "caps_at", "cap_bounds"]
 
 #: Samples per participant :func:`_extra_samples` generates before it leaves the rounding to the heap.
 _MAX_MERGE_STEPS = 256
@@ -133,7 +133,9 @@ def _sorted_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, 
     return t0 + (budget - float(f[k - 1])) * (t1 - t0) / (f1 - float(f[k - 1]))
 
 
-def makespan_lower_bound(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+def makespan_lower_bound(
+    budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray, slowest: float | None = None
+) -> float:
     """A value at or below the makespan of :func:`min_makespan_split` (same arguments), without
     the integer rounding: the larger of the slowest participant at its lower bound and the
     continuous optimum lowered by more than its float error.
@@ -143,17 +145,24 @@ def makespan_lower_bound(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarr
     bounds) has ``Σ clip((T_n − a)/b, lo, hi) ≥ budget`` at its makespan ``T_n``, so ``T_n`` is at
     or above the continuous root; the root's sums over ``P`` positive terms are within
     ``P·2⁻⁵³`` of exact, relatively, so lowering it by ``1e-9 + 4·P·2⁻⁵³`` keeps it below.
-    O(P), about a third of the split's cost.
+    O(P), about a third of the split's cost. ``slowest``: :func:`slowest_at_lower_bound` when known.
     """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if len(a) == 0:
         return 0.0
-    slowest = float(np.max(a + b * lo))  # a fixed cost can outlast everyone else's round
+    if slowest is None:
+        slowest = slowest_at_lower_bound(a, b, lo)  # a fixed cost can outlast everyone else's round
     if budget == exact_sum(hi):
         return slowest  # every bound binds: no continuous root
     T = _continuous_makespan(budget, a, b, np.asarray(lo), np.asarray(hi))
     return max(slowest, T * (1.0 - (1e-9 + 4.0 * len(a) * 2.0**-53))) if T > 0 else slowest
+
+
+def slowest_at_lower_bound(a: np.ndarray, b: np.ndarray, lo: np.ndarray) -> float:
+    """``max(a + b·lo)`` (0 for nobody): no split's makespan is below it (the cheap part of
+    :func:`makespan_lower_bound`)."""
+    return float(np.max(a + b * lo)) if len(a) else 0.0
 
 
 def min_makespan_split(

@@ -29,6 +29,7 @@ import numpy as np
 from flwr_adaptive.deadband import Predicted
 from flwr_adaptive.estimates import EstimateStore, weighted_affine
 from flwr_adaptive.limits import ParticipantId
+from flwr_adaptive.makespan import slowest_at_lower_bound
 from flwr_adaptive.solver import makespan_lower_bound, min_energy_split, min_makespan_split, round_energy
 from flwr_adaptive.split import bounded_split, check_fits, group_makespans
 
@@ -94,8 +95,18 @@ def propose(
                 quotas[idx] = min_makespan_split(budgets[k], A[idx], B[idx], lo[idx], hi[idx])[0]
             return quotas
 
-        def bound() -> np.ndarray:  # each group's makespan under the split, from below
-            return np.array([makespan_lower_bound(budgets[k], A[i], B[i], lo[i], hi[i]) for k, i in enumerate(members)])
+        def bound(enough: Callable[[np.ndarray], bool] | None = None) -> np.ndarray:
+            # each group's makespan under the split, from below: its slowest participant at lo
+            # first, the continuous root only when that is not enough
+            slowest = np.array([slowest_at_lower_bound(A[i], B[i], lo[i]) for i in members])
+            if enough is not None and enough(slowest):
+                return slowest
+            return np.array(
+                [
+                    makespan_lower_bound(budgets[k], A[i], B[i], lo[i], hi[i], s)
+                    for k, (i, s) in enumerate(zip(members, slowest.tolist()))
+                ]
+            )
 
         return Proposal(solve, lambda q: group_makespans(A, B, q, codes, len(budgets)), bound)
     # min-energy
@@ -130,7 +141,7 @@ class Proposal:
         self,
         split: np.ndarray | Callable[[], np.ndarray],
         predicted: Predicted,
-        bound: Callable[[], np.ndarray] | None = None,
+        bound: Callable[[Callable[[np.ndarray], bool] | None], np.ndarray] | None = None,
     ) -> None:
         self._quotas = split if isinstance(split, np.ndarray) else None
         self._solve = split
@@ -145,6 +156,7 @@ class Proposal:
             self._quotas = solve()
         return self._quotas
 
-    def bound(self) -> np.ndarray | None:
-        """Values at or below ``predicted(split())`` entry by entry, without solving; ``None``: none known."""
-        return None if self._bound is None else self._bound()
+    def bound(self, enough: Callable[[np.ndarray], bool] | None = None) -> np.ndarray | None:
+        """Values at or below ``predicted(split())`` entry by entry, without solving; ``None``: none
+        known. ``enough(values)``: whether cheaper values already serve (then they may be returned)."""
+        return None if self._bound is None else self._bound(enough)
