@@ -162,7 +162,13 @@ class EstimateStore:
         del self.ids[count:]
         for name in (*self.SLOT_ARRAYS, *self.LAZY_SLOT_ARRAYS, "lo", "hi"):
             setattr(self, name, getattr(self, name)[:count])
-        self.reset_cache()
+        self.slot_cache = ([], np.empty(0, dtype=np.int64))
+        # The fits' scatter sets the next report's drift threshold (record): a question that
+        # registered a newcomer (costs) must leave it, or it changes later splits; only a cache
+        # that names an undone slot goes.
+        cached = self.noise_cache
+        if cached is not None and len(cached[0]) and int(cached[0].max()) >= count:
+            self.noise_cache = None
 
     def reset_cache(self) -> None:
         """Forget what is cached by slot (after slots were renumbered or the state replaced)."""
