@@ -146,11 +146,7 @@ class CommittedSplit:
             return None
         if group_of is not None and (self.groups is None or [self.groups[i] for i in aligned.tolist()] != group_of):
             return None  # a participant changed group
-        if (
-            balance_times
-            and history is not None
-            and balanced_within_noise(current, history, codes, np.zeros(len(current)) if fixed is None else fixed)
-        ):
+        if balance_times and history is not None and balanced_within_noise(current, history, codes, fixed):
             return current
         if rule == "gain":
             # Keep the split while re-splitting improves the predicted objective by < deadband,
@@ -180,7 +176,9 @@ class CommittedSplit:
         return current
 
 
-def balanced_within_noise(quota: np.ndarray, history: np.ndarray, codes: np.ndarray, fixed: np.ndarray) -> bool:
+def balanced_within_noise(
+    quota: np.ndarray, history: np.ndarray, codes: np.ndarray, fixed: np.ndarray | None = None
+) -> bool:
     """Whether the reports at the committed ``quota`` show the split balanced within their noise.
 
     ``history`` is ``(P, W, 3)``: each participant's recent ``(samples, seconds, joules)``
@@ -193,15 +191,18 @@ def balanced_within_noise(quota: np.ndarray, history: np.ndarray, codes: np.ndar
     else the median scatter around the participants' fitted lines (``z`` = :data:`BALANCE_Z`).
     False when a participant with a positive quota has no report at it, or without a noise
     figure; a group of one is balanced. Noise-free reports (σ = 0) are balanced only when equal.
+    ``fixed=None``: no fixed seconds (adding 0.0 changes no time that counts: the same result,
+    without two passes over the history).
     """
     n, t = history[..., 0], history[..., 1]
     with np.errstate(invalid="ignore", divide="ignore"):
-        at = (n == quota[:, None]) & np.isfinite(t) & (t + fixed[:, None] > 0)
+        at = (n == quota[:, None]) & np.isfinite(t) & ((t if fixed is None else t + fixed[:, None]) > 0)
         active = quota > 0
         k = at.sum(axis=1)
         if not active.any() or (k[active] == 0).any():
             return False  # a participant not yet timed at its quota: nothing to judge
-        x = np.where(at, np.log(np.where(at, t, 1.0) + fixed[:, None]), 0.0)
+        timed = np.where(at, t, 1.0)
+        x = np.where(at, np.log(timed if fixed is None else timed + fixed[:, None]), 0.0)
         m = x.sum(axis=1) / np.maximum(k, 1)
         dof = int((k[active] - 1).sum())
         if dof >= MIN_DOF:
@@ -214,8 +215,9 @@ def balanced_within_noise(quota: np.ndarray, history: np.ndarray, codes: np.ndar
             if not np.isfinite(noise).any():
                 return False
             sigma, z = float(np.nanmedian(noise)), BALANCE_Z
-    for g in np.unique(codes[active]).tolist():
-        idx = np.flatnonzero(active & (codes == g))
+    one_group = not codes.any()  # everyone in group 0 (no groups): no sort of the codes, no group mask
+    for g in [0] if one_group else np.unique(codes[active]).tolist():
+        idx = np.flatnonzero(active if one_group else active & (codes == g))
         size = len(idx)
         if size < 2:
             continue
