@@ -494,7 +494,7 @@ class AllocationController:
             bounds that cannot hold a group's budget (``Σ min_quota > budget`` or
             ``Σ max_quota < budget``).
         """
-        participants = check_participants(participants)
+        participants = check_participants(participants, self._store.slot_cache[0])
         self._store.flush()
         registered = len(self._store.ids)
         try:

@@ -221,14 +221,20 @@ def check_fixed_seconds(participant: ParticipantId, seconds: Any) -> float:
     return float(seconds)
 
 
-def check_participants(participants: Any) -> list[ParticipantId]:
-    """``participants`` as a list of distinct ``str`` / ``int`` ids (numpy integers become ``int``)."""
+def check_participants(participants: Any, checked: list[ParticipantId] | None = None) -> list[ParticipantId]:
+    """``participants`` as a list of distinct ``str`` / ``int`` ids (numpy integers become ``int``).
+
+    ``checked``: a list that passed this check before (the last ``allocate``'s): ids of exactly
+    ``str`` / ``int`` equal to it are distinct without building their set (an ``int`` never equals
+    a ``str``, so equal lists hold the same ids)."""
     ids: list[Any] = id_list(participants)
     if not set(map(type, ids)) <= {int, str}:
         bad = [p for p in ids if not is_id(p)]
         if bad:
             raise ValueError(f"participant ids must be str or int, got {bad[:5]!r}")
         ids = [p if type(p) is str else int(p) for p in ids]
+    elif checked is not None and ids == checked:
+        return ids
     if len(set(ids)) != len(ids):
         dup = {p for p, n in Counter(ids).items() if n > 1}
         raise ValueError(f"participants are listed more than once: {sorted(dup, key=repr)!r}")

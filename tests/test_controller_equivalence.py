@@ -243,3 +243,18 @@ def test_estimates_are_every_estimated_participant_in_slot_order():
     assert list(got.items()) == list(want.items())
     assert got == {"a": (0.01, 0.02), 1: (0.005, None), 2: (0.005, 0.0), "new": (0.1, 0.05)}
     assert all(type(t) is float for t, _ in got.values())
+
+
+def test_a_round_of_the_same_participants_is_checked_as_a_new_list_would_be():
+    # allocate skips building the set of ids for a list equal to the last one it checked
+    ctrl = AllocationController(100, w_time=1.0)
+    ids = [0, "a", 2]
+    first = ctrl.allocate(ids)
+    # Execute + Assert: the same list again: the same split; equal-looking lists are still checked
+    assert ctrl.allocate(list(ids)) == first
+    with pytest.raises(ValueError, match="must be str or int"):
+        ctrl.allocate([False, "a", 2])  # False == 0, but a bool is no id
+    assert ctrl.allocate([np.int64(0), "a", 2]) == first  # numpy integers become int
+    with pytest.raises(ValueError, match="more than once"):
+        ctrl.allocate([0, "a", 2, 0])
+    assert list(ctrl.allocate(ids)) == ids
