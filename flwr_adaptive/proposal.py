@@ -30,7 +30,14 @@ from flwr_adaptive.deadband import Predicted
 from flwr_adaptive.estimates import EstimateStore, weighted_affine
 from flwr_adaptive.limits import ParticipantId
 from flwr_adaptive.makespan import slowest_at_lower_bound
-from flwr_adaptive.solver import makespan_lower_bound, min_energy_split, min_makespan_split, round_energy
+from flwr_adaptive.solver import (
+    makespan_lower_bound,
+    min_energy_split,
+    min_makespan_of_groups,
+    min_makespan_split,
+    round_energy,
+    round_energy_lower_bound,
+)
 from flwr_adaptive.split import bounded_split, check_fits, group_makespans
 
 __all__ = ["propose", "Proposal"]
@@ -117,14 +124,22 @@ def propose(
         known_idle = [w for w in given if w is not None]
         fill = float(np.median(known_idle)) if known_idle else 0.0
         idle = np.array([fill if w is None else w for w in given], dtype=float)
-    quotas, t_min = min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack)
+    t_min = min_makespan_of_groups(budgets, codes, a, b, lo, hi)
     t_limit = (1.0 + slack) * t_min
 
     def predicted(q: np.ndarray) -> np.ndarray:
         T, E = round_energy(q, a, b, c, d, idle)
         return np.array([E, max(T, t_limit) if math.isfinite(t_limit) else 0.0])
 
-    return Proposal(quotas, predicted)
+    def sweep() -> np.ndarray:
+        return min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack, t_min=t_min)[0]
+
+    def energy_bound(enough: Callable[[np.ndarray], bool] | None = None) -> np.ndarray:
+        # the round's energy from below (no sweep), and its time term's floor: the slack's limit
+        energy = round_energy_lower_bound(budgets, codes, a, b, c, d, idle, lo, hi, t_min, slack)
+        return np.array([energy, t_limit if math.isfinite(t_limit) else 0.0])
+
+    return Proposal(sweep, predicted, energy_bound)
 
 
 class Proposal:

@@ -51,7 +51,15 @@ import numpy as np
 from flwr_adaptive.makespan import _ABS, _REL, cap_bounds, caps_at, makespan_lower_bound, min_makespan_split
 from flwr_adaptive.sweep import sweep_one_group
 
-__all__ = ["min_makespan_split", "makespan_lower_bound", "min_energy_split", "round_energy", "caps_at"]
+__all__ = [
+    "min_makespan_split",
+    "makespan_lower_bound",
+    "min_energy_split",
+    "min_makespan_of_groups",
+    "round_energy",
+    "round_energy_lower_bound",
+    "caps_at",
+]
 
 #: Samples :func:`min_energy_split` moves one by one before it searches the round length instead.
 MAX_SWEEP_STEPS = 50_000
@@ -78,6 +86,7 @@ def min_energy_split(
     lo: np.ndarray,
     hi: np.ndarray,
     slack: float,
+    t_min: float | None = None,
 ) -> tuple[np.ndarray, float]:
     """Integer quotas minimising the round's active + idle energy within the makespan slack.
 
@@ -97,6 +106,8 @@ def min_energy_split(
         Integer bounds (``Σlo ≤ budget_g ≤ Σhi`` per group, checked by the caller).
     slack : float
         ``T ≤ (1 + slack)·T_min``; ``0`` is the minimum makespan, ``inf`` no constraint.
+    t_min : float, optional
+        ``min_makespan_of_groups`` of the same arguments, when already computed.
 
     Returns
     -------
@@ -112,12 +123,8 @@ def min_energy_split(
     if P == 0:
         return np.zeros(0, dtype=np.int64), 0.0
     # 1. The minimum makespan over all groups (the round ends with its slowest group).
-    T_min = 0.0
     members = [np.flatnonzero(codes == k) for k in range(len(budgets))]
-    for k, idx in enumerate(members):
-        if len(idx):
-            _, T_k = min_makespan_split(budgets[k], a[idx], b[idx], lo[idx], hi[idx])
-            T_min = max(T_min, T_k)
+    T_min = _min_makespan(budgets, members, a, b, lo, hi) if t_min is None else t_min
     T_max = math.inf if math.isinf(slack) else T_min * (1.0 + slack) * (1.0 + _REL) + _ABS
     idle_total = float(np.sum(idle_w))
     g = np.asarray(d, dtype=float) - np.asarray(idle_w, dtype=float) * b  # marginal energy per sample
@@ -218,6 +225,67 @@ def min_energy_split(
         if F < best_F - 1e-12 * abs(best_F):
             best_F, best_T = F, T
     return _greedy_at(best_T, budgets, codes, order, a, b, lo, hi), T_min
+
+
+def _min_makespan(
+    budgets: list[int], members: list[np.ndarray], a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> float:
+    T_min = 0.0
+    for k, idx in enumerate(members):
+        if len(idx):
+            _, T_k = min_makespan_split(budgets[k], a[idx], b[idx], lo[idx], hi[idx])
+            T_min = max(T_min, T_k)
+    return T_min
+
+
+def min_makespan_of_groups(
+    budgets: list[int], codes: np.ndarray, a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> float:
+    """``T_min`` of :func:`min_energy_split`: the smallest makespan of any split (over groups)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    lo, hi, codes = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), np.asarray(codes, dtype=np.int64)
+    return _min_makespan(budgets, [np.flatnonzero(codes == k) for k in range(len(budgets))], a, b, lo, hi)
+
+
+def round_energy_lower_bound(
+    budgets: list[int],
+    codes: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    d: np.ndarray,
+    idle_w: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    t_min: float,
+    slack: float,
+) -> float:
+    """A value at or below ``round_energy(n, ...)``'s energy for every split ``n`` within the
+    slack (so below :func:`min_energy_split`'s), without the sweep; ``-inf`` without a finite slack.
+
+    ``E = Σc − Σp·a + Σ g·n + (Σp)·T`` with ``g = d − p·b``: ``Σ g·n`` is at least its minimum
+    with no makespan limit (the greedy fill in increasing ``g``) and ``T`` at least ``T_min``
+    (``p ≥ 0``). Lowered by more than the float error of either side: ``(1e-9 + 8·P·2⁻⁵³)`` times
+    a bound on the magnitude of every term they sum (``Σ|c| + Σp·|a| + budget·max(|d| + p·b) +
+    (Σp)·T_max``). O(P log P) (the sort by ``g``).
+    """
+    if not math.isfinite(slack) or not len(a):
+        return -math.inf
+    a, b, c, d = (np.asarray(x, dtype=float) for x in (a, b, c, d))
+    idle = np.asarray(idle_w, dtype=float)
+    lo, hi, codes = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), np.asarray(codes, dtype=np.int64)
+    g = d - idle * b
+    order = np.argsort(g, kind="stable") if len(budgets) == 1 else np.lexsort((np.arange(len(a)), g, codes))
+    starts = np.searchsorted(codes[order], np.arange(len(budgets)), side="left").tolist()
+    by_g = [order[s:e] for s, e in zip(starts, [*starts[1:], len(a)])]
+    idle_total = float(np.sum(idle))
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = float(np.sum(c) - np.sum(idle * a)) + _lower_bound(budgets, by_g, g, lo, hi) + idle_total * t_min
+        t_max = t_min * (1.0 + slack) * (1.0 + _REL) + _ABS
+        size = float(np.sum(np.abs(c)) + np.sum(idle * np.abs(a)))
+        size += float(sum(budgets)) * float(np.max(np.abs(d) + idle * b)) + idle_total * abs(t_max)
+        lowered = bound - (1e-9 + 8.0 * len(a) * 2.0**-53) * size
+    return lowered if math.isfinite(lowered) else -math.inf
 
 
 def _search_rest(

@@ -372,6 +372,51 @@ def test_the_round_length_search_prices_lengths_between_equal_caps_as_a_fill_wou
     assert len(filled) > 20
 
 
+@PROPERTY
+@given(small_instances())
+def test_the_round_energy_lower_bound_is_below_every_split_within_the_slack(instance):
+    # the gain deadband keeps a min-energy split on this bound without the sweep: above any split
+    # the sweep could return, it would keep a split the exact comparison releases
+    from flwr_adaptive.solver import min_makespan_of_groups, round_energy_lower_bound
+
+    budgets, codes, a, b, c, d, idle, lo, hi, slack = instance
+    t_min = min_makespan_of_groups(budgets, codes, a, b, lo, hi)
+    # Execute
+    bound = round_energy_lower_bound(budgets, codes, a, b, c, d, idle, lo, hi, t_min, slack)
+    # Assert: at or below every split within the slack (the sweep's among them), and tight where
+    # the slack allows the unconstrained minimum's round
+    n, _ = min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack)
+    assert bound <= round_energy(n, a, b, c, d, idle)[1]
+    limit = (1 + slack) * t_min * (1 + 1e-12) + 1e-9
+    for m in all_splits(budgets, codes, lo, hi):
+        T, E = round_energy(m, a, b, c, d, idle)
+        if T <= limit:
+            assert bound <= E
+    if math.isinf(slack):
+        assert bound == -math.inf
+
+
+def test_the_round_energy_lower_bound_is_within_a_fraction_of_the_optimum_of_many_participants():
+    from flwr_adaptive.solver import min_makespan_of_groups, round_energy_lower_bound
+
+    # Prepare: 2,000 devices with fixed costs, powers and idle draw (the bench's fleet)
+    rng = np.random.default_rng(3)
+    P = 2_000
+    b = rng.lognormal(-6, 1, P)
+    a = b * 100 * rng.uniform(0, 1, P)
+    w = rng.lognormal(np.log(5), 0.5, P)
+    idle = 0.3 * w
+    lo, hi = np.ones(P, dtype=np.int64), np.full(P, np.iinfo(np.int64).max)
+    codes = np.zeros(P, dtype=np.int64)
+    t_min = min_makespan_of_groups([100 * P], codes, a, b, lo, hi)
+    # Execute
+    bound = round_energy_lower_bound([100 * P], codes, a, b, w * a, w * b, idle, lo, hi, t_min, 0.1)
+    n, _ = min_energy_split([100 * P], codes, a, b, w * a, w * b, idle, lo, hi, 0.1)
+    E = round_energy(n, a, b, w * a, w * b, idle)[1]
+    # Assert: below, and within 1 % (what lets a 2 % deadband keep without the sweep)
+    assert E * 0.99 <= bound <= E
+
+
 def test_large_budget_with_unbounded_quota_is_fast_and_exact_in_sum():
     # Prepare: 200 participants, budget 10^6, unbounded max_quota (int64 max).
     rng = np.random.default_rng(3)
