@@ -135,9 +135,15 @@ def propose(
         return min_energy_split(budgets, codes, a, b, c, d, idle, lo, hi, slack, t_min=t_min)[0]
 
     def energy_bound(enough: Callable[[np.ndarray], bool] | None = None) -> np.ndarray:
-        # the round's energy from below (no sweep), and its time term's floor: the slack's limit
-        energy = round_energy_lower_bound(budgets, codes, a, b, c, d, idle, lo, hi, t_min, slack)
-        return np.array([energy, t_limit if math.isfinite(t_limit) else 0.0])
+        # the round's energy from below (no sweep), and its time term's floor: the slack's limit;
+        # the bound without a sort first, the sorted fill's only when that is not enough
+        floor = t_limit if math.isfinite(t_limit) else 0.0
+        cheap = np.array(
+            [round_energy_lower_bound(budgets, codes, a, b, c, d, idle, lo, hi, t_min, slack, False), floor]
+        )
+        if enough is not None and enough(cheap):
+            return cheap
+        return np.array([round_energy_lower_bound(budgets, codes, a, b, c, d, idle, lo, hi, t_min, slack), floor])
 
     return Proposal(sweep, predicted, energy_bound)
 

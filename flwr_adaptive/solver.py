@@ -48,6 +48,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flwr_adaptive.limits import exact_sum
 from flwr_adaptive.makespan import _ABS, _REL, cap_bounds, caps_at, makespan_lower_bound, min_makespan_split
 from flwr_adaptive.sweep import sweep_one_group
 
@@ -259,9 +260,12 @@ def round_energy_lower_bound(
     hi: np.ndarray,
     t_min: float,
     slack: float,
+    sort: bool = True,
 ) -> float:
     """A value at or below ``round_energy(n, ...)``'s energy for every split ``n`` within the
     slack (so below :func:`min_energy_split`'s), without the sweep; ``-inf`` without a finite slack.
+    ``sort=False``: the cheaper, lower value that takes each group's samples above ``lo`` at its
+    least ``g`` (no sort: O(P); the same as the sorted fill where no upper bound binds).
 
     ``E = Σc − Σp·a + Σ g·n + (Σp)·T`` with ``g = d − p·b``: ``Σ g·n`` is at least its minimum
     with no makespan limit (the greedy fill in increasing ``g``) and ``T`` at least ``T_min``
@@ -275,12 +279,19 @@ def round_energy_lower_bound(
     idle = np.asarray(idle_w, dtype=float)
     lo, hi, codes = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), np.asarray(codes, dtype=np.int64)
     g = d - idle * b
-    order = np.argsort(g, kind="stable") if len(budgets) == 1 else np.lexsort((np.arange(len(a)), g, codes))
-    starts = np.searchsorted(codes[order], np.arange(len(budgets)), side="left").tolist()
-    by_g = [order[s:e] for s, e in zip(starts, [*starts[1:], len(a)])]
+    if sort:
+        order = np.argsort(g, kind="stable") if len(budgets) == 1 else np.lexsort((np.arange(len(a)), g, codes))
+        starts = np.searchsorted(codes[order], np.arange(len(budgets)), side="left").tolist()
+        least = _lower_bound(budgets, [order[s:e] for s, e in zip(starts, [*starts[1:], len(a)])], g, lo, hi)
+    else:  # Σ g·n ≥ Σ g·lo + (least g of the group)·(samples above lo)
+        groups = [slice(None)] if len(budgets) == 1 else [codes == k for k in range(len(budgets))]
+        least = float(np.sum(g * lo))
+        for k, members in enumerate(groups):
+            if (gk := g[members]).size:
+                least += float(gk.min()) * (budgets[k] - exact_sum(lo[members]))
     idle_total = float(np.sum(idle))
     with np.errstate(over="ignore", invalid="ignore"):
-        bound = float(np.sum(c) - np.sum(idle * a)) + _lower_bound(budgets, by_g, g, lo, hi) + idle_total * t_min
+        bound = float(np.sum(c) - np.sum(idle * a)) + least + idle_total * t_min
         t_max = t_min * (1.0 + slack) * (1.0 + _REL) + _ABS
         size = float(np.sum(np.abs(c)) + np.sum(idle * np.abs(a)))
         size += float(sum(budgets)) * float(np.max(np.abs(d) + idle * b)) + idle_total * abs(t_max)
