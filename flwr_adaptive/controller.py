@@ -550,7 +550,7 @@ class AllocationController:
             predicted=proposal.predicted,
             bound=proposal.bound,
             noise_floor=self._store.noise_floor,
-            history=self._store.hist[slots] if balance and len(self._store.hist) == len(self._store.ids) else None,
+            history=self._store.windows(slots) if balance and len(self._store.hist) == len(self._store.ids) else None,
             fixed=np.array([self._fixed_s.get(p, 0.0) for p in participants]) if self._fixed_s else None,
             balance_times=balance,
         )

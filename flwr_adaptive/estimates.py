@@ -440,6 +440,13 @@ class EstimateStore:
         self.noise_cache = (slots, noise)
         return out
 
+    def windows(self, slots: np.ndarray) -> np.ndarray:
+        """``hist[slots]`` to read: the array itself (no copy) when ``slots`` is every slot in order."""
+        if len(slots) == len(self.hist) and (len(slots) < 2 or bool((slots[1:] > slots[:-1]).all())):
+            return self.hist
+        rows: np.ndarray = self.hist[slots]
+        return rows
+
     def _affine_block(self, slots: np.ndarray | slice) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """:meth:`affine_estimates` of distinct ``slots`` (or a slice of them), and the noise of their time fits."""
         # the windows as (WINDOW, quantity, P): each window position a contiguous vector over

@@ -258,3 +258,19 @@ def test_a_round_of_the_same_participants_is_checked_as_a_new_list_would_be():
     with pytest.raises(ValueError, match="more than once"):
         ctrl.allocate([0, "a", 2, 0])
     assert list(ctrl.allocate(ids)) == ids
+
+
+def test_the_windows_of_every_participant_in_order_are_the_store_s_own():
+    ctrl = AllocationController.from_policy("time", 300)
+    ids = ["a", "b", "c"]
+    ctrl.allocate(ids)
+    for p in ids:
+        ctrl.observe(p, Report(time_s=1.0, energy_j=None, samples=100))
+    ctrl.allocate(ids)
+    store = ctrl._store
+    # Execute + Assert: every slot in order: the array itself (read, not copied); else a gather
+    assert store.windows(np.arange(3)) is store.hist
+    some = np.array([2, 0])
+    np.testing.assert_array_equal(store.windows(some), store.hist[some])
+    assert store.windows(some) is not store.hist
+    np.testing.assert_array_equal(store.windows(np.array([1, 0, 2])), store.hist[[1, 0, 2]])
