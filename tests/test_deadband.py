@@ -152,7 +152,7 @@ def silo_drift_loop(seed: int, jitter: float) -> dict[int, dict[str, int]]:
     return rounds
 
 
-@pytest.mark.parametrize(("jitter", "least"), [(0.1, 38), (0.15, 35)])
+@pytest.mark.parametrize(("jitter", "least"), [(0.1, 38), (0.15, 33)])
 def test_ranks_follow_a_2x_step_at_their_held_quota_despite_lines_fitted_to_few_reports(jitter, least):
     # Prepare / Execute: 40 seeds of the silo drift scenario
     def followed(r: dict[int, dict[str, int]]) -> bool:
@@ -161,8 +161,8 @@ def test_ranks_follow_a_2x_step_at_their_held_quota_despite_lines_fitted_to_few_
         return moved and all(last[slow] < 200 for slow in ("0/1", "1/1", "2/0"))
 
     passed = sum(followed(silo_drift_loop(seed, jitter)) for seed in range(40))
-    # Assert: the split follows every silo's step by round 6 in nearly every seed. Measured: 39 and
-    # 37 of 40. With the drift threshold scaled by the scatter around lines through 3-5 reports
+    # Assert: the split follows every silo's step by round 6 in nearly every seed. Measured: 40 and
+    # 35 of 40. With the drift threshold scaled by the scatter around lines through 3 reports
     # (misfit read as jitter): 10 and 8; judging a report at the held quota against the line
     # instead of the last report there: 34 and 29.
     assert passed >= least, passed
