@@ -60,6 +60,8 @@ BALANCE_T = np.array(
 )
 #: Fewest degrees of freedom of the repeated reports before their own scatter is the noise.
 MIN_DOF = 3
+#: Participants per block of the balance test's per-participant steps (they stay in the cache).
+_ROWS = 8192
 
 #: A split's predicted objective (group makespans, or energy and round time): what the gain deadband compares.
 Predicted = Callable[[np.ndarray], np.ndarray]
@@ -195,18 +197,29 @@ def balanced_within_noise(
     without two passes over the history).
     """
     n, t = history[..., 0], history[..., 1]
+    # The per-participant steps a block of rows at a time (each row is its own: the same values;
+    # whole arrays of 100,000 participants made each step a trip to memory), the pooled sum once.
+    blocks = [slice(s, s + _ROWS) for s in range(0, len(quota), _ROWS)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        at = (n == quota[:, None]) & np.isfinite(t) & ((t if fixed is None else t + fixed[:, None]) > 0)
+        at = np.empty(t.shape, dtype=bool)
+        k = np.empty(len(quota), dtype=np.int64)
+        for r in blocks:
+            tr = t[r]
+            at[r] = (n[r] == quota[r, None]) & np.isfinite(tr) & ((tr if fixed is None else tr + fixed[r, None]) > 0)
+            k[r] = at[r].sum(axis=1)
         active = quota > 0
-        k = at.sum(axis=1)
         if not active.any() or (k[active] == 0).any():
             return False  # a participant not yet timed at its quota: nothing to judge
-        timed = np.where(at, t, 1.0)
-        x = np.where(at, np.log(timed if fixed is None else timed + fixed[:, None]), 0.0)
-        m = x.sum(axis=1) / np.maximum(k, 1)
+        m = np.empty(len(quota))
+        squares = np.empty(t.shape)  # each report's squared deviation from its participant's mean
+        for r in blocks:
+            timed = np.where(at[r], t[r], 1.0)
+            x = np.where(at[r], np.log(timed if fixed is None else timed + fixed[r, None]), 0.0)
+            m[r] = x.sum(axis=1) / np.maximum(k[r], 1)
+            squares[r] = np.where(at[r], x - m[r, None], 0.0) ** 2
         dof = int((k[active] - 1).sum())
         if dof >= MIN_DOF:
-            sigma = math.sqrt(float((np.where(at, x - m[:, None], 0.0) ** 2)[active].sum()) / dof)
+            sigma = math.sqrt(float(squares[active].sum()) / dof)
             z = float(BALANCE_T[dof]) if dof < len(BALANCE_T) else BALANCE_Z
         else:
             # Too few repeats: the relative scatter around each participant's fitted line (≈ the

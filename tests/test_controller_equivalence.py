@@ -274,3 +274,16 @@ def test_the_windows_of_every_participant_in_order_are_the_store_s_own():
     np.testing.assert_array_equal(store.windows(some), store.hist[some])
     assert store.windows(some) is not store.hist
     np.testing.assert_array_equal(store.windows(np.array([1, 0, 2])), store.hist[[1, 0, 2]])
+
+
+def test_the_balance_test_in_blocks_of_participants_decides_as_at_once(monkeypatch):
+    from flwr_adaptive import deadband
+
+    # Prepare: a closed loop of 300 participants under the time policy (the balance test runs
+    # every round once a split is held)
+    whole = closed_loop("time", 2, rounds=12, participants=300)
+    # Execute: its per-participant steps 7 rows at a time (the last block partial)
+    monkeypatch.setattr(deadband, "_ROWS", 7)
+    blocked = closed_loop("time", 2, rounds=12, participants=300)
+    # Assert: every round's quotas and the final state, bit for bit
+    assert blocked == whole
