@@ -513,3 +513,25 @@ def test_every_round_sums_to_the_budget_and_failed_nodes_only_probe(costs, failu
         assert sum(quotas.values()) == budget and min(quotas.values()) >= 1
         if probation and probation != set(nodes):
             assert all(quotas[n] == core.probe_quota() for n in probation)
+
+
+def test_a_dropped_observation_names_the_partition(caplog, monkeypatch):
+    # Prepare: nodes 11 and 12 are partitions 3 and 4; the controller refuses node 12's report
+    core = AdaptiveCore(400, "time", deadband=0.0)
+    q1 = core.quotas_for(1, [11, 12])
+    core.begin_round(1, q1)
+    reports = [ClientReport(n, n - 8, q, q, q * 0.01, 0.0, 0.0, None, 10_000, False, 1.0, True) for n, q in q1.items()]
+    observe = core.controller.observe
+
+    def refuse_partition_4(key, report):
+        if key == 4:
+            raise ValueError("refused for the test")
+        observe(key, report)
+
+    monkeypatch.setattr(core.controller, "observe", refuse_partition_4)
+    # Execute
+    with caplog.at_level("WARNING", logger="flwr"):
+        core.observe_replies(1, reports)
+    # Assert: the line names the partition the operator configured, then Flower's node id
+    dropped = [line for line in sup.adaptive_lines(caplog) if "dropped" in line]
+    assert len(dropped) == 1 and "observation of partition 4 (node 12) dropped: refused for the test" in dropped[0]

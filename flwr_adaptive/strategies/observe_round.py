@@ -72,10 +72,10 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
             except (ValueError, OverflowError) as err:
                 logger.log(
                     WARNING,
-                    "[adaptive] round %s: data size %r of node %s not used as its quota cap: %s",
+                    "[adaptive] round %s: data size %r of %s not used as its quota cap: %s",
                     server_round,
                     r.data_size,
-                    r.node_id,
+                    core.who(r.node_id),
                     err,
                 )
         reason = core.held_reason(r, key, warm=warm, median=median, estimated=key in estimated)
@@ -87,7 +87,8 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
         try:
             core.controller.observe(key, core.server_report(key, core._believed.get(r.node_id, r), observed))
         except ValueError as err:
-            logger.log(WARNING, "[adaptive] round %s: observation of node %s dropped: %s", server_round, r.node_id, err)
+            who = core.who(r.node_id)
+            logger.log(WARNING, "[adaptive] round %s: observation of %s dropped: %s", server_round, who, err)
             continue
         if r.idle_w is not None:  # parse_report screened it: finite, >= 0
             core.controller.set_idle_power(key, r.idle_w)
