@@ -32,6 +32,8 @@ participants, so that the temporaries stay in the cache.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 __all__ = ["WINDOW", "MIN_POINTS", "MAX_SLOPE_ERROR", "INTERCEPT_T", "fit_affine", "fit_columns", "drifted"]
@@ -256,46 +258,76 @@ def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarr
 
     Every operation is the one :func:`fit_columns` applies with all weights 1 (``1·x`` and
     ``x / 1`` are exact, a mask that selects every cell selects nothing away), in the same
-    order, so the results are the same bit for bit. The sample counts are expanded to ``y``'s
-    shape once (numpy's broadcasting of a middle axis costs about twice a plain operation);
-    a sum down the window adds its rows in order whatever the layout.
+    order, so the results are the same bit for bit. The ``K`` quantities are laid side by side
+    as ``(WINDOW, K·P)`` (a view when ``y``'s rows are contiguous) and the per-participant
+    terms of ``n`` are computed once over ``P`` and repeated ``K`` times: every operation is
+    then a plain row-by-vector broadcast; a sum down the window adds its rows in order whatever
+    the layout. The window-sized temporaries are written in place (``out=``, operands in the
+    same order: the same operation) into this thread's :func:`_scratch` buffers: a fresh
+    ~100 kB array per step came from memory the allocator had just given back to the system,
+    ~230 page faults a round at 1,000 participants (7 left; ~0.5 ms of a ~1.9 ms round on a
+    loaded machine, experiments/bench_controller.py).
     """
-    W, K = len(n), y.shape[1]
+    W, K, P = y.shape
     count = float(W)
-    nk = np.broadcast_to(n, y.shape).copy() if K > 1 else n
+    n = n.reshape(W, P)
+    nk, dnk, work, resid, ycopy = _scratch(W, K * P, 5)
+    if y.strides[2] == y.itemsize and y.strides[1] == P * y.itemsize:
+        y = y.reshape(W, K * P)  # a view: K's rows lie end to end
+    else:  # a block of wider windows: gathered into the scratch (reshape would copy anew)
+        np.copyto(ycopy.reshape(W, K, P), y)
+        y = ycopy
+    sum_y = sum_y.reshape(K * P)
     sum_n = n.sum(axis=0)
-    proportional = sum_y / sum_n
     mean_n = sum_n / count
-    mean_y = sum_y / count
     spread = (n.max(axis=0) - n.min(axis=0)) / mean_n
     dn = n - mean_n
     snn = (dn * dn).sum(axis=0)
-    dnk = np.broadcast_to(dn, y.shape).copy() if K > 1 else dn
-    b = np.where(snn > 0, (dnk * (y - mean_y)).sum(axis=0) / snn, np.nan)
+    if K > 1:
+        sum_n, mean_n, spread, snn = (np.tile(v, K) for v in (sum_n, mean_n, spread, snn))
+        np.copyto(nk.reshape(W, K, P), n[:, None, :])
+        np.copyto(dnk.reshape(W, K, P), dn[:, None, :])
+        n, dn = nk, dnk
+    proportional = sum_y / sum_n
+    mean_y = sum_y / count
+    np.subtract(y, mean_y, out=work)
+    np.multiply(dn, work, out=work)
+    b = np.where(snn > 0, work.sum(axis=0) / snn, np.nan)
     a = mean_y - b * mean_n
     # One robust step: residuals far beyond the row's typical residual lose their weight.
-    resid = y - (a + b * nk)
-    scale = 1.4826 * _full_median(np.abs(resid))
+    np.multiply(b, n, out=resid)
+    np.add(a, resid, out=resid)
+    np.subtract(y, resid, out=resid)
+    scale = 1.4826 * _full_median(np.abs(resid, out=work))
     # np.nan_to_num of a scale >= 0 or NaN: NaN -> 0, inf -> the largest float (its dispatch
     # and copies cost more than the rest of this line)
     scale = np.where(np.isnan(scale), 0.0, np.clip(scale, -_FLOAT_MAX, _FLOAT_MAX))
     scale = np.maximum(scale, 0.01 * np.abs(mean_y)) + 1e-300
-    w2 = 1.0 / (1.0 + (resid / (3.0 * scale)) ** 2)
+    w2 = np.divide(resid, 3.0 * scale, out=resid)
+    np.square(w2, out=w2)
+    np.add(1.0, w2, out=w2)
+    np.divide(1.0, w2, out=w2)
     sw2 = w2.sum(axis=0)
     sw2 = np.where(sw2 > 0, sw2, 1.0)
-    n_bar = (w2 * nk).sum(axis=0) / sw2
-    y_bar = (w2 * y).sum(axis=0) / sw2
-    dn2 = nk - n_bar
-    wdn = w2 * dn2
-    snn2 = (wdn * dn2).sum(axis=0)
-    b2 = np.where(snn2 > 0, (wdn * (y - y_bar)).sum(axis=0) / snn2, np.nan)
+    n_bar = np.multiply(w2, n, out=work).sum(axis=0) / sw2
+    y_bar = np.multiply(w2, y, out=work).sum(axis=0) / sw2
+    dn2 = np.subtract(n, n_bar, out=work)
+    wdn = w2
+    wdn *= dn2
+    np.multiply(wdn, dn2, out=dn2)
+    snn2 = dn2.sum(axis=0)
+    dy = np.subtract(y, y_bar, out=work)
+    np.multiply(wdn, dy, out=dy)
+    b2 = np.where(snn2 > 0, dy.sum(axis=0) / snn2, np.nan)
     a2 = y_bar - b2 * n_bar
     ok = np.isfinite(a2) & np.isfinite(b2)
     a = np.where(ok, a2, a)
     b = np.where(ok, b2, b)
-    resid = y - (a + b * nk)
+    resid = np.multiply(b, n, out=work)
+    np.add(a, resid, out=resid)
+    np.subtract(y, resid, out=resid)
     df = min(max(W - 2, 1), len(INTERCEPT_T) - 1)
-    sigma = np.sqrt((resid**2).sum(axis=0) / float(df))
+    sigma = np.sqrt(np.square(resid, out=resid).sum(axis=0) / float(df))
     slope_error = sigma / np.sqrt(snn)
     intercept_error = sigma * np.sqrt(1.0 / max(count, 1.0) + mean_n**2 / snn)
     identified = (
@@ -307,10 +339,27 @@ def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarr
     too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
     a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
     b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
-    noise = 1.4826 * _full_median(np.abs(y - (a + b * nk))) / mean_y
+    resid = np.multiply(b, n, out=work)
+    np.add(a, resid, out=resid)
+    np.subtract(y, resid, out=resid)
+    noise = 1.4826 * _full_median(np.abs(resid, out=resid)) / mean_y
     if W < 3:
         noise = np.full_like(noise, np.nan)
-    return a, b, identified, noise
+    return a.reshape(K, P), b.reshape(K, P), identified.reshape(K, P), noise.reshape(K, P)
+
+
+_SCRATCH = threading.local()  # per thread: two controllers fitting at once must not share buffers
+
+
+def _scratch(rows: int, cols: int, count: int) -> list[np.ndarray]:
+    """``count`` distinct float arrays ``(rows, cols)`` of uninitialised memory, views of one buffer
+    this thread keeps (grown to the largest request so far: 5 windows of a :data:`FIT_BLOCK`
+    block of time and energy, ~4 MB). Only for temporaries: nothing returned may view it."""
+    size = rows * cols
+    flat = getattr(_SCRATCH, "flat", None)
+    if flat is None or len(flat) < count * size:
+        flat = _SCRATCH.flat = np.empty(count * size)
+    return [flat[k * size : (k + 1) * size].reshape(rows, cols) for k in range(count)]
 
 
 def _full_median(v: np.ndarray) -> np.ndarray:

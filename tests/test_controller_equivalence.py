@@ -186,6 +186,36 @@ def test_blocked_full_window_fit_is_the_whole_fit_bit_for_bit(monkeypatch):
         assert got.tobytes() == want.tobytes()
 
 
+def test_full_window_fits_share_no_memory_with_the_scratch_nor_with_the_next_fit():
+    from flwr_adaptive import estimation
+
+    # Prepare: two sets of full windows (time and energy) of 500 participants; the second's
+    # sample counts interleaved with another array (a layout reshape cannot view)
+    rng = np.random.default_rng(11)
+    P = 500
+
+    def windows():
+        n = np.round(rng.lognormal(5, 0.3, (estimation.WINDOW, P)))
+        t = (rng.uniform(0, 2, P) + rng.lognormal(-5, 1, P) * n) * (1 + 0.03 * rng.standard_normal(n.shape))
+        return n, np.stack([t, t * rng.lognormal(1, 0.3, P)], axis=1)
+
+    n1, y1 = windows()
+    n2, y2 = windows()
+    first = estimation.fit_windows(n1, y1)
+    kept = [v.copy() for v in first[:4]]
+    wide = np.empty((estimation.WINDOW, 2, 2 * P))
+    wide[..., ::2] = y2
+    # Execute: a second fit (its temporaries in the same scratch) on strided windows
+    second = estimation.fit_windows(n2, wide[..., ::2])
+    # Assert: the first fit's results are untouched, and the strided windows fit as a copy does
+    for got, want in zip(first[:4], kept):
+        assert got.tobytes() == want.tobytes()
+    again = estimation.fit_windows(n2, y2.copy())
+    for got, want in zip(second[:4], again[:4]):
+        assert got.tobytes() == want.tobytes()
+    assert not any(np.shares_memory(v, estimation._SCRATCH.flat) for v in first[:4] + second[:4])
+
+
 @pytest.mark.parametrize("case", ["time", "min-energy"])
 def test_estimates_fitted_in_blocks_are_those_fitted_at_once(case, monkeypatch):
     from flwr_adaptive import estimation
