@@ -119,6 +119,8 @@ def propose(
     # min-energy
     if np.isnan(d).all():  # no energy figures anywhere: the minimum makespan (Time-only)
         c, d, idle, slack = np.zeros(len(slots)), np.zeros(len(slots)), np.zeros(len(slots)), 0.0
+    elif not idle_w:  # no idle watts set (the common case): the loop below gives these zeros
+        idle = np.zeros(len(slots))
     else:
         given = [idle_w.get(p) for p in participants]
         known_idle = [w for w in given if w is not None]
