@@ -354,15 +354,17 @@ class EstimateStore:
             # and read as noise it hid 2× step changes (tests/test_silo.py). Fewer reports
             # everywhere: the bare ``drift``.
             slots = self.noise_cache[0]
-            enough = np.isfinite(self.hist[slots, :, 1]).sum(axis=1) >= MIN_SCATTER_REPORTS
+            # (windows: the history itself, no gather, when the fits were of every slot in order)
+            enough = np.isfinite(self.windows(slots)[:, :, 1]).sum(axis=1) >= MIN_SCATTER_REPORTS
             noise = np.where(enough, self.noise_cache[1], np.nan)
             if np.isfinite(noise).any():
                 scatter = DRIFT_Z * nan_median(noise)
                 threshold = max(self.drift, math.expm1(scatter))
         self.noise_cache = None
         if self.drift is not None:
-            pred_t, pred_e = self.predict(s, n)
-            last_n = self.hist[s, -1, 0]
+            rows = self.windows(s)  # the history itself when s is every slot in order: views
+            fit = self.fit if rows is self.hist else self.fit[s]
+            last_n = rows[:, -1, 0]
             # Without a fitted line, judge against the last observation's cost per sample: the EMA
             # mixes observations at other quotas, and a fixed cost makes their per-sample costs
             # differ (a device with a 40 % fixed share measured at 600 and then 2,000 samples
@@ -373,12 +375,19 @@ class EstimateStore:
             # 2× speed-up). The difference of two reports holds the jitter twice: the noise-scaled
             # threshold widens by √2 there.
             repeat = n == last_n
-            no_line = (self.cost_model != "affine") | np.isnan(self.fit[s, 1]) | repeat
+            no_line = (self.cost_model != "affine") | np.isnan(fit[:, 1]) | repeat
             if scatter > 0:
                 threshold = np.where(repeat, max(self.drift, math.expm1(scatter * math.sqrt(2))), threshold)
+            by_last = no_line & ~np.isnan(last_n)
             with np.errstate(divide="ignore", invalid="ignore"):
-                pred_t = np.where(no_line & ~np.isnan(last_n), self.hist[s, -1, 1] / last_n * n, pred_t)
-                pred_e = np.where(no_line & ~np.isnan(last_n), self.hist[s, -1, 2] / last_n * n, pred_e)
+                last_t = rows[:, -1, 1] / last_n * n
+                last_e = rows[:, -1, 2] / last_n * n
+            if by_last.all():  # (a settled split: every quota the last one) no model prediction is kept
+                pred_t, pred_e = last_t, last_e
+            else:
+                pred_t, pred_e = self.predict(s, n)
+                pred_t = np.where(by_last, last_t, pred_t)
+                pred_e = np.where(by_last, last_e, pred_e)
             # Far from the last quota a prediction extrapolates (a fixed cost, or a fitted line's
             # noise, looks like drift there): only judge observations near the quota measured last.
             near = np.abs(n / last_n - 1.0) <= 0.25
