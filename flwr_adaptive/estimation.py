@@ -290,55 +290,67 @@ def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarr
         n, dn = nk, dnk
     proportional = sum_y / sum_n
     mean_y = sum_y / count
-    np.subtract(y, mean_y, out=work)
-    np.multiply(dn, work, out=work)
-    b = np.where(snn > 0, work.sum(axis=0) / snn, np.nan)
-    a = mean_y - b * mean_n
-    # One robust step: residuals far beyond the row's typical residual lose their weight.
-    np.multiply(b, n, out=resid)
-    np.add(a, resid, out=resid)
-    np.subtract(y, resid, out=resid)
-    scale = 1.4826 * _full_median(np.abs(resid, out=work))
-    # np.nan_to_num of a scale >= 0 or NaN: NaN -> 0, inf -> the largest float (its dispatch
-    # and copies cost more than the rest of this line)
-    scale = np.where(np.isnan(scale), 0.0, np.clip(scale, -_FLOAT_MAX, _FLOAT_MAX))
-    scale = np.maximum(scale, 0.01 * np.abs(mean_y)) + 1e-300
-    w2 = np.divide(resid, 3.0 * scale, out=resid)
-    np.square(w2, out=w2)
-    np.add(1.0, w2, out=w2)
-    np.divide(1.0, w2, out=w2)
-    sw2 = w2.sum(axis=0)
-    sw2 = np.where(sw2 > 0, sw2, 1.0)
-    n_bar = np.multiply(w2, n, out=work).sum(axis=0) / sw2
-    y_bar = np.multiply(w2, y, out=work).sum(axis=0) / sw2
-    dn2 = np.subtract(n, n_bar, out=work)
-    wdn = w2
-    wdn *= dn2
-    np.multiply(wdn, dn2, out=dn2)
-    snn2 = dn2.sum(axis=0)
-    dy = np.subtract(y, y_bar, out=work)
-    np.multiply(wdn, dy, out=dy)
-    b2 = np.where(snn2 > 0, dy.sum(axis=0) / snn2, np.nan)
-    a2 = y_bar - b2 * n_bar
-    ok = np.isfinite(a2) & np.isfinite(b2)
-    a = np.where(ok, a2, a)
-    b = np.where(ok, b2, b)
-    resid = np.multiply(b, n, out=work)
-    np.add(a, resid, out=resid)
-    np.subtract(y, resid, out=resid)
-    df = min(max(W - 2, 1), len(INTERCEPT_T) - 1)
-    sigma = np.sqrt(np.square(resid, out=resid).sum(axis=0) / float(df))
-    slope_error = sigma / np.sqrt(snn)
-    intercept_error = sigma * np.sqrt(1.0 / max(count, 1.0) + mean_n**2 / snn)
-    identified = (
-        (count >= MIN_POINTS) & (spread >= MIN_SPREAD) & np.isfinite(b) & (b > 0) & (slope_error < MAX_SLOPE_ERROR * b)
-    )
-    fixed = identified & (a > INTERCEPT_T[df] * intercept_error)
-    a = np.where(fixed, a, 0.0)
-    b = np.where(fixed, b, proportional)
-    too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
-    a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
-    b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
+    if not (snn > 0).any():
+        # No window holds two different quotas (a settled split): every first line is NaN, so
+        # are the robust step's and the identification's tests, whatever the values: each
+        # participant gets the proportional line, unidentified. The same bits as running them
+        # (tests/test_controller_equivalence.py), without ~40 operations on the windows.
+        identified = np.zeros(K * P, dtype=bool)
+        a, b = np.zeros(K * P), proportional.copy()
+    else:
+        np.subtract(y, mean_y, out=work)
+        np.multiply(dn, work, out=work)
+        b = np.where(snn > 0, work.sum(axis=0) / snn, np.nan)
+        a = mean_y - b * mean_n
+        # One robust step: residuals far beyond the row's typical residual lose their weight.
+        np.multiply(b, n, out=resid)
+        np.add(a, resid, out=resid)
+        np.subtract(y, resid, out=resid)
+        scale = 1.4826 * _full_median(np.abs(resid, out=work))
+        # np.nan_to_num of a scale >= 0 or NaN: NaN -> 0, inf -> the largest float (its dispatch
+        # and copies cost more than the rest of this line)
+        scale = np.where(np.isnan(scale), 0.0, np.clip(scale, -_FLOAT_MAX, _FLOAT_MAX))
+        scale = np.maximum(scale, 0.01 * np.abs(mean_y)) + 1e-300
+        w2 = np.divide(resid, 3.0 * scale, out=resid)
+        np.square(w2, out=w2)
+        np.add(1.0, w2, out=w2)
+        np.divide(1.0, w2, out=w2)
+        sw2 = w2.sum(axis=0)
+        sw2 = np.where(sw2 > 0, sw2, 1.0)
+        n_bar = np.multiply(w2, n, out=work).sum(axis=0) / sw2
+        y_bar = np.multiply(w2, y, out=work).sum(axis=0) / sw2
+        dn2 = np.subtract(n, n_bar, out=work)
+        wdn = w2
+        wdn *= dn2
+        np.multiply(wdn, dn2, out=dn2)
+        snn2 = dn2.sum(axis=0)
+        dy = np.subtract(y, y_bar, out=work)
+        np.multiply(wdn, dy, out=dy)
+        b2 = np.where(snn2 > 0, dy.sum(axis=0) / snn2, np.nan)
+        a2 = y_bar - b2 * n_bar
+        ok = np.isfinite(a2) & np.isfinite(b2)
+        a = np.where(ok, a2, a)
+        b = np.where(ok, b2, b)
+        resid = np.multiply(b, n, out=work)
+        np.add(a, resid, out=resid)
+        np.subtract(y, resid, out=resid)
+        df = min(max(W - 2, 1), len(INTERCEPT_T) - 1)
+        sigma = np.sqrt(np.square(resid, out=resid).sum(axis=0) / float(df))
+        slope_error = sigma / np.sqrt(snn)
+        intercept_error = sigma * np.sqrt(1.0 / max(count, 1.0) + mean_n**2 / snn)
+        identified = (
+            (count >= MIN_POINTS)
+            & (spread >= MIN_SPREAD)
+            & np.isfinite(b)
+            & (b > 0)
+            & (slope_error < MAX_SLOPE_ERROR * b)
+        )
+        fixed = identified & (a > INTERCEPT_T[df] * intercept_error)
+        a = np.where(fixed, a, 0.0)
+        b = np.where(fixed, b, proportional)
+        too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
+        a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
+        b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
     resid = np.multiply(b, n, out=work)
     np.add(a, resid, out=resid)
     np.subtract(y, resid, out=resid)

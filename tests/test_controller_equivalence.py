@@ -139,6 +139,32 @@ def test_fit_windows_is_fit_columns_bit_for_bit_on_full_partial_and_degenerate_w
     assert full[4] is None
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_full_windows_of_a_settled_split_fit_as_the_general_path_does(seed):
+    # Prepare: full windows where every participant's quota is the same all window long (a
+    # settled split: no line can be fitted), with zero, huge and infinite times among them
+    from flwr_adaptive.estimation import WINDOW, fit_columns, fit_windows
+
+    rng = np.random.default_rng(seed)
+    P = 200
+    n = np.repeat(np.round(rng.lognormal(5, 0.5, P))[None, :], WINDOW, axis=0)
+    t = (rng.uniform(0, 2, P) + rng.lognormal(-5, 1, P) * n) * (1 + 0.05 * rng.standard_normal((WINDOW, P)))
+    e = t * rng.lognormal(1, 0.3, P)
+    t[:, :5] = 0.0
+    t[1, 5:8] = 1e308
+    e[2, 8:10] = np.inf
+    y = np.stack([t, e], axis=1)
+    # Execute
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = fit_windows(n, y)
+        want = fit_columns(np.concatenate([n, n], axis=1), np.concatenate([t, e], axis=1))
+    # Assert: the shortcut taken (every cell filled) and every output the same bits
+    assert got[4] is None
+    for g, w in zip(got[:4], want[:4]):
+        assert g.tobytes() == w.reshape(2, P).tobytes()
+    assert not got[2].any()
+
+
 @pytest.mark.parametrize("width", range(1, 7))
 def test_pruned_median_network_is_the_full_sort_bit_for_bit_in_every_order(width):
     import itertools
