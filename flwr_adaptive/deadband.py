@@ -217,9 +217,11 @@ def balanced_within_noise(
             x = np.where(at[r], np.log(timed if fixed is None else timed + fixed[r, None]), 0.0)
             m[r] = x.sum(axis=1) / np.maximum(k[r], 1)
             squares[r] = np.where(at[r], x - m[r, None], 0.0) ** 2
-        dof = int((k[active] - 1).sum())
+        everyone = bool(active.all())  # (every quota positive: the masks select every row, no gathers)
+        dof = int((k - 1).sum() if everyone else (k[active] - 1).sum())
         if dof >= MIN_DOF:
-            sigma = math.sqrt(float(squares[active].sum()) / dof)
+            # squares[active] of every row is squares itself, as contiguous: the same sum
+            sigma = math.sqrt(float((squares if everyone else squares[active]).sum()) / dof)
             z = float(BALANCE_T[dof]) if dof < len(BALANCE_T) else BALANCE_Z
         else:
             # Too few repeats: the relative scatter around each participant's fitted line (≈ the
