@@ -488,8 +488,11 @@ class EstimateStore:
             if keep.all():
                 self.fit[slots, col] = a
                 self.fit[slots, col + 1] = b
+            elif isinstance(slots, slice):  # the rows not kept get their own values back: no gather
+                self.fit[slots, col] = np.where(keep, a, stored_a)
+                self.fit[slots, col + 1] = np.where(keep, b, stored_b)
             else:
-                rows = (np.arange(*slots.indices(len(self.fit))) if isinstance(slots, slice) else slots)[keep]
+                rows = slots[keep]
                 self.fit[rows, col] = a[keep]
                 self.fit[rows, col + 1] = b[keep]
             out += [a, b]
