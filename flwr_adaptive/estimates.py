@@ -522,21 +522,28 @@ class EstimateStore:
         else:
             a, b = np.zeros(len(slots)), self.tau[slots].copy()
             c, d = np.zeros(len(slots)), self.eps[slots].copy()
-        a, b, c, d = (np.where(known, x, np.nan) for x in (a, b, c, d))
-        med_b = nan_median(b[known])
+        # Every participant known (the steady state): the masks below select every entry, so the
+        # arrays themselves stand for their masked copies (the same values in the same order).
+        everyone = bool(known.all())
+        if not everyone:
+            a, b, c, d = (np.where(known, x, np.nan) for x in (a, b, c, d))
+        med_b = nan_median(b if everyone else b[known])
         if not med_b > 0:
             raise ValueError(f"median time per sample is {med_b!r} (must be > 0); check the reports")
-        b = np.clip(np.where(known, b, med_b), med_b / self.cost_clip, med_b * self.cost_clip)
+        b = np.clip(b if everyone else np.where(known, b, med_b), med_b / self.cost_clip, med_b * self.cost_clip)
         share = med_b * budget_total / max(len(slots), 1)  # the median participant's equal-share time
-        a = np.clip(np.where(known, a, nan_median(a[known])), 0.0, self.cost_clip * share)
+        a = np.clip(a if everyone else np.where(known, a, nan_median(a[known])), 0.0, self.cost_clip * share)
         measured = known & ~np.isnan(d)
         if not measured.any():
             return a, b, c, np.full(len(slots), np.nan)
-        power = median(d[measured] / b[measured])  # watts of the median participant
+        if measured.all():
+            power = median(d / b)  # watts of the median participant
+        else:
+            power = median(d[measured] / b[measured])
+            d = np.where(measured, d, power * b)
+            c = np.where(measured, c, power * a)
         if not power >= 0:
             raise ValueError(f"median active power is {power!r} W (must be >= 0); check energy_j")
-        d = np.where(measured, d, power * b)
-        c = np.where(measured, c, power * a)
         d = np.clip(d, power * b / self.cost_clip, power * b * self.cost_clip)
         c = np.clip(c, 0.0, power * a * self.cost_clip + power * share)
         return a, b, c, d
