@@ -215,6 +215,9 @@ def run(args: Any, work: Path, per_sample: dict[str, float], metric_of: dict[str
         missing = [u for u in units + measured_units if not unit_path(work, u).exists()]
         units = [u for u in units if u not in missing]
         measured_units = [u for u in measured_units if u not in missing]
+        if not units:
+            raise SystemExit(f"--noniid-finished-only: none of the {len(missing)} planned non-IID runs has finished "
+                             f"under {work}; run without --noniid-finished-only first (or point --work at the runs)")
     print(f"[reproduce] non-IID: {len(units)} runs ({len(args.noniid_rows)} rows × {len(args.noniid_tasks)} tasks × "
           f"{len(args.scenarios)} scenarios × {len(args.noniid_alphas)} α × {args.noniid_seeds} seeds) + "
           f"{len(measured_units)} on the measured clock; {args.jobs} worker(s); Equal + FedAvg first (every other "

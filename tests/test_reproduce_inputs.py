@@ -66,3 +66,14 @@ def test_hfl_and_measured_options_are_checked_early():
     args = reproduce.parse_args([])
     assert (args.hfl_seeds, args.hfl_rounds, args.ddp_rounds, args.measured_seeds) == (3, 10, 10, 5)
     assert args.hfl_policies == ["equal", "time", "min-energy"]
+
+
+def test_the_finished_only_page_with_no_finished_run_stops_with_the_fix(tmp_path):
+    from experiments import reproduce
+
+    # Execute: the non-IID page from an empty run folder
+    with pytest.raises(SystemExit) as stop:
+        reproduce.main(["--only-noniid", "--noniid-finished-only", "--noniid-tasks", "mnist",
+                        "--work", str(tmp_path / "runs"), "--out", str(tmp_path / "page")])
+    # Assert: one line that says what is missing and what to run (it crashed with KeyError: 'task')
+    assert "none of the" in str(stop.value) and "run without --noniid-finished-only first" in str(stop.value)
