@@ -81,20 +81,27 @@ def _active_set_makespan(budget: int, a: np.ndarray, b: np.ndarray, lo: np.ndarr
     with np.errstate(over="ignore", invalid="ignore"):
         start = a + b * lo_f  # at or below: the participant sits at lo
         stop = a + b * hi_f  # at or above: it sits at hi (inf when unbounded)
-    at_lo = np.zeros(len(a), dtype=bool)
-    at_hi = np.zeros(len(a), dtype=bool)
-    for _ in range(8):
-        free = ~(at_lo | at_hi)
-        slope = float(inv[free].sum()) if not free.all() else float(inv.sum())
+    # Masks only where they can hold someone: the first step has everyone free (an empty masked
+    # sum is 0.0, and x + 0.0 is x), and with no finite stop nobody is at hi while T < inf (inf
+    # and NaN are never ≤ T): the same sums, fewer numpy calls.
+    bounded = bool((stop < math.inf).any())
+    none = np.zeros(len(a), dtype=bool)
+    at_lo, at_hi, hi_empty = none, none, True
+    for step in range(8):
+        free = none if step == 0 else (~at_lo if hi_empty else ~(at_lo | at_hi))
+        everyone = step == 0 or bool(free.all())
+        slope = float(inv.sum()) if everyone else float(inv[free].sum())
         if not slope > 0:
             return None
-        fixed = float(lo_f[at_lo].sum()) + float(hi_f[at_hi].sum())
-        offset = float(a_inv[free].sum()) if not free.all() else float(a_inv.sum())
+        fixed = 0.0 if step == 0 else float(lo_f[at_lo].sum()) + (0.0 if hi_empty else float(hi_f[at_hi].sum()))
+        offset = float(a_inv.sum()) if everyone else float(a_inv[free].sum())
         T = (budget - fixed + offset) / slope
-        new_lo, new_hi = start >= T, stop <= T
-        if np.array_equal(new_lo, at_lo) and np.array_equal(new_hi, at_hi):
+        new_lo = start >= T
+        new_hi_empty = not bounded and T < math.inf
+        new_hi = none if new_hi_empty else stop <= T
+        if (new_lo == at_lo).all() and ((hi_empty and new_hi_empty) or (new_hi == at_hi).all()):
             return T if math.isfinite(T) else None
-        at_lo, at_hi = new_lo, new_hi
+        at_lo, at_hi, hi_empty = new_lo, new_hi, new_hi_empty
     return None
 
 
@@ -225,18 +232,33 @@ def _extra_samples(short: int, a: np.ndarray, b: np.ndarray, n: np.ndarray, hi: 
     room = np.flatnonzero(n < hi)
     if short >= len(room):
         return None
-    first = a[room] + b[room] * (n[room] + 1)
+    everyone = len(room) == len(n)  # the common case: no gathers (the same values elementwise)
+    first = a + b * (n + 1) if everyone else a[room] + b[room] * (n[room] + 1)
     cut = np.partition(first, short - 1)[short - 1]
     take = first <= cut
-    idx, vals = room[take], first[take]
-    left = hi[idx] - n[idx] - 1  # samples it can still take after this one
-    merged = _merge_rows(idx, vals, left, b, cut)
+    if everyone:
+        idx, vals = np.flatnonzero(take), first[take]
+        # second pairs straight from the full arrays (second ≤ cut implies first ≤ cut: b > 0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            second = first + b
+        extra_left = hi - n - 1
+        more = np.flatnonzero((extra_left > 0) & (second <= cut))
+        merged = _merge_rows(idx, vals, more, first[more], b[more], extra_left[more], cut)
+    else:
+        idx, vals = room[take], first[take]
+        left = hi[idx] - n[idx] - 1  # samples it can still take after this one
+        bi = b[idx]
+        with np.errstate(over="ignore", invalid="ignore"):
+            second = vals + bi
+        more = np.flatnonzero((left > 0) & (second <= cut))  # positions in idx with a second pair
+        merged = _merge_rows(idx, vals, idx[more], vals[more], bi[more], left[more], cut)
     if merged is not None:
         if isinstance(merged, str):
             return None  # a participant would take more than _MAX_MERGE_STEPS: the heap
         times, who = merged
         popped = who[np.lexsort((who, times))[:short]]
         return np.bincount(popped, minlength=len(n))
+    left = hi[idx] - n[idx] - 1
     values, owners = [vals], [idx]
     for _ in range(_MAX_MERGE_STEPS):
         more = left > 0
@@ -260,38 +282,39 @@ _MAX_MERGE_CELLS = 1 << 20
 
 
 def _merge_rows(
-    idx: np.ndarray, vals: np.ndarray, left: np.ndarray, b: np.ndarray, cut: float
+    idx: np.ndarray, vals: np.ndarray, owners: np.ndarray, v: np.ndarray, bi: np.ndarray, left: np.ndarray, cut: float
 ) -> tuple[np.ndarray, np.ndarray] | str | None:
     """The pairs ``(time, owner)`` at or below ``cut`` that :func:`_extra_samples`' merge generates a
     sample at a time, for all steps at once: ``"heap"`` where it would give up (a participant
     with more than ``_MAX_MERGE_STEPS`` of them), ``None`` where this table would be too large or
     its estimate of the steps too short (the merge then runs itself).
 
-    A participant's times are ``vals`` then ``+ b`` once per further sample, while it has samples
-    ``left``: the running sums of one row ``[vals, b, b, ...]`` per participant (``np.cumsum``
-    along a row adds in order, as the merge does), so each row is one participant's times and
-    the cells at or below ``cut`` (its times only grow) within ``left`` are its pairs.
+    ``idx``, ``vals``: every participant's first pair; ``owners`` (in ``idx``'s order), ``v``,
+    ``bi``, ``left``: the participants with a second pair at or below ``cut``, their first time,
+    cost per sample and samples left after the first. A participant's times are ``v`` then
+    ``+ bi`` once per further sample, while it has samples ``left``: the running sums of one row
+    ``[v, bi, bi, ...]`` per participant (``np.cumsum`` along a row adds in order, as the merge
+    does), so each row is one participant's times and the cells at or below ``cut`` (its times
+    only grow) within ``left`` are its pairs.
     """
-    bi = b[idx]
-    with np.errstate(over="ignore", invalid="ignore"):
-        second = vals + bi
-    more = np.flatnonzero((left > 0) & (second <= cut))  # the participants with a second pair
-    if not len(more):
+    if not len(owners):
         return vals, idx
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        steps = np.floor((cut - vals[more]) / bi[more])  # about how many pairs follow the first
-    estimate = float(np.max(np.minimum(steps, left[more])))
-    if not estimate >= 0 or len(more) * (min(estimate, _MAX_MERGE_STEPS) + 2) > _MAX_MERGE_CELLS:
+        steps = np.floor((cut - v) / bi)  # about how many pairs follow the first
+    estimate = float(np.max(np.minimum(steps, left)))
+    if not estimate >= 0 or len(owners) * (min(estimate, _MAX_MERGE_STEPS) + 2) > _MAX_MERGE_CELLS:
         return None
     width = int(min(estimate, _MAX_MERGE_STEPS)) + 2  # column j: the time after j more samples
-    table = np.empty((len(more), width))
-    table[:, 0] = vals[more]
-    table[:, 1:] = bi[more, None]
+    table = np.empty((len(owners), width))
+    table[:, 0] = v
+    table[:, 1:] = bi[:, None]
     times = np.cumsum(table, axis=1)
-    pairs = (np.arange(width) <= left[more, None]) & (times <= cut)
-    if pairs[:, _MAX_MERGE_STEPS:].any():
+    pairs = times <= cut
+    if int(left.min()) < width - 1:  # some row runs out of samples within the table
+        pairs &= np.arange(width) <= left[:, None]
+    if width > _MAX_MERGE_STEPS and pairs[:, _MAX_MERGE_STEPS:].any():
         return "heap"  # the merge's last step still finds a pair: it gives up
     if pairs[:, -1].any():
         return None  # the estimate fell short
     rows, cols = np.nonzero(pairs[:, 1:])
-    return np.concatenate([vals, times[rows, cols + 1]]), np.concatenate([idx, idx[more][rows]])
+    return np.concatenate([vals, times[rows, cols + 1]]), np.concatenate([idx, owners[rows]])
