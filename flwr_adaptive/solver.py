@@ -232,6 +232,9 @@ def _min_makespan(
     budgets: list[int], members: list[np.ndarray], a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> float:
     T_min = 0.0
+    if len(members) == 1 and len(members[0]) == len(a):
+        # one group of everyone (the common case): its members in index order are the arrays themselves
+        return max(T_min, min_makespan_split(budgets[0], a, b, lo, hi)[1]) if len(a) else T_min
     for k, idx in enumerate(members):
         if len(idx):
             _, T_k = min_makespan_split(budgets[k], a[idx], b[idx], lo[idx], hi[idx])
@@ -245,6 +248,8 @@ def min_makespan_of_groups(
     """``T_min`` of :func:`min_energy_split`: the smallest makespan of any split (over groups)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     lo, hi, codes = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), np.asarray(codes, dtype=np.int64)
+    if len(budgets) == 1:  # one group holds everyone (codes are group indices): no member list
+        return _min_makespan(budgets, [np.arange(len(a))], a, b, lo, hi)
     return _min_makespan(budgets, [np.flatnonzero(codes == k) for k in range(len(budgets))], a, b, lo, hi)
 
 
