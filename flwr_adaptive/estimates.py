@@ -341,18 +341,15 @@ class EstimateStore:
 
     def record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
         """Detect a step change, then append one observation to each of ``s`` (slots unique)."""
-        threshold: Any = self.drift if self.drift is not None else 0.0
+        threshold: float | np.ndarray = self.drift if self.drift is not None else 0.0
         scatter = 0.0  # DRIFT_Z × the measured scatter of log time (0: not measured)
         if self.drift is not None and self.noise_cache is not None:
-            # A jump within 6 × the participants' measured scatter (their median: one window's is
-            # itself noisy; a 6-point fit's residuals understate it) is jitter, not a step change:
-            # rescaling a window to one noisy report made identical devices with 30 % jitter
-            # wander (3 ×: the split still moved in 21 % of rounds, 6 ×: 6 %; tests/test_deadband.py).
-            # Only windows of MIN_SCATTER_REPORTS+ reports measure it: the line through 3 reports at
-            # moving quotas is mostly misfit (the proportional line until a fixed cost is
-            # significant; ranks moved 200 → 65 → 41 samples with 10 % jitter scattered ~20 %),
-            # and read as noise it hid 2× step changes (tests/test_silo.py). Fewer reports
-            # everywhere: the bare ``drift``.
+            # A jump within DRIFT_Z × the participants' measured scatter (their median: one
+            # window's is itself noisy; a 6-point fit's residuals understate it) is jitter, not a
+            # step change: rescaling a window to one noisy report made identical devices with 30 %
+            # jitter wander (3 ×: the split still moved in 21 % of rounds, 6 ×: 6 %). Only windows
+            # of MIN_SCATTER_REPORTS+ reports measure it (a line through 3 reports at moving
+            # quotas is mostly misfit); fewer everywhere: the bare ``drift``.
             slots = self.noise_cache[0]
             # (windows: the history itself, no gather, when the fits were of every slot in order)
             enough = np.isfinite(self.windows(slots)[:, :, 1]).sum(axis=1) >= MIN_SCATTER_REPORTS
@@ -405,9 +402,9 @@ class EstimateStore:
                     self.fit[j, 2:4] *= scale_e[:, None]
                 # A jump across most of the float range can push the rescaled window out of what
                 # is computable (and saveable): such a window says nothing; it restarts.
-                rows = np.concatenate([self.hist[j].reshape(len(j), -1), self.fit[j]], axis=1)
+                rescaled = np.concatenate([self.hist[j].reshape(len(j), -1), self.fit[j]], axis=1)
                 with np.errstate(invalid="ignore"):
-                    wild = ~(np.nan_to_num(np.abs(rows), nan=1.0) <= MAX_STORED).all(axis=1)
+                    wild = ~(np.nan_to_num(np.abs(rescaled), nan=1.0) <= MAX_STORED).all(axis=1)
                     wild |= (np.nan_to_num(self.hist[j, :, 1], nan=1.0) <= 0).any(axis=1)
                 if wild.any():
                     self.hist[j[wild]] = np.nan

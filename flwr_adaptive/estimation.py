@@ -180,8 +180,9 @@ def fit_columns(
     return a, b, identified, noise, filled, sum_y
 
 
-def drifted(observed: np.ndarray, predicted: np.ndarray, threshold: float) -> np.ndarray:
-    """Whether ``observed`` is more than a factor ``1 + threshold`` away from ``predicted``."""
+def drifted(observed: np.ndarray, predicted: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
+    """Whether ``observed`` is more than a factor ``1 + threshold`` away from ``predicted``
+    (``threshold``: one for all, or one per entry)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = observed / predicted
     limit = 1.0 + threshold
