@@ -496,12 +496,12 @@ class AllocationController:
         """
         participants = check_participants(participants, self._store.slot_cache[0])
         self._store.flush()
-        registered = len(self._store.ids)
+        checkpoint = self._store.checkpoint()
         try:
             slots = self._slots(participants)
             quotas = self._split(participants, slots)
         except BaseException:
-            self._store.truncate(registered)  # a refused call registers nobody
+            self._store.rollback(checkpoint)  # a refused call registers nobody and fits nothing
             raise
         return dict(zip(participants, quotas.tolist()))
 
@@ -592,9 +592,9 @@ class AllocationController:
         are converted: the rounds since a participant's last report count as unanswered quotas.
         """
         store, loaded = StateReader(self, state).read()
+        self._store.clear_pending()
+        self._store.reset_cache()  # then the state's own scatter (``noise_cache``), if it has one
         for name, value in store.items():
             setattr(self._store, name, value)
         for name, value in loaded.items():
             setattr(self, name, value)
-        self._store.clear_pending()
-        self._store.reset_cache()

@@ -56,7 +56,7 @@ import numpy as np
 from flwr_adaptive import estimation
 from flwr_adaptive.limits import ParticipantId
 
-__all__ = ["EstimateStore", "weighted_affine", "MAX_STORED"]
+__all__ = ["EstimateStore", "MAX_STORED", "median", "nan_median"]
 
 #: Largest magnitude of a history or fit entry (the state reader refuses more): accepted reports
 #: stay far below it (≤ MAX_PER_SAMPLE × MAX_BUDGET ≈ 1e166).
@@ -131,6 +131,8 @@ class EstimateStore:
         # (slots, noise of their time fits) from the last affine_estimates, until hist changes:
         # the gain deadband's noise floor reuses the fits of the same allocate
         self.noise_cache: tuple[np.ndarray, np.ndarray] | None = None
+        # (rows, their fit before) of each block affine_estimates wrote since the last checkpoint
+        self.fit_undo: list[tuple[np.ndarray | slice, np.ndarray]] = []
 
     # ------------------------------------------------------------------ slots
     def slots(self, participants: list[ParticipantId]) -> np.ndarray:
@@ -174,6 +176,22 @@ class EstimateStore:
         cached = self.noise_cache
         if cached is not None and len(cached[0]) and int(cached[0].max()) >= count:
             self.noise_cache = None
+
+    def checkpoint(self) -> tuple[int, tuple[np.ndarray, np.ndarray] | None]:
+        """What :meth:`rollback` restores: the slot count and the fits' scatter (pending reports
+        flushed first); the fits written from here on are recorded to be undone."""
+        self.fit_undo = []
+        return len(self.ids), self.noise_cache
+
+    def rollback(self, checkpoint: tuple[int, tuple[np.ndarray, np.ndarray] | None]) -> None:
+        """Undo what a refused call did since :meth:`checkpoint`: the fits it wrote (a
+        re-levelled line re-levelled twice differs in its last bits), the scatter it cached
+        (the next reports' drift threshold) and the slots it registered."""
+        for rows, before in reversed(self.fit_undo):
+            self.fit[rows] = before
+        self.fit_undo = []
+        count, self.noise_cache = checkpoint
+        self.truncate(count)
 
     def reset_cache(self) -> None:
         """Forget what is cached by slot (after slots were renumbered or the state replaced)."""
@@ -462,13 +480,10 @@ class EstimateStore:
 
     def _affine_block(self, slots: np.ndarray | slice) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """:meth:`affine_estimates` of distinct ``slots`` (or a slice of them), and the noise of their time fits."""
-        # the windows as (WINDOW, quantity, P): each window position a contiguous vector over
-        # participants; time and energy share their sample counts (one spread, one first line)
-        windows = np.ascontiguousarray(self.hist[slots].transpose(1, 2, 0))
-        n, y = windows[:, 0], windows[:, 1:]
-        fa, fb, fidentified, fnoise, ffilled, fsum = estimation.fit_windows(n, y)
+        n, (fa, fb, fidentified, fnoise, ffilled, fsum) = estimation.fit_rows(self.hist[slots])
         out = []
-        fit = self.fit[slots].copy()  # read below while self.fit is written
+        fit = self.fit[slots].copy()  # read below while self.fit is written; what a rollback restores
+        self.fit_undo.append((slots, fit))
         for k, (col, per_sample) in enumerate(((0, self.tau[slots]), (2, self.eps[slots]))):
             a, b, identified = fa[k], fb[k], fidentified[k]
             stored_a, stored_b = fit[:, col], fit[:, col + 1]
@@ -570,26 +585,3 @@ def median(v: np.ndarray) -> float:
         part = np.partition(v, (k - 1, k, size - 1))
         middle = (0.0 + float(part[k - 1] + part[k])) / 2
     return math.nan if math.isnan(part[-1]) else middle
-
-
-def weighted_affine(
-    a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, w_time: float, w_energy: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """The weighted cost of affine models as ``A_i + B_i·n``: each term over its median per-sample cost."""
-    A, B = np.zeros(len(a)), np.zeros(len(a))
-    if w_time > 0:
-        scale = median(b)
-        A, B = A + w_time * a / scale, B + w_time * b / scale
-    if w_energy > 0:
-        if np.isnan(d).any():
-            raise ValueError(
-                "energy is unmeasured for some participants but w_energy > 0: report "
-                "energy_j from every participant or use a policy with w_energy=0"
-            )
-        scale = median(d)
-        if not scale > 0:
-            raise ValueError(
-                f"median energy per sample is {scale!r} (must be > 0 to normalise); check the reports or set w_energy=0"
-            )
-        A, B = A + w_energy * c / scale, B + w_energy * d / scale
-    return A, B

@@ -33,10 +33,22 @@ participants, so that the temporaries stay in the cache.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
-__all__ = ["WINDOW", "MIN_POINTS", "MAX_SLOPE_ERROR", "INTERCEPT_T", "fit_affine", "fit_columns", "drifted"]
+__all__ = [
+    "WINDOW",
+    "MIN_POINTS",
+    "MAX_SLOPE_ERROR",
+    "INTERCEPT_T",
+    "fit_affine",
+    "fit_columns",
+    "fit_windows",
+    "fit_rows",
+    "time_noise",
+    "drifted",
+]
 
 WINDOW = 6  # observations kept per participant
 MIN_POINTS = 3  # a line through 2 points has no residual: nothing tells its intercept from jitter
@@ -224,6 +236,22 @@ def fit_windows(
         out[:, rest] = value.reshape(K, count)
     filled[:, :, rest] = gfilled.reshape(W, K, count)
     return a, b, identified, noise, filled, sum_y
+
+
+def fit_rows(rows: np.ndarray) -> tuple[np.ndarray, tuple[Any, ...]]:
+    """``(n, fit_windows(n, y))`` of history rows ``(P, WINDOW, 3)``: the windows as
+    ``(WINDOW, quantity, P)``, each window position a contiguous vector over participants; time
+    and energy share their sample counts (one spread, one first line)."""
+    windows = np.ascontiguousarray(rows.transpose(1, 2, 0))
+    n = windows[:, 0]
+    return n, fit_windows(n, windows[:, 1:])
+
+
+def time_noise(rows: np.ndarray) -> np.ndarray:
+    """The noise of the time fits of history rows, as the estimate store's ``affine_estimates``
+    caches it (each participant's fit is its own: the same bits for any subset of rows)."""
+    noise: np.ndarray = fit_rows(rows)[1][3][0]
+    return noise
 
 
 #: Participants per block of :func:`_fit_blocks`: the temporaries of a block ((WINDOW, K, block)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from flwr_adaptive.deadband import Predicted
-from flwr_adaptive.estimates import EstimateStore, weighted_affine
+from flwr_adaptive.estimates import EstimateStore, median
 from flwr_adaptive.limits import ParticipantId
 from flwr_adaptive.makespan import slowest_at_lower_bound
 from flwr_adaptive.solver import (
@@ -148,6 +148,29 @@ def propose(
         return np.array([round_energy_lower_bound(budgets, codes, a, b, c, d, idle, lo, hi, t_min, slack), floor])
 
     return Proposal(sweep, predicted, energy_bound)
+
+
+def weighted_affine(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, w_time: float, w_energy: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted cost of affine models as ``A_i + B_i·n``: each term over its median per-sample cost."""
+    A, B = np.zeros(len(a)), np.zeros(len(a))
+    if w_time > 0:
+        scale = median(b)
+        A, B = A + w_time * a / scale, B + w_time * b / scale
+    if w_energy > 0:
+        if np.isnan(d).any():
+            raise ValueError(
+                "energy is unmeasured for some participants but w_energy > 0: report "
+                "energy_j from every participant or use a policy with w_energy=0"
+            )
+        scale = median(d)
+        if not scale > 0:
+            raise ValueError(
+                f"median energy per sample is {scale!r} (must be > 0 to normalise); check the reports or set w_energy=0"
+            )
+        A, B = A + w_energy * c / scale, B + w_energy * d / scale
+    return A, B
 
 
 class Proposal:

@@ -14,6 +14,11 @@ back (the same limits bound both).
 
 Versions: :data:`STATE_VERSION` = 2 is written. Version 1 (estimates aged by server rounds) is
 read and converted: the rounds since a participant's last report count as unanswered quotas.
+Fields added within version 2 are optional: ``probe`` (absent: ``false``) and
+``model.scatter_slots`` (absent or ``null``: no fits' scatter, the next reports are judged by
+the bare drift threshold, as a state saved after the round's reports). With it, a state saved
+between ``allocate`` and the round's reports resumes with the quotas of the uninterrupted run:
+the scatter is rebuilt from the saved windows, which no report changed since that ``allocate``.
 
 Cost
 ----
@@ -82,6 +87,9 @@ def write_state(ctrl: AllocationController) -> dict[str, Any]:
             "history": [[nan_to_none(obs) for obs in rows] for rows in store.hist],
             "fit": [nan_to_none(row) for row in store.fit],
             "idle_w": [[p, w] for p, w in ctrl._idle_w.items()],
+            # the participants whose time fits' scatter scales the next reports' drift threshold:
+            # the fits of the allocate just made (None once reports came in, or when none was fitted)
+            "scatter_slots": None if store.noise_cache is None else store.noise_cache[0].tolist(),
         },
     }
 
@@ -269,7 +277,7 @@ class StateReader:
                 if g not in cur_budget or cur_budget[g] != total:
                     self.fail("current.quota", f"group {g!r} sums to {total}, not to its budget {cur_budget.get(g)!r}")
 
-        hist, fit, idle_w = self.model(self.state.get("model") or {}, count)
+        hist, fit, idle_w, noise_cache = self.model(self.state.get("model") or {}, count)
 
         # Bounds come from this controller's configuration (min_quota is not part of the state).
         default_max = ctrl._default_max
@@ -288,6 +296,7 @@ class StateReader:
             "hi": hi,
             "hist": hist,
             "fit": fit,
+            "noise_cache": noise_cache,
         }
         probe = self.state.get("probe", False)  # absent in states written before excitation existed
         if not isinstance(probe, bool):
@@ -302,8 +311,12 @@ class StateReader:
             "_idle_w": idle_w,
         }
 
-    def model(self, model: Any, count: int) -> tuple[np.ndarray, np.ndarray, dict[Hashable, float]]:
-        """The fit windows, identified lines and idle watts (affine costs, drift, min-energy)."""
+    def model(
+        self, model: Any, count: int
+    ) -> tuple[np.ndarray, np.ndarray, dict[Hashable, float], tuple[np.ndarray, np.ndarray] | None]:
+        """The fit windows, identified lines, idle watts (affine costs, drift, min-energy) and the
+        scatter of the last fits: their slots, their noise rebuilt from the windows (unchanged
+        since those fits), or ``None`` (also when a state written before it was saved lacks it)."""
         if not isinstance(model, Mapping):
             self.fail("model", f"expected a dict, got {type(model).__name__}")
 
@@ -338,4 +351,12 @@ class StateReader:
         if len(hist) and len(hist) < count:
             hist = np.concatenate([hist, np.full((count - len(hist), estimation.WINDOW, 3), np.nan)])
             fit = np.concatenate([fit, np.full((count - len(fit), 4), np.nan)])
-        return hist, fit, idle_w
+        scatter = model.get("scatter_slots")
+        if scatter is None or scatter == []:  # (no participant: no scatter either)
+            return hist, fit, idle_w, None
+        slots = self.int_list("model.scatter_slots", scatter, None, 0, max(count - 1, 0))
+        if not len(hist) and len(slots):
+            self.fail("model.scatter_slots", "names participants but the state holds no fit windows")
+        if len(set(slots.tolist())) != len(slots):
+            self.fail("model.scatter_slots", "lists a participant more than once")
+        return hist, fit, idle_w, (slots, estimation.time_noise(hist[slots]))

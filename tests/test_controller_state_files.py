@@ -21,6 +21,10 @@ def saved_state() -> tuple[AllocationController, dict]:
     return ctrl, json.loads(json.dumps(ctrl.state_dict()))
 
 
+_WINDOWS = [[[10, 2.0, 3.0]] * 6] * 2  # fit windows of both participants (what drift detection keeps)
+_LINES = [[None] * 4] * 2
+
+
 @pytest.mark.parametrize(
     "corrupt, field",
     [
@@ -50,6 +54,11 @@ def saved_state() -> tuple[AllocationController, dict]:
         (lambda s: s.update(model={"history": [[[10, 2.0, 3]] * 6], "fit": []}), "model.fit"),
         (lambda s: s.update(model={"history": [], "fit": [], "idle_w": [["a", -1.0]]}), "model.idle_w[0]"),
         (lambda s: s.update(current=[]), "current"),
+        (lambda s: s["model"].update(scatter_slots=[0]), "model.scatter_slots"),  # no fit windows
+        (lambda s: s["model"].update(scatter_slots="0"), "model.scatter_slots"),
+        (lambda s: s["model"].update(history=_WINDOWS, fit=_LINES, scatter_slots=[1, 2]), "model.scatter_slots[1]"),
+        (lambda s: s["model"].update(history=_WINDOWS, fit=_LINES, scatter_slots=[True]), "model.scatter_slots[0]"),
+        (lambda s: s["model"].update(history=_WINDOWS, fit=_LINES, scatter_slots=[1, 1]), "model.scatter_slots"),
     ],
 )
 def test_tampered_state_is_refused_naming_the_field_and_changes_nothing(corrupt, field):
