@@ -32,7 +32,8 @@ time (its last evaluation at or before it).
 Files: this module plans and runs the section (:func:`plan`, :func:`budgeted`, :func:`run`); the
 rows are :mod:`experiments.noniid_rows`, the per-run figures and target checks
 :mod:`experiments.noniid_figures` (:func:`summarise`, :func:`target_checks`), the page's lines
-:mod:`experiments.noniid_page` (:func:`section`, :func:`splice`). Their public names are
+:mod:`experiments.noniid_page` (:func:`section`, :func:`splice`), the section's parts (each with its own
+markers and CSV, rendered on its own) :mod:`experiments.noniid_parts`. Their public names are
 re-exported here.
 
 Cost
@@ -70,6 +71,7 @@ from experiments.noniid_page import (
     section,
     splice,
 )
+from experiments.noniid_parts import PARTS, baselines_section
 from experiments.noniid_rows import (
     ALPHAS,
     FLOORS,
@@ -204,8 +206,12 @@ def _run_paired(units: Sequence[RunSpec], jobs: int, work: Path, metric_of: dict
 
 
 def run(args: Any, work: Path, per_sample: dict[str, float], metric_of: dict[str, str], higher_of: dict[str, bool],
-        figs: Path, provenance: Sequence[str]) -> list[str]:
-    """Run (or reuse from ``work``) the section's runs, write its CSVs under ``figs``, return its page lines."""
+        figs: Path, provenance: Sequence[str], part: str = "main") -> list[str]:
+    """Run (or reuse from ``work``) one part's runs, write its CSVs under ``figs``, return its page lines.
+
+    ``part``: a key of :data:`experiments.noniid_parts.PARTS`; ``args`` are that part's
+    (:func:`experiments.noniid_parts.part_args`). Parts share ``work``: a run two parts plan runs once.
+    """
     import time
 
     started = time.perf_counter()
@@ -218,11 +224,12 @@ def run(args: Any, work: Path, per_sample: dict[str, float], metric_of: dict[str
         if not units:
             raise SystemExit(f"--noniid-finished-only: none of the {len(missing)} planned non-IID runs has finished "
                              f"under {work}; run without --noniid-finished-only first (or point --work at the runs)")
-    print(f"[reproduce] non-IID: {len(units)} runs ({len(args.noniid_rows)} rows × {len(args.noniid_tasks)} tasks × "
+    key = "non-IID" if part == "main" else f"non-IID [{part}]"  # REUSED's keys: the page's header skips "non-IID…"
+    print(f"[reproduce] {key}: {len(units)} runs ({len(args.noniid_rows)} rows × {len(args.noniid_tasks)} tasks × "
           f"{len(args.scenarios)} scenarios × {len(args.noniid_alphas)} α × {args.noniid_seeds} seeds) + "
           f"{len(measured_units)} on the measured clock; {args.jobs} worker(s); Equal + FedAvg first (every other "
           "row runs to its time)", flush=True)
-    rows = _run_paired(units, args.jobs, work, metric_of, higher_of, "non-IID")
+    rows = _run_paired(units, args.jobs, work, metric_of, higher_of, key)
     if measured_units:
         if any(not unit_path(work, u).exists() for u in measured_units):
             calibrate(args.noniid_measured_task)  # warm-up: torch's lazy set-up is not a round's cost
@@ -230,13 +237,14 @@ def run(args: Any, work: Path, per_sample: dict[str, float], metric_of: dict[str
                          ignore_index=True)
     figs.mkdir(parents=True, exist_ok=True)
     summary = summarise(rows, metric_of, higher_of)
-    summary.to_csv(figs / "noniid.csv", index=False)
+    summary.to_csv(figs / PARTS[part].csv, index=False)
     measured = summarise(rows, metric_of, higher_of, kind="noniid-measured") if measured_units else None
     if measured is not None:
         measured.to_csv(figs / "noniid-measured.csv", index=False)
     wall = time.perf_counter() - started
-    reused = sum(v for k, v in REUSED.items() if k.startswith("non-IID"))
-    prov = [*provenance, f"- **Wall time of this section**: {fmt_s(wall)}"
+    keys = [key, *(["non-IID measured"] if measured_units else [])]
+    reused = sum(REUSED.get(k, 0) + REUSED.get(f"{k} (to equal time)", 0) for k in keys)
+    prov = [*provenance, f"- **Wall time of this {'section' if part == 'main' else 'part'}**: {fmt_s(wall)}"
             + (f" (it reused {reused} finished runs from `--work`)" if reused else "") + "."]
     if missing:
         groups: dict[tuple, int] = {}
@@ -247,5 +255,7 @@ def run(args: Any, work: Path, per_sample: dict[str, float], metric_of: dict[str
                     "of the plan did not run, for lack of machine time): "
                     + "; ".join(f"{lab} on {task}, α = {a:g}{' (measured clock)' if kind != 'noniid' else ''}: "
                                 f"{n} runs" for (kind, task, a, lab), n in sorted(groups.items(), key=str)) + ".")
+    if part != "main":
+        return baselines_section(args, summary, metric_of, higher_of, args.noniid_left_out, prov)
     _, left = available_rows(list(ROWS))
     return section(args, summary, measured, metric_of, higher_of, figs, [n for n in left if n in ROWS], prov)

@@ -6,7 +6,8 @@ Contract
 figures (:func:`experiments.noniid_figures.summarise`): the set-up and provenance, the targets
 (:func:`experiments.noniid_figures.target_checks`), the headline ratios, a table per task, scenario
 and α (:func:`run_table`), the floor's table and plot (:func:`floor_table`, :func:`plot_floor`) and
-the measured clock. :func:`splice` puts the section into an existing page, replacing the old one.
+the measured clock. :func:`splice` puts the section (or another block between its markers) into an existing page,
+replacing the old one. :func:`headline` and :func:`task_tables` are the tables other parts reuse.
 It renders only: no run is started and no figure decided here.
 
 Cost
@@ -65,6 +66,75 @@ def run_table(s: pd.DataFrame, rows: Sequence[str], metric: str, higher: bool) -
                      _fmt(float(g["worst_final"].mean()), 3), _fmt(float(g["d_worst_same_time"].min()), 3),
                      _rounds_cell(g)])
     return _md(hdr, body)
+
+
+def headline(summary: pd.DataFrame, rows: Sequence[str], tasks: Sequence[str], scenarios: Sequence[str],
+             alpha: float, level: str = "###") -> list[str]:
+    """The headline table: per row, time to target × Equal + FedAvg for each (task, scenario) at ``alpha``.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        Per-run figures (:func:`experiments.noniid_figures.summarise`).
+    rows : Sequence[str]
+        Rows of :data:`experiments.noniid_rows.ROWS`, in the table's order.
+    tasks, scenarios : Sequence[str]
+        The columns: every (task, scenario).
+    alpha : float
+        The Dirichlet concentration of the runs shown.
+    level : str
+        The Markdown heading of the table's title.
+    """
+    combos = [(t, sc) for t in tasks for sc in scenarios]
+    L = [f"{level} Headline: time to target × Equal + FedAvg, α = {alpha:g}", "",
+         "Median over seeds (range), with the seeds that reached the target; virtual clock.", ""]
+    body = []
+    for name in rows:
+        cells = []
+        for task, scenario in combos:
+            g = summary[(summary["row"] == name) & (summary["task"] == task) & (summary["scenario"] == scenario)
+                        & np.isclose(summary["alpha"], alpha)]
+            cells.append(f"{_ratio_cell(g, 'time_ratio')} [{int(g['reached'].sum())}/{len(g)}]" if len(g) else "–")
+        body.append([ROWS[name].label, *cells])
+    return [*L, *_md(["row", *(f"{t}, {sc}" for t, sc in combos)], body), ""]
+
+
+def task_tables(summary: pd.DataFrame, rows: Sequence[str], tasks: Sequence[str], scenarios: Sequence[str],
+                alphas: Sequence[float], metric_of: dict[str, str], higher_of: dict[str, bool],
+                level: str = "###") -> list[str]:
+    """A :func:`run_table` per (task, scenario, α) that ran, titled at heading ``level`` with its target line.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        Per-run figures (:func:`experiments.noniid_figures.summarise`).
+    rows : Sequence[str]
+        Rows of :data:`experiments.noniid_rows.ROWS`, in each table's order.
+    tasks, scenarios, alphas : Sequence
+        The tables: one per (task, scenario, α) with runs in ``summary``.
+    metric_of, higher_of : dict
+        Per task: the metric's column and whether higher is better.
+    level : str
+        The Markdown heading of each table's title.
+    """
+    L: list[str] = []
+    for task in tasks:
+        for scenario in scenarios:
+            for alpha in alphas:
+                s = summary[(summary["task"] == task) & (summary["scenario"] == scenario)
+                            & np.isclose(summary["alpha"], alpha)]
+                if s.empty:
+                    continue
+                eq = s[s["row"] == "equal-fedavg"]
+                early = bool(len(eq) and (eq["target_round"] == 1).all())
+                L += [f"{level} {task}, {scenario}, α = {alpha:g}", "",
+                      f"Target: {_fmt(float(eq['target'].mean()), 4)} (mean over seeds); Equal + FedAvg reaches it "
+                      f"after {_fmt(_median(eq['time_to_target_s']))} s (median)"
+                      + (". **Uninformative here**: Equal + FedAvg reaches its own final figure − 1 point already "
+                         "after round 1 in every seed (the model barely moves over the run), and round 1 is an equal "
+                         "split for every row, so the time ratios are 1 by construction." if early else "."), ""]
+                L += run_table(s, rows, metric_of[task], higher_of[task]) + [""]
+    return L
 
 
 def _targets_table(summary: pd.DataFrame, row: str, alphas: Sequence[float]) -> list[str]:
@@ -238,37 +308,10 @@ def section(args: Any, summary: pd.DataFrame, measured: pd.DataFrame, metric_of:
         L += ["### The same targets for the other Time-only settings (candidates for the default)", ""]
         for name in candidates:
             L += [f"**{ROWS[name].label}**", ""] + _targets_table(summary, name, args.noniid_alphas[:1]) + [""]
-    # ---- headline: time to target × Equal per row, task and scenario at the first α
+    # ---- headline: time to target × Equal per row, task and scenario at the first α; a table per task, scenario, α
     alpha0 = args.noniid_alphas[0]
-    combos = [(t, sc) for t in args.noniid_tasks for sc in args.scenarios]
-    L += [f"### Headline: time to target × Equal + FedAvg, α = {alpha0:g}", "",
-          "Median over seeds (range), with the seeds that reached the target; virtual clock.", ""]
-    body = []
-    for name in rows:
-        cells = []
-        for task, scenario in combos:
-            g = summary[(summary["row"] == name) & (summary["task"] == task) & (summary["scenario"] == scenario)
-                        & np.isclose(summary["alpha"], alpha0)]
-            cells.append(f"{_ratio_cell(g, 'time_ratio')} [{int(g['reached'].sum())}/{len(g)}]" if len(g) else "–")
-        body.append([ROWS[name].label, *cells])
-    L += _md(["row", *(f"{t}, {sc}" for t, sc in combos)], body) + [""]
-    # ---- per task, scenario, alpha
-    for task in args.noniid_tasks:
-        for scenario in args.scenarios:
-            for alpha in args.noniid_alphas:
-                s = summary[(summary["task"] == task) & (summary["scenario"] == scenario)
-                            & np.isclose(summary["alpha"], alpha)]
-                if s.empty:
-                    continue
-                eq = s[s["row"] == "equal-fedavg"]
-                early = bool(len(eq) and (eq["target_round"] == 1).all())
-                L += [f"### {task}, {scenario}, α = {alpha:g}", "",
-                      f"Target: {_fmt(float(eq['target'].mean()), 4)} (mean over seeds); Equal + FedAvg reaches it "
-                      f"after {_fmt(_median(eq['time_to_target_s']))} s (median)"
-                      + (". **Uninformative here**: Equal + FedAvg reaches its own final figure − 1 point already "
-                         "after round 1 in every seed (the model barely moves over the run), and round 1 is an equal "
-                         "split for every row, so the time ratios are 1 by construction." if early else "."), ""]
-                L += run_table(s, rows, metric_of[task], higher_of[task]) + [""]
+    L += headline(summary, rows, args.noniid_tasks, args.scenarios, alpha0)
+    L += task_tables(summary, rows, args.noniid_tasks, args.scenarios, args.noniid_alphas, metric_of, higher_of)
     # ---- the floor
     fams = floor_rows(rows)
     if fams:
@@ -316,12 +359,20 @@ def section(args: Any, summary: pd.DataFrame, measured: pd.DataFrame, metric_of:
     return L
 
 
-def splice(page: str, lines: Sequence[str]) -> str:
-    """``page`` with its non-IID section replaced by ``lines`` (inserted before ``## Files`` when it has none)."""
+def splice(page: str, lines: Sequence[str], start: str = MARK_START, end: str = MARK_END,
+           after: str | None = None) -> str:
+    """``page`` with the block between ``start`` and ``end`` replaced by ``lines``.
+
+    A page without that block gets it after the marker ``after`` (when given and on the page), else before
+    ``## Files``, else at its end.
+    """
     block = "\n".join(lines)
-    if MARK_START in page and MARK_END in page:
-        head, rest = page.split(MARK_START, 1)
-        return head + block + rest.split(MARK_END, 1)[1]
+    if start in page and end in page:
+        head, rest = page.split(start, 1)
+        return head + block + rest.split(end, 1)[1]
+    if after is not None and after in page:
+        head, tail = page.split(after, 1)
+        return head + after + "\n\n" + block + tail
     if "\n## Files" in page:
         head, tail = page.split("\n## Files", 1)
         return head + "\n" + block + "\n\n## Files" + tail

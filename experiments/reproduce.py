@@ -43,6 +43,11 @@ The same PMA comparison through ``flwr run apps/pma`` (one Flower run per policy
 ``--quick``: one task, two seeds, few rounds, the measured-clock section on that task with the
 paper's four policies, no DDP/HFL (the test suite runs it).
 
+The non-IID section comes in parts, each between its own markers with its own CSV
+(:mod:`experiments.noniid_parts`): the command renders every part; ``--only-noniid`` runs and
+replaces them in an existing page, ``--noniid-part NAME`` one of them only (the others are kept
+as they are).
+
 Files: this module is the command line (every flag, the checks of their values) and the
 orchestration (the runs' order, the settings a cached run depends on, provenance); the runs are
 :mod:`experiments.reproduce_runs` (scenarios, planning, the run cache and worker pool), the figures
@@ -188,6 +193,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-noniid", action="store_true", help="no non-IID section")
     ap.add_argument("--only-noniid", action="store_true",
                     help="run only the non-IID section and replace it in the existing <out>/results.md")
+    ap.add_argument("--noniid-part", default="all", choices=("all", "main", "baselines"),
+                    help="with --only-noniid: the part of the non-IID section to run and replace (each part has its "
+                    "own markers and CSV; 'all': every part)")
     ap.add_argument("--noniid-finished-only", action="store_true",
                     help="non-IID section from the runs finished in --work only; the page lists the missing ones")
     ap.add_argument("--noniid-tasks", default=None, help="tasks of the non-IID section (default: --tasks)")
@@ -210,6 +218,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="folder of finished runs; a rerun reuses them (same settings) unless --fresh")
     ap.add_argument("--fresh", action="store_true", help="discard finished runs in --work first")
     args = ap.parse_args(argv)
+    # A part of the non-IID section with rows and tasks of its own takes these two only when they are named.
+    args.noniid_rows_given, args.noniid_tasks_given = args.noniid_rows != "all", args.noniid_tasks is not None
     if args.quick:
         args.tasks, args.seeds, args.rounds = "weather", 2, 4
         args.skip_ddp = args.skip_hfl = True
@@ -326,10 +336,14 @@ def _stop_on_sigterm() -> None:
 
 
 def noniid_lines(args: argparse.Namespace, work: Path, figs: Path, per_sample: dict[str, float], machine: str,
-                 commit: str, command: str, date: str) -> list[str]:
-    """The non-IID section (:mod:`experiments.noniid`): its own settings check, calibration and provenance."""
+                 commit: str, command: str, date: str, part: str = "main") -> list[str]:
+    """One part of the non-IID section (:mod:`experiments.noniid`, :mod:`experiments.noniid_parts`): its own
+    settings check, calibration and provenance."""
     from experiments import noniid
     from experiments.inprocess import load_task
+    from experiments.noniid_parts import part_args
+
+    args = part_args(args, part)
 
     # What a finished run depends on beyond its file name (task, scenario, seed, α, row and, for rows on the
     # strategies' default weighting, that default): rows, tasks, seeds and α may grow between invocations.
@@ -350,7 +364,14 @@ def noniid_lines(args: argparse.Namespace, work: Path, figs: Path, per_sample: d
     provenance = [f"- **Command**: `{command}`; **date** {date}; **commit** `{commit}`; {machine}.",
                   "- **Calibration** (host CPU s per training sample, the modelled clock's unit): "
                   + ", ".join(f"{t} {calib[t]:.3e}" for t in sorted(calib)) + "."]
-    return noniid.run(args, work, calib, metric_of, higher_of, figs, provenance)
+    return noniid.run(args, work, calib, metric_of, higher_of, figs, provenance, part=part)
+
+
+def noniid_parts(args: argparse.Namespace) -> list[str]:
+    """The parts of the non-IID section this invocation renders (``--noniid-part``)."""
+    from experiments.noniid_parts import PARTS
+
+    return list(PARTS) if args.noniid_part == "all" else [args.noniid_part]
 
 
 def _command(argv: Sequence[str] | None) -> str:
@@ -440,7 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          ignore_index=True)
     ddp = None if args.skip_ddp else run_ddp(args, work)
     hfl = None if args.skip_hfl else run_hfl(args, work)
-    extra = noniid_lines(args, work, out / "results", per_sample, machine, commit, command, date) if args.noniid else []
+    extra: list[str] = []
+    for part in noniid_parts(args) if args.noniid else []:
+        extra += [*([""] if extra else []),
+                  *noniid_lines(args, work, out / "results", per_sample, machine, commit, command, date, part)]
     wall = time.perf_counter() - started
     page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, earlier, earlier_commits,
                       machine, commit, command, date, extra)
@@ -451,19 +475,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def main_noniid_only(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -> int:
     """``--only-noniid``: run the non-IID section and replace it in the existing page (the rest is kept as it is)."""
-    from experiments import noniid
+    from experiments.noniid_parts import splice_part
 
     command = _command(argv)
     out, work = _folders(args)
     machine, commit, date = _provenance(command)
     if argv is None:
         _stop_on_sigterm()
-    lines = noniid_lines(args, work, out / "results", {}, machine, commit, command, date)
     page = out / "results.md"
-    old = page.read_text() if page.exists() else "# Results\n"
-    page.write_text(noniid.splice(old, lines))
-    print(f"[reproduce] replaced the non-IID section of {page} in {fmt_s(time.perf_counter() - started)} (wall)",
-          flush=True)
+    text = page.read_text() if page.exists() else "# Results\n"
+    for part in noniid_parts(args):  # each part replaced as it finishes: an interrupted command keeps the others
+        text = splice_part(text, noniid_lines(args, work, out / "results", {}, machine, commit, command, date, part),
+                           part)
+        page.write_text(text)
+    print(f"[reproduce] replaced the non-IID section ({', '.join(noniid_parts(args))}) of {page} in "
+          f"{fmt_s(time.perf_counter() - started)} (wall)", flush=True)
     return 0
 
 

@@ -323,3 +323,37 @@ def test_every_row_runs_to_equals_time_or_its_target_and_reports_finals_at_equal
                 & (s["seed"] == run["seed"].iloc[0])].iloc[0]
         assert row["final_metric"] == pytest.approx(float(run.loc[run["round"] == R, "mse"].iloc[0]))
         assert row["rounds_run"] == run["round"].max()
+
+
+def test_baselines_part_is_rendered_once_after_the_section_and_replaced_not_duplicated(quick, tmp_path):
+    # Prepare: the quick page, once with its baselines part stale and once without it
+    from experiments import noniid, reproduce
+    from experiments.noniid_parts import PARTS, QUICK_BASELINE_ROWS
+
+    out, _, _ = quick
+    part = PARTS["baselines"]
+    page = (out / "results.md").read_text()
+    # Assert: the full command renders the part once, after the main part, with its own CSV
+    assert page.count(part.start) == 1 and page.count(part.end) == 1
+    assert page.index(noniid.MARK_END) < page.index(part.start) < page.index(part.end) < page.index("## Files")
+    block = page.split(part.start)[1].split(part.end)[0]
+    assert "### Baselines on private data (weather)" in block and "#### weather, wide, α = 0.3" in block
+    s = pd.read_csv(out / "results" / part.csv)
+    assert sorted(set(s["row"])) == sorted(QUICK_BASELINE_ROWS) and len(s) == len(QUICK_BASELINE_ROWS) * 2 * 2
+    assert "FedAsync" in block and "FedAsync" not in page.split(noniid.MARK_START)[1].split(noniid.MARK_END)[0]
+    head, rest = page.split(part.start)
+    stale = head + part.start + "\nstale\n" + part.end + rest.split(part.end)[1]
+    without = head.rstrip("\n") + rest.split(part.end)[1]
+    for k, start in enumerate((stale, without)):
+        (tmp_path / "results.md").write_text(start)
+        # Execute: the part alone, twice, reusing the quick run's finished units
+        for _ in range(2):
+            assert reproduce.main(["--quick", "--only-noniid", "--noniid-part", "baselines", "--out", str(tmp_path),
+                                   "--work", str(out / "work"), "--jobs", "1"]) == 0
+        again = (tmp_path / "results.md").read_text()
+        # Assert: one fresh part in the main part's wake; the page around it byte for byte what it was
+        assert again.count(part.start) == 1 and again.count(part.end) == 1 and "stale" not in again, k
+        assert again.split(part.start)[0].rstrip("\n") == head.rstrip("\n")
+        assert again.split(part.end)[1] == rest.split(part.end)[1]
+        key = "non-IID [baselines]"  # nothing ran again: every run of the part was reused
+        assert reproduce.REUSED[key] + reproduce.REUSED[f"{key} (to equal time)"] == len(s)

@@ -77,3 +77,42 @@ def test_the_finished_only_page_with_no_finished_run_stops_with_the_fix(tmp_path
                         "--work", str(tmp_path / "runs"), "--out", str(tmp_path / "page")])
     # Assert: one line that says what is missing and what to run (it crashed with KeyError: 'task')
     assert "none of the" in str(stop.value) and "run without --noniid-finished-only first" in str(stop.value)
+
+
+def test_the_baselines_part_takes_its_own_rows_tasks_and_first_alpha_unless_they_are_named():
+    # Prepare
+    from experiments import reproduce
+    from experiments.noniid_parts import BASELINE_ROWS, QUICK_BASELINE_ROWS, part_args
+
+    # Execute
+    default = part_args(reproduce.parse_args(["--noniid-part", "baselines"]), "baselines")
+    named = part_args(reproduce.parse_args(["--noniid-tasks", "weather", "--noniid-rows", "equal-fedavg,static"]),
+                      "baselines")
+    quick = part_args(reproduce.parse_args(["--quick"]), "baselines")
+    main = reproduce.parse_args([])
+    # Assert: its defaults, the named flags over them, the first α only, no measured clock; main is untouched
+    assert default.noniid_rows == list(BASELINE_ROWS) and default.noniid_tasks == ["mnist", "sentiment"]
+    assert default.noniid_alphas == [0.3] and default.noniid_measured_seeds == 0
+    assert named.noniid_rows == ["equal-fedavg", "static"] and named.noniid_tasks == ["weather"]
+    assert quick.noniid_rows == list(QUICK_BASELINE_ROWS) and quick.noniid_tasks == ["weather"]
+    assert part_args(main, "main") is main and main.noniid_alphas == [0.3, 0.1] and main.noniid_measured_seeds == 5
+    assert reproduce.noniid_parts(main) == ["main", "baselines"]
+    assert reproduce.noniid_parts(reproduce.parse_args(["--noniid-part", "baselines"])) == ["baselines"]
+
+
+def test_a_part_replaces_its_own_block_only_and_a_new_one_follows_the_main_part():
+    # Prepare: a page with the main part, another section and Files
+    from experiments.noniid_parts import PARTS, splice_part
+
+    main, base = PARTS["main"], PARTS["baselines"]
+    page = f"# R\n\n{main.start}\nM\n{main.end}\n\n## Other\ny\n\n## Files\nx\n"
+    # Execute
+    once = splice_part(page, [base.start, "B1", base.end], "baselines")
+    twice = splice_part(once, [base.start, "B2", base.end], "baselines")
+    main_again = splice_part(twice, [main.start, "M2", main.end], "main")
+    # Assert: inserted after the main part; replaced, not duplicated; the main part's splice leaves it alone
+    assert once == f"# R\n\n{main.start}\nM\n{main.end}\n\n{base.start}\nB1\n{base.end}\n\n## Other\ny\n\n## Files\nx\n"
+    assert twice == once.replace("B1", "B2")
+    assert main_again == twice.replace("\nM\n", "\nM2\n")
+    # without a main part: before Files
+    assert splice_part("# R\n\n## Files\nx\n", ["B"], "baselines") == "# R\n\nB\n\n## Files\nx\n"
