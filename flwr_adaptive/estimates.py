@@ -68,6 +68,10 @@ DRIFT_Z = 6.0
 #: moved their split in 39 % of rounds 2–9 (3 reports: 33 %, 6: 50 %) and 2-rank silos followed
 #: a 2× step at 10 % jitter in 100 of 100 seeds (3 reports: 48, 6: 99); tests/test_deadband.py).
 MIN_SCATTER_REPORTS = 4
+#: Take the shortcuts of :meth:`EstimateStore.record` where the plain computation's result is
+#: known (full windows, everyone at the quota measured last, a contiguous history); the tests
+#: turn them off and compare the bits.
+SHORTCUTS = True
 
 Bounds = Callable[[list[ParticipantId]], tuple[np.ndarray, np.ndarray]]
 
@@ -368,17 +372,19 @@ class EstimateStore:
             # jitter wander (3 ×: the split still moved in 21 % of rounds, 6 ×: 6 %). Only windows
             # of MIN_SCATTER_REPORTS+ reports measure it (a line through 3 reports at moving
             # quotas is mostly misfit); fewer everywhere: the bare ``drift``.
-            slots = self.noise_cache[0]
+            slots, noise = self.noise_cache
             # (windows: the history itself, no gather, when the fits were of every slot in order)
-            enough = np.isfinite(self.windows(slots)[:, :, 1]).sum(axis=1) >= MIN_SCATTER_REPORTS
-            noise = np.where(enough, self.noise_cache[1], np.nan)
+            times = self.windows(slots)[:, :, 1]
+            if not (SHORTCUTS and times.shape[1] >= MIN_SCATTER_REPORTS and np.isfinite(times).all()):  # (all full)
+                noise = np.where(np.isfinite(times).sum(axis=1) >= MIN_SCATTER_REPORTS, noise, np.nan)
             if np.isfinite(noise).any():
                 scatter = DRIFT_Z * nan_median(noise)
                 threshold = max(self.drift, math.expm1(scatter))
         self.noise_cache = None
+        every = len(s) == len(self.hist) and (len(s) < 2 or bool((s[1:] > s[:-1]).all()))  # every slot in order
         if self.drift is not None:
-            rows = self.windows(s)  # the history itself when s is every slot in order: views
-            fit = self.fit if rows is self.hist else self.fit[s]
+            rows = self.hist if every else self.hist[s]  # (the history itself: views)
+            fit = self.fit if every else self.fit[s]
             last_n = rows[:, -1, 0]
             # Without a fitted line, judge against the last observation's cost per sample: the EMA
             # mixes observations at other quotas, and a fixed cost makes their per-sample costs
@@ -390,9 +396,13 @@ class EstimateStore:
             # 2× speed-up). The difference of two reports holds the jitter twice: the noise-scaled
             # threshold widens by √2 there.
             repeat = n == last_n
-            no_line = (self.cost_model != "affine") | np.isnan(fit[:, 1]) | repeat
+            # (everyone at the quota measured last, a settled split: the masks below select everyone,
+            # the widened threshold is everyone's and every observation is near: none is computed)
+            repeated = SHORTCUTS and bool(repeat.all())
+            no_line = repeat if repeated else (self.cost_model != "affine") | np.isnan(fit[:, 1]) | repeat
             if scatter > 0:
-                threshold = np.where(repeat, max(self.drift, math.expm1(scatter * math.sqrt(2))), threshold)
+                widened = max(self.drift, math.expm1(scatter * math.sqrt(2)))
+                threshold = widened if repeated else np.where(repeat, widened, threshold)
             by_last = no_line & ~np.isnan(last_n)
             with np.errstate(divide="ignore", invalid="ignore"):
                 last_t = rows[:, -1, 1] / last_n * n
@@ -405,8 +415,9 @@ class EstimateStore:
                 pred_e = np.where(by_last, last_e, pred_e)
             # Far from the last quota a prediction extrapolates (a fixed cost, or a fitted line's
             # noise, looks like drift there): only judge observations near the quota measured last.
-            near = np.abs(n / last_n - 1.0) <= 0.25
-            jump = near & (estimation.drifted(t, pred_t, threshold) | estimation.drifted(e, pred_e, threshold))
+            jump = estimation.drifted(t, pred_t, threshold) | estimation.drifted(e, pred_e, threshold)
+            if not repeated:  # (at the last quota n / last_n is exactly 1: near)
+                jump &= np.abs(n / last_n - 1.0) <= 0.25
             if jump.any():
                 j = s[jump]
                 scale_t = (t / pred_t)[jump]
@@ -431,10 +442,16 @@ class EstimateStore:
                 self.eps[j] = np.nan
                 self.drift_count += int(jump.sum())
         hist = self.hist
-        if len(s) == len(hist) and (len(s) < 2 or bool((s[1:] > s[:-1]).all())):
+        if every:
             # every slot in order (everyone reported): slices, not a gather and a scatter of all
-            # windows (numpy copies the overlapping shift through a buffer)
-            hist[:, :-1] = hist[:, 1:]
+            # windows; contiguous, the shift is one move of the whole array by one observation
+            # (each window's oldest is overwritten by its next, its newest slot by the next
+            # window's oldest, then by the new observation): not ~P short strided copies
+            if SHORTCUTS and hist.flags.c_contiguous:
+                flat = hist.reshape(-1)
+                flat[:-3] = flat[3:]
+            else:
+                hist[:, :-1] = hist[:, 1:]
             hist[:, -1, 0], hist[:, -1, 1], hist[:, -1, 2] = n, t, e
         else:
             hist[s, :-1] = hist[s, 1:]
