@@ -372,14 +372,43 @@ def settled_loop(case, seed, rounds=16, participants=150):
 
 @pytest.mark.parametrize("case", ["time", "min-energy", "low-energy", "affine-tv"])
 def test_the_settled_split_shortcuts_are_the_plain_computations_bit_for_bit(case, monkeypatch):
-    from flwr_adaptive import estimates
+    from flwr_adaptive import deadband, estimates
 
-    # Prepare: loops whose split settles (the drift check then sees every report at the quota
-    # measured last, every window full)
+    # Prepare: loops whose split settles (the drift check and the balance test then see every
+    # report at the quota measured last, every window full)
     fast = [settled_loop(case, seed) for seed in range(3)]
     # Execute: the same loops with the shortcuts off (the plain computations)
     monkeypatch.setattr(estimates, "SHORTCUTS", False)
+    monkeypatch.setattr(deadband, "SHORTCUTS", False)
     plain = [settled_loop(case, seed) for seed in range(3)]
     # Assert: every round's quotas and the final state, bit for bit
     assert fast == plain
 
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_balance_tests_settled_shortcuts_decide_as_the_plain_computation(seed, monkeypatch):
+    from flwr_adaptive import deadband
+    from flwr_adaptive.estimation import WINDOW
+
+    # Prepare: settled windows (every report at the committed quota, every quota positive, one
+    # group) of 60 participants, one participant's times off by a factor
+    # spread across the balance test's limit
+    rng = np.random.default_rng(seed)
+    P = 60
+    quota = rng.integers(50, 500, P)
+    n = np.repeat(quota[:, None].astype(float), WINDOW, axis=1)
+    # a balanced split: equal round times, 5 % jitter shared by every round's reports, 0.5 % each
+    t = 2.0 * (1 + 0.05 * rng.standard_normal(WINDOW)) * (1 + 0.005 * rng.standard_normal((P, WINDOW)))
+    histories = []
+    for factor in np.exp(np.linspace(-0.15, 0.15, 61)):
+        slow = t.copy()
+        slow[0] *= factor
+        histories.append(np.stack([n, slow, 5 * slow], axis=2))
+    codes = np.zeros(P, dtype=np.int64)
+    # Execute
+    fast = [deadband.balanced_within_noise(quota, h, codes) for h in histories]
+    monkeypatch.setattr(deadband, "SHORTCUTS", False)
+    plain = [deadband.balanced_within_noise(quota, h, codes) for h in histories]
+    # Assert: the same decisions, and both decisions occur
+    assert fast == plain
+    assert True in fast and False in fast
