@@ -498,34 +498,28 @@ class EstimateStore:
     def _affine_block(self, slots: np.ndarray | slice) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """:meth:`affine_estimates` of distinct ``slots`` (or a slice of them), and the noise of their time fits."""
         n, (fa, fb, fidentified, fnoise, ffilled, fsum) = estimation.fit_rows(self.hist[slots])
-        out = []
         fit = self.fit[slots].copy()  # read below while self.fit is written; what a rollback restores
         self.fit_undo.append((slots, fit))
-        for k, (col, per_sample) in enumerate(((0, self.tau[slots]), (2, self.eps[slots]))):
-            a, b, identified = fa[k], fb[k], fidentified[k]
-            stored_a, stored_b = fit[:, col], fit[:, col + 1]
-            has_stored = ~np.isnan(stored_b)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                predicted = stored_a + stored_b * n
-                if ffilled is not None:
-                    predicted = np.where(ffilled[:, k], predicted, 0.0)
-                level = fsum[k] / predicted.sum(axis=0)
-            relevel = ~identified & has_stored & np.isfinite(level) & (level > 0)
-            a = np.where(identified, a, np.where(relevel, stored_a * level, 0.0))
-            b = np.where(identified, b, np.where(relevel, stored_b * level, per_sample))
-            keep = identified | relevel
-            if keep.all():
-                self.fit[slots, col] = a
-                self.fit[slots, col + 1] = b
-            elif isinstance(slots, slice):  # the rows not kept get their own values back: no gather
-                self.fit[slots, col] = np.where(keep, a, stored_a)
-                self.fit[slots, col + 1] = np.where(keep, b, stored_b)
-            else:
-                rows = slots[keep]
-                self.fit[rows, col] = a[keep]
-                self.fit[rows, col + 1] = b[keep]
-            out += [a, b]
-        return tuple(out), fnoise[0]
+        # Time and energy side by side, (K, P) rows (k = 0: fit columns a, b; k = 1: c, d): every
+        # entry is computed as it is alone, one numpy call for both quantities.
+        lines = np.ascontiguousarray(fit.T)
+        stored_a, stored_b = lines[0::2], lines[1::2]
+        per_sample = np.stack([self.tau[slots], self.eps[slots]])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            predicted = stored_a + stored_b * n[:, None, :]  # (WINDOW, K, P)
+            if ffilled is not None:
+                predicted = np.where(ffilled, predicted, 0.0)
+            level = fsum / predicted.sum(axis=0)
+            relevel = ~fidentified & ~np.isnan(stored_b) & np.isfinite(level) & (level > 0)
+        a = np.where(fidentified, fa, np.where(relevel, stored_a * level, 0.0))
+        b = np.where(fidentified, fb, np.where(relevel, stored_b * level, per_sample))
+        keep = fidentified | relevel
+        if keep.all():
+            self.fit[slots, 0::2], self.fit[slots, 1::2] = a.T, b.T
+        else:  # the entries not kept get their own values back
+            self.fit[slots, 0::2] = np.where(keep, a, stored_a).T
+            self.fit[slots, 1::2] = np.where(keep, b, stored_b).T
+        return (a[0], b[0], a[1], b[1]), fnoise[0]
 
     def noise_floor(self, slots: np.ndarray) -> float:
         """The predicted gain that jitter alone produces: 3 × the median relative scatter of the

@@ -313,7 +313,7 @@ def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarr
     dn = n - mean_n
     snn = (dn * dn).sum(axis=0)
     if K > 1:
-        sum_n, mean_n, spread, snn = (np.tile(v, K) for v in (sum_n, mean_n, spread, snn))
+        sum_n, mean_n, spread, snn = (np.concatenate((v,) * K) for v in (sum_n, mean_n, spread, snn))
         np.copyto(nk.reshape(W, K, P), n[:, None, :])
         np.copyto(dnk.reshape(W, K, P), dn[:, None, :])
         n, dn = nk, dnk
