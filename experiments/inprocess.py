@@ -326,7 +326,7 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
     """The Flower App's train function, on the chosen clock; returns (fn, clock counter or None)."""
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-    from flwr_adaptive.clients import quota_data, telemetry_train
+    from flwr_adaptive.clients import quota_batch_size, quota_data, telemetry_train
 
     task = load_task(spec.task)
     counter = _Counter() if spec.clock == "modelled" else None
@@ -347,8 +347,10 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
             model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
             config = msg.content.config_records
             mu = float(next(iter(config.values())).get("proximal-mu", 0.0)) if config else 0.0
-            stats = (task.train(model, data, indices, lr=spec.lr) if mu == 0
-                     else train_proximal(task, model, data, indices, mu, lr=spec.lr))
+            # With a reference quota in the config (scale_batch_size), batches scale by quota / reference.
+            bs = quota_batch_size(task.default_batch_size)
+            stats = (task.train(model, data, indices, lr=spec.lr, batch_size=bs) if mu == 0
+                     else train_proximal(task, model, data, indices, mu, lr=spec.lr, batch_size=bs))
             arrays, loss, samples = ArrayRecord(model.state_dict()), float(stats["loss"]), int(stats["samples"])
         else:
             arrays, loss, samples = msg.content["arrays"], 1.0, int(len(indices))
@@ -371,18 +373,19 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
 
 
 def train_proximal(task: Any, model: Any, data: Any, indices: np.ndarray, mu: float,
-                   lr: float | None = None) -> dict[str, float | int]:
+                   lr: float | None = None, batch_size: int | None = None) -> dict[str, float | int]:
     """``task.train`` with FedProx's proximal term ``μ/2 · ‖w − w_global‖²`` added to every batch's loss.
 
     Flower's FedProx (server side) only sends ``proximal-mu``; the client adds the term (as
-    Flower's own FedProx examples do). Same batches, optimizer and order as ``task.train``.
+    Flower's own FedProx examples do). Same batches (``batch_size``, default the task's), optimizer
+    and order as ``task.train``.
     """
     import torch
 
     from flwr_adaptive.clients.tasks import as_indices
 
     idx = as_indices(indices, len(data))
-    bs = task.default_batch_size
+    bs = task.default_batch_size if batch_size is None else int(batch_size)
     anchor = [p.detach().clone() for p in model.parameters()]
     model.train()
     opt = task.make_optimizer(model, float(task.default_lr if lr is None else lr))

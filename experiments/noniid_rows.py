@@ -102,6 +102,9 @@ def _rows() -> dict[str, Row]:
                                                    options=((cap, 8.0), ("min_local_steps", k)))
             rows[f"time-samples-steps{k}"] = Row("time", f"Time-only + samples, ≥ {k} steps", "samples",
                                                  options=(("min_local_steps", k),))
+    if cap and batch_scaling_option():
+        rows["time-norm-cap8-eqsteps"] = Row("time", "Time-only + normalised, rescale ≤ 8, equal steps (scaled batches)",
+                                             norm, options=((cap, 8.0), ("scale_batch_size", True)))
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
     return rows
 
@@ -113,6 +116,15 @@ def step_floor_option() -> bool:
     from flwr_adaptive.strategies import AdaptiveStrategy
 
     return "min_local_steps" in inspect.signature(AdaptiveStrategy.__init__).parameters
+
+
+def batch_scaling_option() -> bool:
+    """Whether ``AdaptiveStrategy`` takes ``scale_batch_size`` (the equal-steps rows exist then)."""
+    import inspect
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    return "scale_batch_size" in inspect.signature(AdaptiveStrategy.__init__).parameters
 
 
 def strategy_defaults() -> dict:

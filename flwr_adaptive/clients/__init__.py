@@ -4,6 +4,8 @@
   ``@app.train()``); :class:`TelemetryClient` wraps a legacy ``NumPyClient``. Both measure the
   training (time, energy, samples) and report it in the reply's metrics.
 - :func:`quota_data` gives the training loop exactly this round's quota of the local data.
+- :func:`quota_batch_size` gives the batch size for the quota when the strategy scales batches
+  (``scale_batch_size=True``: every node takes the reference quota's local steps).
 - :func:`node_partition` reads a SuperNode's ``partition-id``/``num-partitions`` (the identity
   that survives restarts) with the ``--node-config`` fix in the error when they are missing.
 - :func:`silo_train` runs one HFL-DDP silo round on k local DDP ranks (imports torch on first use).
@@ -15,7 +17,16 @@ The DDP regime lives in :mod:`flwr_adaptive.clients.ddp`, the project's tasks in
 from importlib import import_module
 from typing import Any
 
-__all__ = ["telemetry_train", "TelemetryClient", "quota_data", "mark_warm", "mark_step", "node_partition", "silo_train"]
+__all__ = [
+    "telemetry_train",
+    "TelemetryClient",
+    "quota_data",
+    "quota_batch_size",
+    "mark_warm",
+    "mark_step",
+    "node_partition",
+    "silo_train",
+]
 
 # Imported on first use: the Flower wrappers need flwr, silo_train needs torch.distributed, and
 # the DDP regime (flwr_adaptive.clients.ddp, torch only) must import on a GPU host without flwr.
@@ -23,6 +34,7 @@ _HOME = {
     "telemetry_train": "telemetry",
     "TelemetryClient": "telemetry",
     "quota_data": "data",
+    "quota_batch_size": "data",
     "mark_warm": "telemetry",
     "mark_step": "telemetry",
     "node_partition": "node",

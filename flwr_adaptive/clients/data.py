@@ -20,13 +20,19 @@ Accepted data and what comes back:
 
 =========================================  ==================================================
 ``torch.utils.data.DataLoader``            a DataLoader with the same settings (batch size,
-                                           shuffle, workers, collate…) over the selection
+                                           shuffle, workers, collate…) over the selection;
+                                           with a reference quota in the config its batch
+                                           size scales (:mod:`.quota_loader`)
 map-style dataset (``__len__`` +           a lazy view: resolved against the window active when
 ``__getitem__``: torch / HF datasets)      it is used, so it may be built in ``client_fn``
 ``numpy.ndarray`` / ``torch.Tensor``       ``data[indices]`` (inside a window only)
 ``tuple`` of arrays of equal length        a tuple, each indexed the same way
 ``list``                                   the list of selected items
 =========================================  ==================================================
+
+:func:`quota_batch_size` gives the batch size for a loop of the user's own over the selection:
+the user's, scaled by quota / reference quota when the round's config holds one
+(:mod:`flwr_adaptive.clients.batch_scaling`).
 
 Cost
 ----
@@ -42,7 +48,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["QuotaWindow", "quota_data", "select_indices", "current_window"]
+from flwr_adaptive.clients.batch_scaling import MAX_BATCH_SCALE, scaled_batch_size
+
+__all__ = ["QuotaWindow", "quota_data", "quota_batch_size", "select_indices", "current_window"]
 
 
 def select_indices(
@@ -91,10 +99,13 @@ class QuotaWindow:
 
     ``quota is None`` means no quota was sent: all local data. ``size``, ``samples`` and
     ``capped`` describe the first selection made in the window (what the client reports).
+    ``reference`` is the round's reference quota (``keys.REFERENCE_QUOTA``; ``None``: not sent or
+    malformed): batch sizes scale by quota / reference (:func:`quota_batch_size`).
     """
 
     quota: int | None
     allow_cycling: bool = False
+    reference: int | None = None
     seed: int = 0
     partition: int = 0
     server_round: int = 0
@@ -177,47 +188,41 @@ class _FrozenView(_QuotaView):
         return self._frozen
 
 
-def _loader_over(loader: Any, dataset: Any) -> Any:
-    """A DataLoader like ``loader`` (same batching, shuffling, workers) over ``dataset``."""
-    from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+def quota_batch_size(batch_size: int, *, max_scale: float | None = MAX_BATCH_SCALE) -> int:
+    """The batch size for this round's quota: ``batch_size`` scaled by quota / reference quota.
 
-    if isinstance(loader.dataset, IterableDataset):
-        raise ValueError(
-            "quota_data needs a map-style dataset (len + indexing); this DataLoader "
-            "reads an IterableDataset: pass the quota to your own iterator instead"
-        )
-    if loader.batch_size is None:
-        raise ValueError(
-            "quota_data cannot re-create a DataLoader built with a custom batch_sampler "
-            "(or batch_size=None): call quota_data on its dataset and build the loader "
-            "over the result"
-        )
-    sampler = loader.sampler
-    if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
-        shuffle = True
-    elif type(sampler) is SequentialSampler:
-        shuffle = False
-    else:
-        raise ValueError(
-            f"quota_data cannot re-create a DataLoader with a custom sampler "
-            f"({type(sampler).__name__}): it draws indices over the whole dataset. "
-            "Call quota_data on the dataset and build your loader over the result"
-        )
-    kwargs = dict(
-        batch_size=loader.batch_size,
-        shuffle=shuffle,
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
-        drop_last=loader.drop_last,
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
-        generator=loader.generator,
-        persistent_workers=loader.persistent_workers,
-    )
-    if loader.num_workers > 0:
-        kwargs.update(prefetch_factor=loader.prefetch_factor, multiprocessing_context=loader.multiprocessing_context)
-    return DataLoader(dataset, **kwargs)
+    With a strategy built with ``scale_batch_size=True`` every node gets the round's reference
+    quota (the equal share) with its own; reading the quota in batches of
+    ``ceil(batch_size · quota / reference)`` takes the steps the reference takes at
+    ``batch_size``, so every node takes the same number of local steps
+    (:mod:`flwr_adaptive.clients.batch_scaling`). For your own loop over arrays::
+
+        x, y = quota_data((x_train, y_train))
+        bs = quota_batch_size(32)
+        for i in range(0, len(x), bs):
+            ...  # one optimizer step on x[i:i + bs], y[i:i + bs]
+
+    Parameters
+    ----------
+    batch_size : int
+        Your batch size (what a node holding the reference quota uses).
+    max_scale : float or None (default: 8.0)
+        The largest factor over ``batch_size`` (memory); above it the extra samples become extra
+        steps, which the strategy's normalised aggregation corrects. ``None``: no cap.
+
+    Returns
+    -------
+    int
+        The scaled batch size inside a wrapped training call whose config holds a reference
+        quota; ``batch_size`` otherwise (no reference, a malformed one, or outside the call).
+        The samples are those ``quota_data`` selected (the quota capped at the local data),
+        else the quota.
+    """
+    window = _WINDOW.get()
+    if window is None or window.reference is None:
+        return scaled_batch_size(batch_size, 0, None, max_scale)
+    samples = window.samples if window.samples is not None else (window.quota or 0)
+    return scaled_batch_size(batch_size, samples, window.reference, max_scale)
 
 
 def _is_array(x: Any) -> bool:
@@ -227,8 +232,17 @@ def _is_array(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def quota_data(data: Any) -> Any:
+def quota_data(data: Any, *, max_batch_scale: float | None = MAX_BATCH_SCALE) -> Any:
     """This round's quota of ``data`` (see the module docstring for what each type returns).
+
+    Parameters
+    ----------
+    data : DataLoader, map-style dataset, array, tuple of arrays or list
+        The local training data.
+    max_batch_scale : float or None (default: 8.0)
+        For a DataLoader re-created inside a wrapped training call whose config holds a
+        reference quota (``scale_batch_size=True`` on the strategy): the largest factor its
+        batch size is scaled by (see :func:`quota_batch_size`). ``None``: no cap.
 
     Raises
     ------
@@ -241,7 +255,9 @@ def quota_data(data: Any) -> Any:
     if "torch" in __import__("sys").modules:
         from torch.utils.data import DataLoader as torch_loader  # noqa: N813
     if torch_loader is not None and isinstance(data, torch_loader):
-        return _loader_over(data, _QuotaView(data.dataset))
+        from flwr_adaptive.clients.quota_loader import loader_over
+
+        return loader_over(data, _QuotaView(data.dataset), max_batch_scale)
     if _is_array(data) or isinstance(data, (tuple, list)):
         window = _WINDOW.get()
         if window is None:

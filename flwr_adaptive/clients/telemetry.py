@@ -7,8 +7,10 @@ Wrap a Message-API train function with :func:`telemetry_train` or a ``NumPyClien
 training data. For each training call the wrapper
 
 1. reads the round's config: ``keys.QUOTA`` (absent without our strategy: all local data),
-   ``keys.ALLOW_CYCLING`` and ``keys.ROUND``, and opens a :class:`~flwr_adaptive.clients.data.QuotaWindow`
-   so that ``quota_data`` selects exactly the quota in a seeded order;
+   ``keys.ALLOW_CYCLING``, ``keys.ROUND`` and ``keys.REFERENCE_QUOTA`` (batch scaling; a malformed
+   value is logged and ignored: :mod:`flwr_adaptive.clients.batch_scaling`), and opens a
+   :class:`~flwr_adaptive.clients.data.QuotaWindow` so that ``quota_data`` selects exactly the quota
+   in a seeded order;
 2. measures the call: wall time (``time.perf_counter``), the process's own CPU time
    (``time.process_time``) and one energy-meter window (:mod:`flwr_adaptive.energy`; the emulated
    meter in simulation, whose seconds are device time on the virtual clock);
@@ -67,6 +69,7 @@ from typing import Any
 
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger as log
+from flwr_adaptive.clients.batch_scaling import reference_of
 from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
 from flwr_adaptive.clients.local_work import _CURRENT as _STEPS
 from flwr_adaptive.clients.local_work import StepCounter, _hook_torch
@@ -252,6 +255,7 @@ class TrainingWindow:
         self.window = QuotaWindow(
             quota,
             allow_cycling=bool(config.get(keys.ALLOW_CYCLING, False)),
+            reference=reference_of(config),
             seed=seed,
             partition=order_key,
             server_round=server_round,

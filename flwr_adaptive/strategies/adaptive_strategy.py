@@ -7,8 +7,9 @@ Contract
 
 - ``configure_train`` lets the inner strategy sample nodes and build its messages, then gives
   every node **its own** ``ConfigRecord`` carrying its quota (``keys.QUOTA``), whether it may cycle
-  its data (``keys.ALLOW_CYCLING``) and the round (``keys.ROUND``). The inner strategy's own config
-  entries (e.g. FedProx's ``proximal-mu``) are kept.
+  its data (``keys.ALLOW_CYCLING``), the round (``keys.ROUND``) and, with ``scale_batch_size``, the
+  round's reference quota (``keys.REFERENCE_QUOTA``). The inner strategy's own config entries (e.g.
+  FedProx's ``proximal-mu``) are kept.
 - ``aggregate_train`` screens the replies **before** delegating (see
   :mod:`flwr_adaptive.strategies.train_replies` and :mod:`flwr_adaptive.strategies.screening`):
   a reply with an error, without exactly one ArrayRecord and one MetricRecord, with invalid
@@ -66,6 +67,7 @@ from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, reference_quota
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
@@ -141,6 +143,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         split then never holds a slow node at one or two steps while the others take ten, which
         would leave its update extrapolated (``"normalized"``) or its data under-weighted
         (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
+    scale_batch_size : bool (default: False)
+        Send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the equal share,
+        budget // nodes trained) with its own. A client using ``quota_data`` on a DataLoader (or
+        ``quota_batch_size`` in its own loop) then reads its quota in batches scaled by quota /
+        reference, so every node takes the local steps an equal split would give it: a fast node
+        takes bigger batches, not more steps, which on private non-IID data keeps FedAvg's
+        objective without rescaling updates (``flwr_adaptive.clients.batch_scaling``). The
+        telemetry still reports the steps taken, so a client that ignores it is aggregated as
+        without it.
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -189,6 +200,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int = 0,
+        scale_batch_size: bool = False,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -230,6 +242,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
         self.min_local_steps = min_local_steps
+        #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
+        self.scale_batch_size = check_scale_batch_size(scale_batch_size)
+        self._reference: int | None = None  # this round's reference quota, when scale_batch_size
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
         self.setup_check = SetupCheck("message")
         if round_timeout is not None and not isinstance(round_timeout, RoundTimeout):
@@ -337,6 +352,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         chosen = self.participants(server_round, [m.metadata.dst_node_id for m in messages])
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
+        self._reference = reference_quota(self.budget, quotas) if self.scale_batch_size else None
         out = []
         for msg in messages:
             node = msg.metadata.dst_node_id
@@ -371,12 +387,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         return self.sent_round.sender_of(msg)
 
     def _with_quota(self, msg: Message, quota: int, server_round: int) -> Message:
-        """``msg`` with the node's quota, ``allow_cycling`` and the round in its config (``records.with_config``)."""
+        """``msg`` with the node's quota, ``allow_cycling``, the round and (``scale_batch_size``) the round's
+        reference quota in its config (``records.with_config``)."""
         extra: dict[str, ConfigRecordValues] = {
             keys.QUOTA: int(quota),
             keys.ALLOW_CYCLING: self.allow_cycling,
             keys.ROUND: server_round,
         }
+        if self._reference is not None:
+            extra[keys.REFERENCE_QUOTA] = self._reference
         return with_config(msg, extra, getattr(self.strategy, "configrecord_key", "config"))
 
     def aggregate_train(

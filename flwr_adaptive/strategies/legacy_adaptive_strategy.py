@@ -7,7 +7,8 @@ two things:
 
 - ``configure_fit`` lets the inner strategy sample clients and build its ``FitIns``, then returns a
   **distinct** ``FitIns`` per client whose config adds its quota (``keys.QUOTA``),
-  ``keys.ALLOW_CYCLING`` and ``keys.ROUND`` to the inner strategy's config.
+  ``keys.ALLOW_CYCLING``, ``keys.ROUND`` and (``scale_batch_size``) ``keys.REFERENCE_QUOTA`` to the
+  inner strategy's config.
 - ``aggregate_fit`` reads each result's telemetry; results with invalid telemetry are logged and
   left out, clients in ``failures`` or without a result (round timeout) are logged; the kept
   results' ``num_examples`` is set per ``weighting`` (with ``"normalized"`` their parameters are
@@ -59,6 +60,7 @@ from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, reference_quota
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import check_min_local_steps
@@ -142,6 +144,15 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         split then never holds a slow node at one or two steps while the others take ten, which
         would leave its update extrapolated (``"normalized"``) or its data under-weighted
         (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
+    scale_batch_size : bool (default: False)
+        Send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the equal share,
+        budget // nodes trained) with its own. A client using ``quota_data`` on a DataLoader (or
+        ``quota_batch_size`` in its own loop) then reads its quota in batches scaled by quota /
+        reference, so every node takes the local steps an equal split would give it: a fast node
+        takes bigger batches, not more steps, which on private non-IID data keeps FedAvg's
+        objective without rescaling updates (``flwr_adaptive.clients.batch_scaling``). The
+        telemetry still reports the steps taken, so a client that ignores it is aggregated as
+        without it.
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -183,6 +194,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int = 0,
+        scale_batch_size: bool = False,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -221,6 +233,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
         self.min_local_steps = min_local_steps
+        #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
+        self.scale_batch_size = check_scale_batch_size(scale_batch_size)
         #: Stops a run whose client app was set up wrongly, in its first round; its errors name
         #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).
         self.setup_check = SetupCheck("legacy")
@@ -283,6 +297,9 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         chosen = self.participants(server_round, list(by_node))
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
+        reference: dict[str, Scalar] = (
+            {keys.REFERENCE_QUOTA: reference_quota(self.budget, quotas)} if self.scale_batch_size else {}
+        )
         out = []
         for node, q in quotas.items():
             proxy, ins = by_node[node]
@@ -291,6 +308,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 keys.QUOTA: int(q),
                 keys.ALLOW_CYCLING: self.allow_cycling,
                 keys.ROUND: server_round,
+                **reference,
             }
             out.append((proxy, FitIns(ins.parameters, config)))
         return out

@@ -64,8 +64,8 @@ LABELS.update({p + PAPER_SUFFIX: LABELS[p] + " (paper)" for p in _PAPER_POLICIES
 #: (set to anything but the default, they are refused rather than silently ignored). The
 #: estimation knobs ``smoothing`` and ``deadband`` are let through: one sweep sets them for all.
 _UNUSED = {
-    STATIC: ("forget_after", "slack", "paper", "min_local_steps"),
-    OORT: ("cost_clip", "forget_after", "slack", "paper", "min_local_steps"),
+    STATIC: ("forget_after", "slack", "paper", "min_local_steps", "scale_batch_size"),
+    OORT: ("cost_clip", "forget_after", "slack", "paper", "min_local_steps", "scale_batch_size"),
     FEDASYNC: (
         "slack",
         "paper",
@@ -73,6 +73,7 @@ _UNUSED = {
         "max_rescale",
         "min_quota",
         "min_local_steps",
+        "scale_batch_size",
         "forget_after",
         "cost_clip",
         "state_dir",
@@ -114,6 +115,7 @@ def build_strategy(
     allow_cycling: bool = False,
     min_quota: int = 1,
     min_local_steps: int = 0,
+    scale_batch_size: bool = False,
     forget_after: int = 3,
     cost_clip: float = 100.0,
     trust: CostTrust | bool = True,
@@ -162,6 +164,8 @@ def build_strategy(
     min_local_steps : int (default: 0)
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies
         only: Static, Oort and FedAsync do not take it).
+    scale_batch_size : bool (default: False)
+        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies only).
 
     Raises
     ------
@@ -178,6 +182,7 @@ def build_strategy(
         "max_rescale": max_rescale != MAX_RESCALE,
         "min_quota": min_quota != 1,
         "min_local_steps": min_local_steps != 0,
+        "scale_batch_size": scale_batch_size is not False,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,
         "state_dir": bool(state_dir),
@@ -229,6 +234,7 @@ def build_strategy(
         paper=paper,
         forget_after=forget_after,
         min_local_steps=min_local_steps,
+        scale_batch_size=scale_batch_size,
         **costs,
         **common,
     )

@@ -16,6 +16,10 @@ among the others; when every node is on probation, none is. When the budget exce
 nodes' local data (cycling off) every node trains on all of it. Every hook it calls is the
 coordinator's, so a strategy that overrides one changes it here too.
 
+With ``scale_batch_size=True`` the strategies also send every node the round's reference quota
+(:func:`reference_quota`: the equal share, ``budget // nodes trained``, at least 1), by which a
+client scales its batch size (:mod:`flwr_adaptive.clients.batch_scaling`).
+
 Cost
 ----
 One ``allocate`` of the controller (or of an equal-split controller in round 1) over the
@@ -24,7 +28,7 @@ round's trainers, and O(nodes) dictionary work.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from flwr_adaptive.controller import AllocationController
@@ -33,7 +37,22 @@ from flwr_adaptive.strategies.quota_bounds import all_local_data
 if TYPE_CHECKING:
     from flwr_adaptive.strategies.core import AdaptiveCore
 
-__all__ = ["split_round"]
+__all__ = ["split_round", "reference_quota", "check_scale_batch_size"]
+
+
+def check_scale_batch_size(value: object) -> bool:
+    """``scale_batch_size`` as a bool, or ``ValueError`` with the fix (``"no"`` would read as True)."""
+    if not isinstance(value, bool):
+        raise ValueError(
+            f"scale_batch_size must be True or False (send each node the round's reference quota so that "
+            f"clients scale their batch size to take equal local steps), got {value!r}"
+        )
+    return value
+
+
+def reference_quota(budget: int, quotas: Mapping[Hashable, int]) -> int:
+    """The round's reference quota (``keys.REFERENCE_QUOTA``): ``budget // len(quotas)``, at least 1."""
+    return max(1, int(budget) // max(1, len(quotas)))
 
 
 def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:

@@ -1,0 +1,127 @@
+"""``quota_data(DataLoader)``: the user's DataLoader re-created over this round's quota.
+
+Contract
+--------
+:func:`loader_over` returns a :class:`QuotaLoader`: a ``torch.utils.data.DataLoader`` with the
+user's settings (batch size, shuffle, workers, collate function, pin memory, drop_last, timeout,
+worker init, generator, persistent workers) over the quota's lazy view of the dataset. It refuses
+(``ValueError`` with the fix) what it cannot re-create: an ``IterableDataset``, a custom
+``batch_sampler`` (or ``batch_size=None``), a sampler other than torch's sequential or plain
+random one.
+
+Batch size: when the round's config holds a reference quota (``keys.REFERENCE_QUOTA``, sent by a
+strategy with ``scale_batch_size=True``), the loader reads the quota in batches of
+``scaled_batch_size(B, samples, reference, max_batch_scale)`` (B the user's batch size, samples
+the quota as selected; :mod:`flwr_adaptive.clients.batch_scaling`), so it takes the reference's
+steps. Built inside the wrapped training call, the loader has that batch size from the start (its
+``batch_size`` says it); built before (in ``client_fn``, as the legacy API's examples do), it
+keeps the user's ``batch_size`` attribute and applies the scaled size each time it is iterated
+or measured with ``len`` inside a call with a reference quota. Without one it is the user's
+loader over the quota.
+
+Cost
+----
+One DataLoader per ``quota_data`` call; a loader built before the call builds one more per
+iteration in a round with a reference quota (its workers then start per iteration, even with
+``persistent_workers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+
+from flwr_adaptive.clients.batch_scaling import MAX_BATCH_SCALE, scaled_batch_size
+from flwr_adaptive.clients.data import current_window
+
+__all__ = ["QuotaLoader", "loader_over", "batch_size_now"]
+
+
+def batch_size_now(batch_size: int, dataset: Any, max_batch_scale: float | None) -> int:
+    """The batch size to read ``dataset`` (the quota's view) in now: scaled in a window with a reference
+    quota, else ``batch_size``."""
+    window = current_window()
+    if window is None or window.reference is None:
+        return int(batch_size)
+    return scaled_batch_size(int(batch_size), len(dataset), window.reference, max_batch_scale)
+
+
+class QuotaLoader(DataLoader):
+    """A DataLoader over the quota whose batch size follows the round's reference quota (module doc).
+
+    Parameters
+    ----------
+    dataset : map-style dataset
+        The quota's view of the user's dataset.
+    user_batch_size : int
+        The user's batch size (what the reference quota is read in).
+    max_batch_scale : float or None
+        The cap on the batch-size factor (``scaled_batch_size``'s ``max_scale``).
+    **settings
+        The DataLoader settings; ``batch_size`` is the size to start with.
+    """
+
+    def __init__(self, dataset: Any, *, user_batch_size: int, max_batch_scale: float | None, **settings: Any) -> None:
+        super().__init__(dataset, **settings)
+        self._settings = settings
+        self._user_batch_size = int(user_batch_size)
+        self._max_batch_scale = max_batch_scale
+
+    def _other(self) -> DataLoader | None:
+        """A loader at the window's batch size when it differs from this one's, else ``None``."""
+        size = batch_size_now(self._user_batch_size, self.dataset, self._max_batch_scale)
+        if size == self.batch_size:
+            return None
+        return DataLoader(self.dataset, **{**self._settings, "batch_size": size})
+
+    def __iter__(self) -> Any:
+        other = self._other()
+        return super().__iter__() if other is None else iter(other)
+
+    def __len__(self) -> int:
+        other = self._other()
+        return super().__len__() if other is None else len(other)
+
+
+def loader_over(loader: DataLoader, dataset: Any, max_batch_scale: float | None = MAX_BATCH_SCALE) -> QuotaLoader:
+    """A :class:`QuotaLoader` like ``loader`` (same settings) over ``dataset`` (the quota's view)."""
+    if isinstance(loader.dataset, IterableDataset):
+        raise ValueError(
+            "quota_data needs a map-style dataset (len + indexing); this DataLoader "
+            "reads an IterableDataset: pass the quota to your own iterator instead"
+        )
+    if loader.batch_size is None:
+        raise ValueError(
+            "quota_data cannot re-create a DataLoader built with a custom batch_sampler "
+            "(or batch_size=None): call quota_data on its dataset and build the loader "
+            "over the result"
+        )
+    sampler = loader.sampler
+    if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
+        shuffle = True
+    elif type(sampler) is SequentialSampler:
+        shuffle = False
+    else:
+        raise ValueError(
+            f"quota_data cannot re-create a DataLoader with a custom sampler "
+            f"({type(sampler).__name__}): it draws indices over the whole dataset. "
+            "Call quota_data on the dataset and build your loader over the result"
+        )
+    settings: dict[str, Any] = dict(
+        shuffle=shuffle,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        persistent_workers=loader.persistent_workers,
+    )
+    if loader.num_workers > 0:
+        settings.update(prefetch_factor=loader.prefetch_factor, multiprocessing_context=loader.multiprocessing_context)
+    start = batch_size_now(loader.batch_size, dataset, max_batch_scale)  # inside the call: scaled from the start
+    return QuotaLoader(
+        dataset, user_batch_size=loader.batch_size, max_batch_scale=max_batch_scale, batch_size=start, **settings
+    )
