@@ -203,12 +203,13 @@ def drifted(observed: np.ndarray, predicted: np.ndarray, threshold: float | np.n
 
 
 def fit_windows(
-    n: np.ndarray, y: np.ndarray
+    n: np.ndarray, y: np.ndarray, noise_of: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
     """:func:`fit_columns` of ``K`` quantities that share their sample counts: ``n`` is
     ``(WINDOW, P)``, ``y`` is ``(WINDOW, K, P)`` (e.g. time and energy). Returns ``(a, b,
     identified, noise, filled, Σy)`` with shape ``(K, P)`` (``filled``: ``(WINDOW, K, P)``, or
-    ``None`` when every cell is filled).
+    ``None`` when every cell is filled). ``noise_of``: the noise of the first ``noise_of``
+    quantities only, the others' NaN (``None``: every quantity's).
 
     The same results, bit for bit, as :func:`fit_columns` on the ``K·P`` columns: the
     participants whose windows are full (the steady state) take a path without masks, where the
@@ -221,13 +222,13 @@ def fit_windows(
     sum_y = y.sum(axis=0)
     full = ~(np.isnan(n.sum(axis=0)) | np.isnan(sum_y).any(axis=0))
     if full.all():
-        return (*_fit_blocks(n[:, None, :], y, sum_y), None, sum_y)
+        return (*_fit_blocks(n[:, None, :], y, sum_y, noise_of), None, sum_y)
     a, b, identified, noise = (np.empty((K, P)) for _ in range(4))
     identified = np.empty((K, P), dtype=bool)
     filled = np.ones((W, K, P), dtype=bool)
     rows = np.flatnonzero(full)
     if len(rows):
-        fitted = _fit_blocks(n[:, None, rows], y[:, :, rows], sum_y[:, rows])
+        fitted = _fit_blocks(n[:, None, rows], y[:, :, rows], sum_y[:, rows], noise_of)
         a[:, rows], b[:, rows], identified[:, rows], noise[:, rows] = fitted
     rest = np.flatnonzero(~full)
     count = len(rest)
@@ -235,16 +236,19 @@ def fit_windows(
     for out, value in ((a, ga), (b, gb), (identified, gid), (noise, gnoise), (sum_y, gsum)):
         out[:, rest] = value.reshape(K, count)
     filled[:, :, rest] = gfilled.reshape(W, K, count)
+    if noise_of is not None:
+        noise[noise_of:] = np.nan
     return a, b, identified, noise, filled, sum_y
 
 
 def fit_rows(rows: np.ndarray) -> tuple[np.ndarray, tuple[Any, ...]]:
-    """``(n, fit_windows(n, y))`` of history rows ``(P, WINDOW, 3)``: the windows as
+    """``(n, fit_windows(n, y, noise_of=1))`` of history rows ``(P, WINDOW, 3)``: the windows as
     ``(WINDOW, quantity, P)``, each window position a contiguous vector over participants; time
-    and energy share their sample counts (one spread, one first line)."""
+    and energy share their sample counts (one spread, one first line); the noise of time only
+    (the energy's is not read)."""
     windows = np.ascontiguousarray(rows.transpose(1, 2, 0))
     n = windows[:, 0]
-    return n, fit_windows(n, windows[:, 1:])
+    return n, fit_windows(n, windows[:, 1:], noise_of=1)
 
 
 def time_noise(rows: np.ndarray) -> np.ndarray:
@@ -261,19 +265,21 @@ FIT_BLOCK = 8192
 
 
 def _fit_blocks(
-    n: np.ndarray, y: np.ndarray, sum_y: np.ndarray
+    n: np.ndarray, y: np.ndarray, sum_y: np.ndarray, noise_of: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_fit_full` a block of :data:`FIT_BLOCK` participants at a time (columns are
     fitted independently: the same results)."""
     P = y.shape[2]
     if P <= FIT_BLOCK:
-        return _fit_full(n, y, sum_y)
+        return _fit_full(n, y, sum_y, noise_of)
     K = y.shape[1]
     a, b, noise = np.empty((K, P)), np.empty((K, P)), np.empty((K, P))
     identified = np.empty((K, P), dtype=bool)
     for s in range(0, P, FIT_BLOCK):
         e = s + FIT_BLOCK
-        a[:, s:e], b[:, s:e], identified[:, s:e], noise[:, s:e] = _fit_full(n[..., s:e], y[..., s:e], sum_y[:, s:e])
+        a[:, s:e], b[:, s:e], identified[:, s:e], noise[:, s:e] = _fit_full(
+            n[..., s:e], y[..., s:e], sum_y[:, s:e], noise_of
+        )
     return a, b, identified, noise
 
 
@@ -281,9 +287,12 @@ _FLOAT_MAX = float(np.finfo(float).max)
 
 
 @np.errstate(divide="ignore", invalid="ignore", over="ignore")
-def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _fit_full(
+    n: np.ndarray, y: np.ndarray, sum_y: np.ndarray, noise_of: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`fit_columns` of full windows (no NaN): ``n`` ``(WINDOW, 1, P)``, ``y`` ``(WINDOW, K, P)``,
-    ``sum_y`` its sum down the window.
+    ``sum_y`` its sum down the window; the noise of the first ``noise_of`` quantities only (the
+    others NaN; ``None``: all).
 
     Every operation is the one :func:`fit_columns` applies with all weights 1 (``1·x`` and
     ``x / 1`` are exact, a mask that selects every cell selects nothing away), in the same
@@ -380,10 +389,13 @@ def _fit_full(n: np.ndarray, y: np.ndarray, sum_y: np.ndarray) -> tuple[np.ndarr
         too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
         a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
         b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
-    resid = np.multiply(b, n, out=work)
-    np.add(a, resid, out=resid)
-    np.subtract(y, resid, out=resid)
-    noise = 1.4826 * _full_median(np.abs(resid, out=resid)) / mean_y
+    m = K * P if noise_of is None else min(noise_of, K) * P  # the columns whose noise is read
+    resid = np.multiply(b[:m], n[:, :m], out=work[:, :m])
+    np.add(a[:m], resid, out=resid)
+    np.subtract(y[:, :m], resid, out=resid)
+    noise = 1.4826 * _full_median(np.abs(resid, out=resid)) / mean_y[:m]
+    if m < K * P:
+        noise = np.concatenate([noise, np.full(K * P - m, np.nan)])
     if W < 3:
         noise = np.full_like(noise, np.nan)
     return a.reshape(K, P), b.reshape(K, P), identified.reshape(K, P), noise.reshape(K, P)

@@ -412,3 +412,30 @@ def test_the_balance_tests_settled_shortcuts_decide_as_the_plain_computation(see
     # Assert: the same decisions, and both decisions occur
     assert fast == plain
     assert True in fast and False in fast
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fit_windows_with_the_time_noise_only_is_the_whole_fit_but_the_energy_noise(seed, monkeypatch):
+    from flwr_adaptive import estimation
+    from flwr_adaptive.estimation import WINDOW, fit_columns, fit_windows
+
+    # Prepare: time and energy windows, full ones (with and without a slope) and partly empty
+    # ones, fitted at once and (FIT_BLOCK = 64) in blocks; the plain fit of the time columns
+    rng = np.random.default_rng(seed)
+    P = 300
+    n = np.round(rng.lognormal(5, 0.5, (WINDOW, P)))
+    n[:, :80] = n[0, :80]  # one quota level: the settled split's path
+    t = (rng.uniform(0, 2, P) + rng.lognormal(-5, 1, P) * n) * (1 + 0.05 * rng.standard_normal((WINDOW, P)))
+    y = np.stack([t, t * rng.lognormal(1, 0.3, P)], axis=1)
+    partial = n.copy()
+    partial[0, ::7] = np.nan
+    for windows in (n, partial):
+        for block in (estimation.FIT_BLOCK, 64):
+            monkeypatch.setattr(estimation, "FIT_BLOCK", block)
+            # Execute
+            whole, timed = fit_windows(windows, y), fit_windows(windows, y, noise_of=1)
+            # Assert: every output the same bits, but the energy's noise, which is NaN
+            for got, want in zip(timed[:3] + timed[5:], whole[:3] + whole[5:]):
+                assert got.tobytes() == want.tobytes()
+            assert timed[3][0].tobytes() == whole[3][0].tobytes() == fit_columns(windows, t)[3].tobytes()
+            assert np.isnan(timed[3][1]).all() and not np.isnan(whole[3][1]).all()
