@@ -313,14 +313,16 @@ def capped_weights(claims: ArrayLike, cap: float | None = WEIGHT_CAP) -> tuple[n
 
 
 def plausible_steps(
-    steps: ArrayLike, samples: ArrayLike, tolerance: float = STEP_TOLERANCE
+    steps: ArrayLike, samples: ArrayLike, tolerance: float = STEP_TOLERANCE, equal_steps: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, clipped)``: claimed steps kept within ``tolerance`` of the round's steps per sample.
 
     With m the median of ``steps_i / samples_i`` over the clients (at least 3), client i's steps
     are clipped into ``[max(1, samples_i·m/tol), max(samples_i·m·tol, median steps)]``. The upper
     bound's second term admits a small quota's honest excess (a batch is at least one step even
-    when it holds few samples).
+    when it holds few samples). With ``equal_steps`` (the clients were asked to scale their batch
+    size so that every one takes the same steps: ``scale_batch_size``) the interval also admits
+    ``[max(1, median steps/tol), median steps·tol]``, whatever the samples.
     """
     s = _as_array(steps, "steps")
     n = _as_array(samples, "samples")
@@ -333,5 +335,9 @@ def plausible_steps(
     m = float(np.median(s / n))
     lo = np.maximum(1.0, n * m / tolerance)
     hi = np.maximum(n * m * tolerance, float(np.median(s)))
+    if equal_steps:
+        med = float(np.median(s))
+        lo = np.minimum(lo, max(1.0, med / tolerance))
+        hi = np.maximum(hi, med * tolerance)
     out = np.clip(s, lo, np.maximum(lo, hi))
     return out, out != s

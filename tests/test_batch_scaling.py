@@ -248,3 +248,60 @@ def test_scale_batch_size_reaches_the_strategies_and_is_checked(make):
 def test_baselines_refuse_scale_batch_size_rather_than_ignoring_it(policy):
     with pytest.raises(ValueError, match=f"scale_batch_size does not apply to policy '{policy}'"):
         build_strategy(policy, budget=10, scale_batch_size=True)
+
+
+# ----------------------------------------------------------------------------- plausible equal steps
+def test_equal_steps_at_unequal_samples_are_plausible_only_when_asked_for():
+    from flwr_adaptive.normalized_averaging import plausible_steps
+
+    # Prepare: 4 steps each for 400, 100, 100, 25 and 12 samples (scaled batches); m = median steps per
+    # sample = 0.04, so by samples alone 400 samples should take 400·0.04/2 = 8 steps at least
+    steps, samples = [4, 4, 4, 4, 4], [400, 100, 100, 25, 12]
+    # Execute / Assert
+    by_samples, clipped = plausible_steps(steps, samples)
+    assert by_samples.tolist() == [8, 4, 4, 4, 4] and clipped.tolist() == [True, False, False, False, False]
+    equal, clipped = plausible_steps(steps, samples, equal_steps=True)
+    assert equal.tolist() == [4, 4, 4, 4, 4] and not clipped.any()
+    # a liar is still bounded: 1 step is raised to median/2 = 2 steps, 1000 lowered to 400·0.04·2 = 32
+    liar, clipped = plausible_steps([1, 4, 4, 4, 1000], [400, 100, 100, 25, 12], equal_steps=True)
+    assert liar.tolist() == [2, 4, 4, 4, 8] and clipped.tolist() == [True, False, False, False, True]
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_scaled_batches_are_aggregated_unrescaled_and_without_a_warning(api, caplog):
+    from test_normalized_strategy import message_round
+
+    # Prepare: round 1 (equal quotas of 100), equal steps (4) on 100, 25 and 10 samples (scaled batches);
+    # the models moved by 1, 2, 3
+    x = [np.array([0.0])]
+    per_node = [({"samples": s, "steps": 4}, [np.array([float(d)])]) for s, d in ((100, 1), (25, 2), (10, 3))]
+    make = ((lambda **kw: AdaptiveStrategy(_fedavg(3), budget=301, trust=False, **kw)) if api == "message"
+            else (lambda **kw: _legacy(trust=False, **kw)))
+    scaled, plain = make(scale_batch_size=True), make()
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        if api == "message":
+            message_round(scaled, x, per_node)
+        else:
+            _legacy_round(scaled, x, per_node)
+    said = [r.getMessage() for r in caplog.records if "steps per sample" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        message_round(plain, x, per_node) if api == "message" else _legacy_round(plain, x, per_node)
+    # Assert: with scale_batch_size every factor is 1 and nothing is said; without it the 100-sample
+    # node's 4 steps are taken as implausibly few (m = 4/25: raised to 100·m/2 = 8) and it is scaled down
+    assert said == [] and set(scaled.last_scales.values()) == {1.0}
+    assert any("steps per sample" in r.getMessage() for r in caplog.records)
+    assert min(plain.last_scales.values()) < 1.0
+
+
+def _legacy_round(strategy, x, per_node):
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from test_normalized_strategy import telemetry
+    from test_strategy_core import _Manager
+
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters(x), _Manager(["11", "12", "13"]))
+    ok = Status(Code.OK, "")
+    results = [(proxy, FitRes(ok, ndarrays_to_parameters(model), 1, telemetry(kw["samples"], i, steps=kw["steps"])))
+               for i, ((proxy, _), (kw, model)) in enumerate(zip(pairs, per_node))]
+    strategy.aggregate_fit(1, results, [])

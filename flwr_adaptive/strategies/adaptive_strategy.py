@@ -244,6 +244,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
         self.scale_batch_size = check_scale_batch_size(scale_batch_size)
+        self.aggregation.equal_steps = self.scale_batch_size  # equal step claims are plausible then
         self._reference: int | None = None  # this round's reference quota, when scale_batch_size
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
         self.setup_check = SetupCheck("message")

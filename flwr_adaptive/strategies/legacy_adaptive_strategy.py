@@ -235,6 +235,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
         self.scale_batch_size = check_scale_batch_size(scale_batch_size)
+        self.aggregation.equal_steps = self.scale_batch_size  # equal step claims are plausible then
         #: Stops a run whose client app was set up wrongly, in its first round; its errors name
         #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).
         self.setup_check = SetupCheck("legacy")

@@ -26,10 +26,11 @@ round and on the kept replies only:
   aggregates (:func:`flwr_adaptive.normalized_averaging.rescale_update`); empty otherwise.
   ‖a_i‖₁ comes from the reply's local steps, momentum and proximal α = lr × μ. Steps come from
   the coordinator's ``local_steps(reports)`` (the claim, kept within ``step_tolerance`` of the round's steps per
-  sample, one warning per node clipped; the hierarchical strategy overrides it with the steps it
-  sent). When a kept reply does not say its steps, the round uses every reply's **samples** in
-  their place (right for one batch size and one pass over the quota; one warning): a mix of
-  units would be wrong. Unknown momentum counts as plain SGD; a μ > 0 with an unknown learning
+  sample, or of its median steps too when ``equal_steps`` (``scale_batch_size``), one warning per node
+  clipped; the hierarchical strategy overrides it with the steps it sent). When a kept reply does
+  not say its steps, the round uses every reply's **samples** in their place (right for one batch
+  size and one pass over the quota; one warning): a mix of units would be wrong. Unknown momentum
+  counts as plain SGD; a μ > 0 with an unknown learning
   rate is left out (one warning each). ``max_rescale`` (default 8; ``None``: FedNova) clips every factor at
   that value, so a client held at a step or two is not extrapolated to the round's τ_eff: the
   objective then weighs it ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` (derivation in
@@ -127,6 +128,8 @@ class AggregationWeights:
         self.data_sizes: dict[int, int] | None = None
         #: A claimed step count per sample is kept within this factor of the round's median.
         self.step_tolerance: float = STEP_TOLERANCE
+        #: The clients were asked to take equal steps (``scale_batch_size``): equal steps are plausible too.
+        self.equal_steps: bool = False
         #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
         self.max_rescale: float | None = MAX_RESCALE
         #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
@@ -204,7 +207,9 @@ class AggregationWeights:
             )
             tau = samples
         else:
-            tau, clipped = plausible_steps(np.array(steps, dtype=float), samples, self.step_tolerance)
+            tau, clipped = plausible_steps(
+                np.array(steps, dtype=float), samples, self.step_tolerance, equal_steps=self.equal_steps
+            )
             for r, was, t in zip(reports, clipped, tau):
                 if was:
                     self._warn_once(
