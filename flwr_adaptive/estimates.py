@@ -68,9 +68,8 @@ DRIFT_Z = 6.0
 #: moved their split in 39 % of rounds 2–9 (3 reports: 33 %, 6: 50 %) and 2-rank silos followed
 #: a 2× step at 10 % jitter in 100 of 100 seeds (3 reports: 48, 6: 99); tests/test_deadband.py).
 MIN_SCATTER_REPORTS = 4
-#: Take the shortcuts of :meth:`EstimateStore.record` where the plain computation's result is
-#: known (full windows, everyone at the quota measured last, a contiguous history); the tests
-#: turn them off and compare the bits.
+#: Take :meth:`EstimateStore.record`'s shortcuts where the plain computation's result is known
+#: (full windows, everyone at the last quota, a contiguous history); tests compare both.
 SHORTCUTS = True
 
 Bounds = Callable[[list[ParticipantId]], tuple[np.ndarray, np.ndarray]]
@@ -260,7 +259,8 @@ class EstimateStore:
         slots = obs[:, 0].astype(np.int64)
         tau_obs = obs[:, 1] / obs[:, 3]
         eps_obs = obs[:, 2] / obs[:, 3]
-        if np.bincount(slots).max() == 1:
+        every = len(slots) == len(self.ids) and (len(slots) < 2 or bool((slots[1:] > slots[:-1]).all()))
+        if every or np.bincount(slots).max() == 1:  # (every slot once, in order: the arrays themselves)
             layers = [slice(None)]
         else:
             # A participant observed k times is updated in k layers; within a layer slots are unique.
@@ -278,12 +278,12 @@ class EstimateStore:
         for sel in layers:
             s = slots[sel]
             if tracks_history:
-                self.record(s, obs[sel, 3], obs[sel, 1], obs[sel, 2])
+                self.record(s, obs[sel, 3], obs[sel, 1], obs[sel, 2], every)
             for est, new_obs in ((self.tau, tau_obs[sel]), (self.eps, eps_obs[sel])):
-                old = est[s]
+                old = est if every else est[s]  # (every: the array itself, read in full before it is written)
                 updated = np.where(np.isnan(old), new_obs, a * new_obs + (1.0 - a) * old)
-                est[s] = np.where(np.isnan(new_obs), old, updated)
-        self.unanswered[slots] = 0
+                est[slice(None) if every else s] = np.where(np.isnan(new_obs), old, updated)
+        self.unanswered[slice(None) if every else slots] = 0
 
     def fresh(self, slots: np.ndarray, forget: bool = True) -> np.ndarray:
         """Mask of participants with a fresh estimate; stale ones (``forget_after``) are forgotten.
@@ -361,8 +361,9 @@ class EstimateStore:
         e = np.where(use_fit & ~np.isnan(fit[:, 3]), fit[:, 2] + fit[:, 3] * n, self.eps[s] * n)
         return t, e
 
-    def record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
-        """Detect a step change, then append one observation to each of ``s`` (slots unique)."""
+    def record(self, s: np.ndarray, n: np.ndarray, t: np.ndarray, e: np.ndarray, every: bool | None = None) -> None:
+        """Detect a step change, then append one observation to each of ``s`` (slots unique;
+        ``every``: whether ``s`` is every slot in order, ``None``: not known)."""
         threshold: float | np.ndarray = self.drift if self.drift is not None else 0.0
         scatter = 0.0  # DRIFT_Z × the measured scatter of log time (0: not measured)
         if self.drift is not None and self.noise_cache is not None:
@@ -381,7 +382,8 @@ class EstimateStore:
                 scatter = DRIFT_Z * nan_median(noise)
                 threshold = max(self.drift, math.expm1(scatter))
         self.noise_cache = None
-        every = len(s) == len(self.hist) and (len(s) < 2 or bool((s[1:] > s[:-1]).all()))  # every slot in order
+        if every is None:  # every slot in order
+            every = len(s) == len(self.hist) and (len(s) < 2 or bool((s[1:] > s[:-1]).all()))
         if self.drift is not None:
             rows = self.hist if every else self.hist[s]  # (the history itself: views)
             fit = self.fit if every else self.fit[s]

@@ -324,8 +324,7 @@ def _fit_full(
     if K > 1:
         sum_n, mean_n, spread, snn = (np.concatenate((v,) * K) for v in (sum_n, mean_n, spread, snn))
         np.copyto(nk.reshape(W, K, P), n[:, None, :])
-        np.copyto(dnk.reshape(W, K, P), dn[:, None, :])
-        n, dn = nk, dnk
+        n = nk
     proportional = sum_y / sum_n
     mean_y = sum_y / count
     if not (snn > 0).any():
@@ -336,6 +335,9 @@ def _fit_full(
         identified = np.zeros(K * P, dtype=bool)
         a, b = np.zeros(K * P), proportional.copy()
     else:
+        if K > 1:  # (the deviations repeated only here: the settled split above does not read them)
+            np.copyto(dnk.reshape(W, K, P), dn[:, None, :])
+            dn = dnk
         np.subtract(y, mean_y, out=work)
         np.multiply(dn, work, out=work)
         b = np.where(snn > 0, work.sum(axis=0) / snn, np.nan)
