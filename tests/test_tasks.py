@@ -525,7 +525,8 @@ def _sanity(task, epochs):
 
 
 def test_sanity_mnist_reaches_90_percent(mnist):
-    metrics, _ = _sanity(mnist, epochs=2)
+    # 3 epochs: after 2 the holdout accuracy sits at the bar (0.898 on one thread of one AMD EPYC, 0.929 on two)
+    metrics, _ = _sanity(mnist, epochs=3)
     assert metrics["accuracy"] >= 0.90
 
 
