@@ -347,8 +347,7 @@ def _train_fn(spec: RunSpec, parts: Sequence[Any]):
             model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
             config = msg.content.config_records
             mu = float(next(iter(config.values())).get("proximal-mu", 0.0)) if config else 0.0
-            # With a reference quota in the config (scale_batch_size), batches scale by quota / reference.
-            bs = quota_batch_size(task.default_batch_size)
+            bs = quota_batch_size(task.default_batch_size)  # scaled by quota / reference with scale_batch_size
             stats = (task.train(model, data, indices, lr=spec.lr, batch_size=bs) if mu == 0
                      else train_proximal(task, model, data, indices, mu, lr=spec.lr, batch_size=bs))
             arrays, loss, samples = ArrayRecord(model.state_dict()), float(stats["loss"]), int(stats["samples"])
