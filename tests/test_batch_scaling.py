@@ -232,6 +232,25 @@ def test_the_reference_quota_is_on_the_wire_only_when_asked(api):
     assert all(keys.REFERENCE_QUOTA not in c for c in plain)
 
 
+def test_the_reference_is_the_share_of_the_samples_trained_when_the_budget_exceeds_the_data():
+    from flwr.app import ArrayRecord, ConfigRecord
+    from test_strategy_core import COSTS, NODES, PARTS, play_round
+
+    # Prepare: 4 nodes of 100 samples each, budget 1000 (cycling off): round 2 trains each on its
+    # 100 samples; a reference of 1000 // 4 = 250 would read them in batches of ceil(32·100/250) = 13,
+    # 8 steps each instead of the 4 an equal split takes at 32
+    strategy = AdaptiveStrategy(_fedavg(4), budget=1000, scale_batch_size=True)
+    grid = FakeGrid(NODES)
+    play_round(strategy, grid, 1, COSTS, PARTS, data_size=100)
+    # Execute
+    msgs = list(strategy.configure_train(2, ArrayRecord(X), ConfigRecord(), grid))
+    # Assert: every node holds the reference, so keeps the user's batch size
+    configs = [dict(m.content["config"]) for m in msgs]
+    assert [c[keys.QUOTA] for c in configs] == [100] * 4
+    assert [c[keys.REFERENCE_QUOTA] for c in configs] == [100] * 4
+    assert scaled_batch_size(32, 100, configs[0][keys.REFERENCE_QUOTA]) == 32
+
+
 @pytest.mark.parametrize("make", [
     lambda **kw: AdaptiveStrategy(budget=10, **kw),
     lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw),

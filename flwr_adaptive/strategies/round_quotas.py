@@ -17,7 +17,8 @@ nodes' local data (cycling off) every node trains on all of it. Every hook it ca
 coordinator's, so a strategy that overrides one changes it here too.
 
 With ``scale_batch_size=True`` the strategies also send every node the round's reference quota
-(:func:`reference_quota`: the equal share, ``budget // nodes trained``, at least 1), by which a
+(:func:`reference_quota`: the equal share, ``budget // nodes trained``, at least 1; of the samples
+trained when every node trains on all its local data), by which a
 client scales its batch size (:mod:`flwr_adaptive.clients.batch_scaling`).
 
 Cost
@@ -51,8 +52,14 @@ def check_scale_batch_size(value: object) -> bool:
 
 
 def reference_quota(budget: int, quotas: Mapping[Hashable, int]) -> int:
-    """The round's reference quota (``keys.REFERENCE_QUOTA``): ``budget // len(quotas)``, at least 1."""
-    return max(1, int(budget) // max(1, len(quotas)))
+    """The round's reference quota (``keys.REFERENCE_QUOTA``): ``min(budget, Σ quotas) // len(quotas)``, at least 1.
+
+    The split sums to the budget unless every node trains on all its local data (the budget exceeds
+    it, cycling off); the equal share is then that of the samples trained, not of the budget: a
+    reference above every node's data would shrink every batch and multiply every node's steps.
+    """
+    trained = min(int(budget), sum(int(q) for q in quotas.values()))
+    return max(1, trained // max(1, len(quotas)))
 
 
 def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
