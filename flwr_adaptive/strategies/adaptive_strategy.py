@@ -145,7 +145,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
     scale_batch_size : bool (default: False)
         Send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the equal share,
-        budget // nodes trained) with its own. A client using ``quota_data`` on a DataLoader (or
+        budget // nodes trained, or of the samples trained when the budget exceeds the nodes'
+        data) with its own. A client using ``quota_data`` on a DataLoader (or
         ``quota_batch_size`` in its own loop) then reads its quota in batches scaled by quota /
         reference, so every node takes the local steps an equal split would give it: a fast node
         takes bigger batches, not more steps, which on private non-IID data keeps FedAvg's
