@@ -68,6 +68,14 @@ def run_table(s: pd.DataFrame, rows: Sequence[str], metric: str, higher: bool) -
     return _md(hdr, body)
 
 
+def left_out_lines(left_out: Sequence[str]) -> list[str]:
+    """The line naming the rows the installed strategies cannot run (none when every row ran)."""
+    if not left_out:
+        return []
+    return ["Rows left out: the installed strategies offer no normalised weighting ("
+            + ", ".join(ROWS[n].label for n in left_out) + ").", ""]
+
+
 def headline(summary: pd.DataFrame, rows: Sequence[str], tasks: Sequence[str], scenarios: Sequence[str],
              alpha: float, level: str = "###") -> list[str]:
     """The headline table: per row, time to target × Equal + FedAvg for each (task, scenario) at ``alpha``.
@@ -293,9 +301,7 @@ def section(args: Any, summary: pd.DataFrame, measured: pd.DataFrame, metric_of:
           "- **PyramidFL-style** (Li et al., MobiCom 2022; `experiments/pyramid_strategy.py`): round 1 equal, "
           "then every node works until the slowest node's equal-share time ends (work grows with speed); its rounds "
           "last as long as Equal's and process more samples: compare by time to target (equal wall time).", ""]
-    if left_out:
-        L += ["Rows left out: the installed strategies offer no normalised weighting ("
-              + ", ".join(ROWS[n].label for n in left_out) + ").", ""]
+    L += left_out_lines(left_out)
     if not rows:
         return L + ["No non-IID run finished.", "", MARK_END]
     # ---- the targets

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.noniid_page import MARK_END, MARK_START, headline, splice, task_tables
+from experiments.noniid_page import MARK_END, MARK_START, headline, left_out_lines, splice, task_tables
 from experiments.noniid_rows import ROWS, available_rows, default_row
 
 #: The baselines the main part's α = 0.3 plan left unrun on MNIST and sentiment, with the reference and the
@@ -125,9 +125,7 @@ def baselines_section(args: Any, summary: pd.DataFrame, metric_of: dict[str, str
          f"and \"{ROWS[default].label}\" (Time-only as a user gets it) are rerun in the same invocation: every ratio "
          "here is against this part's own Equal + FedAvg runs. This part is rendered on its own "
          "(`--noniid-part baselines`), so the section above is kept as it is.", ""]
-    if left_out:
-        L += ["Rows left out: the installed strategies offer no normalised weighting ("
-              + ", ".join(ROWS[n].label for n in left_out) + ").", ""]
+    L += left_out_lines(left_out)
     if not rows:
         return [*L, "No run of this part finished.", "", part.end]
     L += headline(summary, rows, args.noniid_tasks, args.scenarios, alpha, level="####")
