@@ -324,3 +324,13 @@ def _legacy_round(strategy, x, per_node):
     results = [(proxy, FitRes(ok, ndarrays_to_parameters(model), 1, telemetry(kw["samples"], i, steps=kw["steps"])))
                for i, ((proxy, _), (kw, model)) in enumerate(zip(pairs, per_node))]
     strategy.aggregate_fit(1, results, [])
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -1, "8", True, float("nan")])
+@pytest.mark.parametrize("kind", ["loader", "dataset", "array"])
+def test_quota_data_refuses_a_bad_max_batch_scale_at_the_call_not_at_the_first_reference(bad, kind):
+    # Outside any training call (no reference yet): the mistake must not wait for a round.
+    data = {"loader": DataLoader(TensorDataset(torch.zeros(6, 2)), batch_size=2),
+            "dataset": TensorDataset(torch.zeros(6, 2)), "array": np.zeros((6, 2))}[kind]
+    with pytest.raises(ValueError, match="max_batch_scale must be a number >= 1 or None"):
+        quota_data(data, max_batch_scale=bad)

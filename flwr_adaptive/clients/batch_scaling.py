@@ -38,7 +38,7 @@ import numpy as np
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger as log
 
-__all__ = ["MAX_BATCH_SCALE", "scaled_batch_size", "reference_of"]
+__all__ = ["MAX_BATCH_SCALE", "scaled_batch_size", "check_max_scale", "reference_of"]
 
 #: The default cap on the batch-size factor (``max_scale``): at most 8 × the user's batch size.
 MAX_BATCH_SCALE = 8.0
@@ -74,18 +74,20 @@ def scaled_batch_size(
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1 (the batch size at the reference quota), got {batch_size!r}")
-    if max_scale is not None and (
-        isinstance(max_scale, bool) or not isinstance(max_scale, (int, float)) or not max_scale >= 1
-    ):
-        raise ValueError(
-            f"max_scale must be a number >= 1 or None (no cap on the batch-size factor), got {max_scale!r}"
-        )
+    check_max_scale(max_scale, "max_scale")
     if reference is None or samples <= 0:
         return int(batch_size)
     scaled = max(1, -(-int(batch_size) * int(samples) // int(reference)))
     if max_scale is not None and math.isfinite(max_scale):
         scaled = min(scaled, max(1, int(max_scale * batch_size)))
     return int(scaled)
+
+
+def check_max_scale(max_scale: float | None, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``max_scale`` is a number >= 1 or ``None``."""
+    number = isinstance(max_scale, (int, float, np.integer, np.floating)) and not isinstance(max_scale, bool)
+    if max_scale is not None and not (number and max_scale >= 1):
+        raise ValueError(f"{name} must be a number >= 1 or None (no cap on the batch-size factor), got {max_scale!r}")
 
 
 _WARNED: set[str] = set()  # malformed references already logged in this process

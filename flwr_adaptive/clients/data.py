@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from flwr_adaptive.clients.batch_scaling import MAX_BATCH_SCALE, scaled_batch_size
+from flwr_adaptive.clients.batch_scaling import MAX_BATCH_SCALE, check_max_scale, scaled_batch_size
 
 __all__ = ["QuotaWindow", "quota_data", "quota_batch_size", "select_indices", "current_window"]
 
@@ -242,15 +242,20 @@ def quota_data(data: Any, *, max_batch_scale: float | None = MAX_BATCH_SCALE) ->
     max_batch_scale : float or None (default: 8.0)
         For a DataLoader re-created inside a wrapped training call whose config holds a
         reference quota (``scale_batch_size=True`` on the strategy): the largest factor its
-        batch size is scaled by (see :func:`quota_batch_size`). ``None``: no cap.
+        batch size is scaled by (see :func:`quota_batch_size`). ``None``: no cap. A dataset or
+        array has no batch size to scale: ``DataLoader(quota_data(dataset), batch_size=B)`` reads
+        in batches of B (pass the DataLoader itself, ``quota_data(DataLoader(dataset, B))``, or
+        use :func:`quota_batch_size` in your own loop).
 
     Raises
     ------
     ValueError
+        For ``max_batch_scale`` not a number >= 1 or ``None`` (whatever ``data`` is, at the call).
         For arrays, tuples and lists outside a wrapped training call (use a dataset or DataLoader
         there: they resolve lazily), for tuples of arrays of different lengths, and for
         DataLoaders whose sampling cannot be re-created over the selection.
     """
+    check_max_scale(max_batch_scale, "max_batch_scale")  # here, not when a reference first arrives
     torch_loader: Any = None  # the class, imported only when torch already is
     if "torch" in __import__("sys").modules:
         from torch.utils.data import DataLoader as torch_loader  # noqa: N813
