@@ -370,11 +370,14 @@ def splice(page: str, lines: Sequence[str], start: str = MARK_START, end: str = 
     """``page`` with the block between ``start`` and ``end`` replaced by ``lines``.
 
     A page without that block gets it after the marker ``after`` (when given and on the page), else before
-    ``## Files``, else at its end.
+    ``## Files``, else at its end. ``ValueError`` when ``end`` comes before ``start`` (a hand-edited page).
     """
     block = "\n".join(lines)
     if start in page and end in page:
         head, rest = page.split(start, 1)
+        if end not in rest:
+            raise ValueError(f"the page's {end!r} comes before its {start!r}: restore the pair in order (or delete "
+                             "both) and rerun; nothing was written")
         return head + block + rest.split(end, 1)[1]
     if after is not None and after in page:
         head, tail = page.split(after, 1)

@@ -116,3 +116,12 @@ def test_a_part_replaces_its_own_block_only_and_a_new_one_follows_the_main_part(
     assert main_again == twice.replace("\nM\n", "\nM2\n")
     # without a main part: before Files
     assert splice_part("# R\n\n## Files\nx\n", ["B"], "baselines") == "# R\n\nB\n\n## Files\nx\n"
+
+
+def test_a_page_whose_part_markers_are_out_of_order_is_refused_with_the_fix():
+    from experiments.noniid_parts import PARTS, splice_part
+
+    base = PARTS["baselines"]
+    page = f"# R\n\n{base.end}\nold\n{base.start}\n"
+    with pytest.raises(ValueError, match="comes before its .*restore the pair in order"):
+        splice_part(page, [base.start, "B", base.end], "baselines")
