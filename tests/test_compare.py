@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -16,11 +17,18 @@ import pytest
 from experiments import compare
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+def _gone(pid: int, grace_s: float = 10.0) -> bool:
+    # A killed process can take a moment to die on a loaded machine: poll, do not sample once.
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 class _Link:
