@@ -105,6 +105,9 @@ def _rows() -> dict[str, Row]:
     if cap and batch_scaling_option():
         rows["time-norm-cap8-eqsteps"] = Row("time", "Time-only + normalised, rescale ≤ 8, equal steps (scaled batches)",
                                              norm, options=((cap, 8.0), ("scale_batch_size", True)))
+        if batch_shrinking_option():
+            rows["time-norm-cap8-shrink"] = Row("time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk",
+                                                norm, options=((cap, 8.0), ("scale_batch_size", "shrink")))
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
     return rows
 
@@ -125,6 +128,17 @@ def batch_scaling_option() -> bool:
     from flwr_adaptive.strategies import AdaptiveStrategy
 
     return "scale_batch_size" in inspect.signature(AdaptiveStrategy.__init__).parameters
+
+
+def batch_shrinking_option() -> bool:
+    """Whether ``scale_batch_size`` takes ``"shrink"`` (only the slow nodes' batches shrink; the row exists then)."""
+    try:
+        from flwr_adaptive.strategies.round_quotas import check_scale_batch_size
+
+        check_scale_batch_size("shrink")
+    except (ImportError, ValueError):
+        return False
+    return True
 
 
 def strategy_defaults() -> dict:

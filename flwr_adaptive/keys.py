@@ -10,8 +10,9 @@ ALLOW_CYCLING = "allow-cycling"  # bool: may a quota above the local data size c
 ROUND = "server-round"  # int: the round number
 RANK_QUOTAS = "rank-quotas"  # list[int]: per-rank quotas of a silo (HFL-DDP)
 DDP_STEPS = "ddp-steps"  # int: optimizer steps of a silo's DDP round, the same on every rank (HFL-DDP)
-# int: the round's reference quota (the equal share: budget // nodes trained), sent with scale_batch_size=True;
-# a client reads its quota in batches of ceil(B * quota / reference), so it takes the reference's steps
+# int: the round's reference quota (the equal share: budget // nodes trained), sent with scale_batch_size=True
+# (with "shrink": max(equal share, the node's quota)); a client reads its quota in batches of
+# ceil(B * quota / reference), so it takes the reference's steps
 REFERENCE_QUOTA = "reference-quota"
 
 # Client -> server (MetricRecord / FitRes.metrics). Every client sends every key.

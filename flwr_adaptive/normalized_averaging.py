@@ -313,7 +313,11 @@ def capped_weights(claims: ArrayLike, cap: float | None = WEIGHT_CAP) -> tuple[n
 
 
 def plausible_steps(
-    steps: ArrayLike, samples: ArrayLike, tolerance: float = STEP_TOLERANCE, equal_steps: bool = False
+    steps: ArrayLike,
+    samples: ArrayLike,
+    tolerance: float = STEP_TOLERANCE,
+    equal_steps: bool = False,
+    reference: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, clipped)``: claimed steps kept within ``tolerance`` of the round's steps per sample.
 
@@ -322,7 +326,12 @@ def plausible_steps(
     bound's second term admits a small quota's honest excess (a batch is at least one step even
     when it holds few samples). With ``equal_steps`` (the clients were asked to scale their batch
     size so that every one takes the same steps: ``scale_batch_size``) the interval also admits
-    ``[max(1, median steps/tol), median steps·tol]``, whatever the samples.
+    ``[max(1, median steps/tol), median steps·tol]``, whatever the samples. With ``reference``
+    (only the clients below this reference quota shrink their batches to take its steps:
+    ``scale_batch_size="shrink"``) a client's steps follow ``e_i = max(samples_i, reference)``
+    samples, so ``e_i`` stands in for ``samples_i`` in the rule above, and the lower bound is at
+    most ``samples_i`` (a batch holds at least one sample, so an honest client takes at most
+    ``samples_i`` steps in a pass).
     """
     s = _as_array(steps, "steps")
     n = _as_array(samples, "samples")
@@ -332,9 +341,14 @@ def plausible_steps(
         return s.copy(), np.zeros(len(s), dtype=bool)
     if not tolerance >= 1:
         raise ValueError(f"the step tolerance must be >= 1, got {tolerance!r}")
-    m = float(np.median(s / n))
-    lo = np.maximum(1.0, n * m / tolerance)
-    hi = np.maximum(n * m * tolerance, float(np.median(s)))
+    if reference is not None and not reference >= 1:
+        raise ValueError(f"the reference quota must be >= 1 (or None), got {reference!r}")
+    e = n if reference is None else np.maximum(n, float(reference))
+    m = float(np.median(s / e))
+    lo = np.maximum(1.0, e * m / tolerance)
+    if reference is not None:
+        lo = np.maximum(1.0, np.minimum(e * m / tolerance, n))
+    hi = np.maximum(e * m * tolerance, float(np.median(s)))
     if equal_steps:
         med = float(np.median(s))
         lo = np.minimum(lo, max(1.0, med / tolerance))

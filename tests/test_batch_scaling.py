@@ -259,7 +259,7 @@ def test_the_reference_is_the_share_of_the_samples_trained_when_the_budget_excee
 def test_scale_batch_size_reaches_the_strategies_and_is_checked(make):
     assert make().scale_batch_size is False and make(scale_batch_size=True).scale_batch_size is True
     for bad in ("no", 1, None):
-        with pytest.raises(ValueError, match="scale_batch_size must be True or False"):
+        with pytest.raises(ValueError, match="scale_batch_size must be True, False or .shrink."):
             make(scale_batch_size=bad)
 
 

@@ -67,7 +67,7 @@ from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, reference_quota
+from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, node_references
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
@@ -143,14 +143,17 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         split then never holds a slow node at one or two steps while the others take ten, which
         would leave its update extrapolated (``"normalized"``) or its data under-weighted
         (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
-    scale_batch_size : bool (default: False)
-        Send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the equal share,
-        budget // nodes trained, or of the samples trained when the budget exceeds the nodes'
-        data) with its own. A client using ``quota_data`` on a DataLoader (or
+    scale_batch_size : bool or "shrink" (default: False)
+        ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
+        equal share, budget // nodes trained, or of the samples trained when the budget exceeds
+        the nodes' data) with its own. A client using ``quota_data`` on a DataLoader (or
         ``quota_batch_size`` in its own loop) then reads its quota in batches scaled by quota /
         reference, so every node takes the local steps an equal split would give it: a fast node
         takes bigger batches, not more steps, which on private non-IID data keeps FedAvg's
-        objective without rescaling updates (``flwr_adaptive.clients.batch_scaling``). The
+        objective without rescaling updates (``flwr_adaptive.clients.batch_scaling``).
+        ``"shrink"``: node i is sent ``max(reference, quota_i)``, so only the nodes below the
+        equal share shrink their batches (and take the reference's steps); the others keep the
+        user's batch size and take more steps, which the normalised rule corrects. The
         telemetry still reports the steps taken, so a client that ignores it is aggregated as
         without it.
     forget_after : int (default: 3)
@@ -201,7 +204,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int = 0,
-        scale_batch_size: bool = False,
+        scale_batch_size: bool | str = False,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -245,8 +248,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
         self.scale_batch_size = check_scale_batch_size(scale_batch_size)
-        self.aggregation.equal_steps = self.scale_batch_size  # equal step claims are plausible then
-        self._reference: int | None = None  # this round's reference quota, when scale_batch_size
+        self.aggregation.equal_steps = self.scale_batch_size is True  # equal step claims are plausible then
+        self._references: dict[Hashable, int] = {}  # this round's reference quota per node, when scale_batch_size
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
         self.setup_check = SetupCheck("message")
         if round_timeout is not None and not isinstance(round_timeout, RoundTimeout):
@@ -354,7 +357,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         chosen = self.participants(server_round, [m.metadata.dst_node_id for m in messages])
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
-        self._reference = reference_quota(self.budget, quotas) if self.scale_batch_size else None
+        self.aggregation.step_reference, self._references = node_references(self.scale_batch_size, self.budget, quotas)
+        if self.scale_batch_size is True:
+            self.aggregation.step_reference = None  # equal steps: the plausibility rule's own interval
         out = []
         for msg in messages:
             node = msg.metadata.dst_node_id
@@ -396,8 +401,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             keys.ALLOW_CYCLING: self.allow_cycling,
             keys.ROUND: server_round,
         }
-        if self._reference is not None:
-            extra[keys.REFERENCE_QUOTA] = self._reference
+        reference = self._references.get(msg.metadata.dst_node_id)
+        if reference is not None:
+            extra[keys.REFERENCE_QUOTA] = reference
         return with_config(msg, extra, getattr(self.strategy, "configrecord_key", "config"))
 
     def aggregate_train(

@@ -60,7 +60,7 @@ from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, reference_quota
+from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, node_references
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import check_min_local_steps
@@ -144,14 +144,17 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         split then never holds a slow node at one or two steps while the others take ten, which
         would leave its update extrapolated (``"normalized"``) or its data under-weighted
         (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
-    scale_batch_size : bool (default: False)
-        Send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the equal share,
-        budget // nodes trained, or of the samples trained when the budget exceeds the nodes'
-        data) with its own. A client using ``quota_data`` on a DataLoader (or
+    scale_batch_size : bool or "shrink" (default: False)
+        ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
+        equal share, budget // nodes trained, or of the samples trained when the budget exceeds
+        the nodes' data) with its own. A client using ``quota_data`` on a DataLoader (or
         ``quota_batch_size`` in its own loop) then reads its quota in batches scaled by quota /
         reference, so every node takes the local steps an equal split would give it: a fast node
         takes bigger batches, not more steps, which on private non-IID data keeps FedAvg's
-        objective without rescaling updates (``flwr_adaptive.clients.batch_scaling``). The
+        objective without rescaling updates (``flwr_adaptive.clients.batch_scaling``).
+        ``"shrink"``: node i is sent ``max(reference, quota_i)``, so only the nodes below the
+        equal share shrink their batches (and take the reference's steps); the others keep the
+        user's batch size and take more steps, which the normalised rule corrects. The
         telemetry still reports the steps taken, so a client that ignores it is aggregated as
         without it.
     forget_after : int (default: 3)
@@ -195,7 +198,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int = 0,
-        scale_batch_size: bool = False,
+        scale_batch_size: bool | str = False,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -236,7 +239,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
         self.scale_batch_size = check_scale_batch_size(scale_batch_size)
-        self.aggregation.equal_steps = self.scale_batch_size  # equal step claims are plausible then
+        self.aggregation.equal_steps = self.scale_batch_size is True  # equal step claims are plausible then
         #: Stops a run whose client app was set up wrongly, in its first round; its errors name
         #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).
         self.setup_check = SetupCheck("legacy")
@@ -299,19 +302,20 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         chosen = self.participants(server_round, list(by_node))
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
-        reference: dict[str, Scalar] = (
-            {keys.REFERENCE_QUOTA: reference_quota(self.budget, quotas)} if self.scale_batch_size else {}
-        )
+        self.aggregation.step_reference, references = node_references(self.scale_batch_size, self.budget, quotas)
+        if self.scale_batch_size is True:
+            self.aggregation.step_reference = None  # equal steps: the plausibility rule's own interval
         out = []
         for node, q in quotas.items():
             proxy, ins = by_node[node]
-            config = {
+            config: dict[str, Scalar] = {
                 **ins.config,
                 keys.QUOTA: int(q),
                 keys.ALLOW_CYCLING: self.allow_cycling,
                 keys.ROUND: server_round,
-                **reference,
             }
+            if node in references:
+                config[keys.REFERENCE_QUOTA] = references[node]
             out.append((proxy, FitIns(ins.parameters, config)))
         return out
 

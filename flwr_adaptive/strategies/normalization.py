@@ -26,8 +26,9 @@ round and on the kept replies only:
   aggregates (:func:`flwr_adaptive.normalized_averaging.rescale_update`); empty otherwise.
   ‖a_i‖₁ comes from the reply's local steps, momentum and proximal α = lr × μ. Steps come from
   the coordinator's ``local_steps(reports)`` (the claim, kept within ``step_tolerance`` of the round's steps per
-  sample, or of its median steps too when ``equal_steps`` (``scale_batch_size``), one warning per node
-  clipped; the hierarchical strategy overrides it with the steps it sent). When a kept reply does
+  sample, or of its median steps too when ``equal_steps`` (``scale_batch_size=True``), with
+  ``max(samples, step_reference)`` for the samples when ``step_reference`` (``scale_batch_size="shrink"``),
+  one warning per node clipped; the hierarchical strategy overrides it with the steps it sent). When a kept reply does
   not say its steps, the round uses every reply's **samples** in their place (right for one batch
   size and one pass over the quota; one warning): a mix of units would be wrong. Unknown momentum
   counts as plain SGD; a μ > 0 with an unknown learning
@@ -130,6 +131,9 @@ class AggregationWeights:
         self.step_tolerance: float = STEP_TOLERANCE
         #: The clients were asked to take equal steps (``scale_batch_size``): equal steps are plausible too.
         self.equal_steps: bool = False
+        #: This round's reference quota when only slow nodes shrink their batches (``scale_batch_size="shrink"``):
+        #: a node's steps follow ``max(samples, reference)`` samples at the user's batch size. ``None``: not asked.
+        self.step_reference: int | None = None
         #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
         self.max_rescale: float | None = MAX_RESCALE
         #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
@@ -208,7 +212,11 @@ class AggregationWeights:
             tau = samples
         else:
             tau, clipped = plausible_steps(
-                np.array(steps, dtype=float), samples, self.step_tolerance, equal_steps=self.equal_steps
+                np.array(steps, dtype=float),
+                samples,
+                self.step_tolerance,
+                equal_steps=self.equal_steps,
+                reference=self.step_reference,
             )
             for r, was, t in zip(reports, clipped, tau):
                 if was:

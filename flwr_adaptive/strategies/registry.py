@@ -115,7 +115,7 @@ def build_strategy(
     allow_cycling: bool = False,
     min_quota: int = 1,
     min_local_steps: int = 0,
-    scale_batch_size: bool = False,
+    scale_batch_size: bool | str = False,
     forget_after: int = 3,
     cost_clip: float = 100.0,
     trust: CostTrust | bool = True,
@@ -164,7 +164,7 @@ def build_strategy(
     min_local_steps : int (default: 0)
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies
         only: Static, Oort and FedAsync do not take it).
-    scale_batch_size : bool (default: False)
+    scale_batch_size : bool or "shrink" (default: False)
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies only).
 
     Raises

@@ -19,7 +19,11 @@ coordinator's, so a strategy that overrides one changes it here too.
 With ``scale_batch_size=True`` the strategies also send every node the round's reference quota
 (:func:`reference_quota`: the equal share, ``budget // nodes trained``, at least 1; of the samples
 trained when every node trains on all its local data), by which a
-client scales its batch size (:mod:`flwr_adaptive.clients.batch_scaling`).
+client scales its batch size (:mod:`flwr_adaptive.clients.batch_scaling`). With
+``scale_batch_size="shrink"`` (:data:`SHRINK`) node i is sent ``max(reference, q_i)``
+(:func:`node_references`): a node below the reference shrinks its batches to take the reference's
+steps, a node at or above it computes ``ceil(B·q/q) = B``, keeps the user's batch size and takes
+more steps (which the normalised rule corrects). No client change is needed.
 
 Cost
 ----
@@ -38,17 +42,39 @@ from flwr_adaptive.strategies.quota_bounds import all_local_data
 if TYPE_CHECKING:
     from flwr_adaptive.strategies.core import AdaptiveCore
 
-__all__ = ["split_round", "reference_quota", "check_scale_batch_size"]
+__all__ = ["SHRINK", "split_round", "reference_quota", "node_references", "check_scale_batch_size"]
+
+#: ``scale_batch_size="shrink"``: only nodes below the reference quota scale (shrink) their batches.
+SHRINK = "shrink"
 
 
-def check_scale_batch_size(value: object) -> bool:
-    """``scale_batch_size`` as a bool, or ``ValueError`` with the fix (``"no"`` would read as True)."""
-    if not isinstance(value, bool):
+def check_scale_batch_size(value: object) -> bool | str:
+    """``scale_batch_size`` as given (``True``, ``False`` or ``"shrink"``), or ``ValueError`` with the fix
+    (``"no"`` would read as True)."""
+    if not (isinstance(value, bool) or value == SHRINK):
         raise ValueError(
-            f"scale_batch_size must be True or False (send each node the round's reference quota so that "
-            f"clients scale their batch size to take equal local steps), got {value!r}"
+            f"scale_batch_size must be True, False or {SHRINK!r} (True: send each node the round's reference "
+            f"quota so that clients scale their batch size to take equal local steps; {SHRINK!r}: only the nodes "
+            f"below the reference shrink their batches, the others keep the user's batch size), got {value!r}"
         )
     return value
+
+
+def node_references(
+    mode: bool | str, budget: int, quotas: Mapping[Hashable, int]
+) -> tuple[int | None, dict[Hashable, int]]:
+    """``(reference, {node: reference sent})`` of a round for ``scale_batch_size=mode``.
+
+    ``False``: ``(None, {})`` (nothing sent). ``True``: every node gets :func:`reference_quota`.
+    ``"shrink"``: node i gets ``max(reference, q_i)``, so a node at or above the reference keeps the
+    user's batch size (``ceil(B·q_i/q_i) = B``) and only the nodes below it shrink their batches.
+    """
+    if mode is False or not quotas:
+        return None, {}
+    r = reference_quota(budget, quotas)
+    if mode == SHRINK:
+        return r, {n: max(r, int(q)) for n, q in quotas.items()}
+    return r, {n: r for n in quotas}
 
 
 def reference_quota(budget: int, quotas: Mapping[Hashable, int]) -> int:

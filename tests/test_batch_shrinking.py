@@ -1,0 +1,204 @@
+"""Slow nodes' batches shrunk (``scale_batch_size="shrink"``): per-node references, batch sizes, the wire, plausibility."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+from adaptive_support import FakeGrid
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flwr_adaptive import keys
+from flwr_adaptive.clients.batch_scaling import scaled_batch_size
+from flwr_adaptive.normalized_averaging import plausible_steps
+from flwr_adaptive.strategies import AdaptiveStrategy, LegacyAdaptiveStrategy
+from flwr_adaptive.strategies.registry import build_strategy
+from flwr_adaptive.strategies.round_quotas import node_references, reference_quota
+
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+
+X = [np.array([1.0, -2.0])]
+
+
+def steps(samples: int, batch: int) -> int:
+    """Optimizer steps of one pass over ``samples`` in batches of ``batch`` (the last one partial)."""
+    return math.ceil(samples / batch)
+
+
+# ----------------------------------------------------------------------------- references and batch sizes
+def test_per_node_references_and_batch_sizes_by_hand():
+    # Prepare: 1100 samples over 4 nodes, split 700 / 300 / 75 / 25: the equal share 1100 // 4 = 275
+    quotas = {"a": 700, "b": 300, "c": 75, "d": 25}
+    # Execute
+    r, shrink = node_references("shrink", 1100, quotas)
+    _, equal = node_references(True, 1100, quotas)
+    # Assert: shrink sends max(275, q), equal steps sends 275 to all, False sends nothing
+    assert r == 275 and shrink == {"a": 700, "b": 300, "c": 275, "d": 275}
+    assert equal == {n: 275 for n in quotas} and node_references(False, 1100, quotas) == (None, {})
+    # at B = 32 the reference takes ceil(275/32) = 9 steps. Fast nodes keep 32: 22 and 10 steps (the default's)
+    batches = {n: scaled_batch_size(32, q, shrink[n]) for n, q in quotas.items()}
+    assert batches == {"a": 32, "b": 32, "c": 9, "d": 3}  # c: ceil(32·75/275) = ceil(8.7); d: ceil(2.9)
+    assert {n: steps(q, batches[n]) for n, q in quotas.items()} == {"a": 22, "b": 10, "c": 9, "d": 9}
+    # with equal steps (True) the fast nodes' batches grow instead: 700 in batches of 82, 9 steps
+    assert scaled_batch_size(32, 700, equal["a"]) == 82 and steps(700, 82) == 9
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 128), st.lists(st.integers(1, 3000), min_size=1, max_size=12), st.integers(0, 2000))
+def test_property_fast_nodes_keep_the_default_steps_and_slow_ones_take_the_references(batch, qs, slack):
+    # Prepare: a round's quotas and a budget at or above their sum (the split sums to it; above: all local data)
+    quotas = dict(enumerate(qs))
+    budget = sum(qs) + slack
+    r, sent = node_references("shrink", budget, quotas)
+    ref_steps = steps(r, batch)
+    for n, q in quotas.items():
+        # Execute: the batch a client computes from its quota and the reference it was sent
+        b = scaled_batch_size(batch, q, sent[n])
+        got = steps(q, b)
+        # Assert: never more steps than the default (the user's batch size) or the reference's, whichever is more,
+        # and never fewer than the default (a batch only shrinks) ...
+        assert steps(q, batch) <= got <= max(steps(q, batch), ref_steps)
+        if q >= r:  # ... a fast node keeps the user's batch size and the default's steps
+            assert b == batch and got == steps(q, batch)
+        elif b == 1:  # ... a slow node takes the reference's steps, up to one-sample batches (then all q it has)
+            assert got == q <= ref_steps
+        else:  # batch ceil(B·q/r) < 2·B·q/r: within a factor 2 of the reference's steps, never above
+            assert r / (2 * batch) <= got <= ref_steps
+
+
+# ----------------------------------------------------------------------------- the option and the wire
+@pytest.mark.parametrize("make", [
+    lambda **kw: AdaptiveStrategy(budget=10, **kw),
+    lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw),
+    lambda **kw: build_strategy("time", budget=10, **kw),
+], ids=["message", "legacy", "build-time"])
+def test_shrink_reaches_the_strategies_and_bad_values_name_the_accepted_ones(make):
+    assert make(scale_batch_size="shrink").scale_batch_size == "shrink"
+    for bad in ("no", "Shrink", 1, None):
+        with pytest.raises(ValueError, match="scale_batch_size must be True, False or 'shrink'"):
+            make(scale_batch_size=bad)
+
+
+@pytest.mark.parametrize("policy", ["static", "oort", "fedasync"])
+def test_baselines_refuse_shrink_rather_than_ignoring_it(policy):
+    with pytest.raises(ValueError, match=f"scale_batch_size does not apply to policy '{policy}'"):
+        build_strategy(policy, budget=10, scale_batch_size="shrink")
+
+
+def _fedavg(n):
+    from flwr.serverapp.strategy import FedAvg
+
+    return FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n)
+
+
+def _legacy(budget=300, **kw):
+    from flwr.server.strategy import FedAvg
+
+    return LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=budget, **kw)
+
+
+def _wire(api, strategy, split):
+    """``{quota: reference sent}`` of round 1 with the split forced to ``split`` (by node position)."""
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.common import ndarrays_to_parameters
+    from test_strategy_core import _Manager
+
+    nodes = [100, 101, 102] if api == "message" else ["11", "12", "13"]
+    strategy.quotas_for = lambda rnd, chosen: dict(zip(chosen, split))  # an uneven split in round 1
+    if api == "message":
+        msgs = strategy.configure_train(1, ArrayRecord(X), ConfigRecord(), FakeGrid(nodes))
+        configs = [dict(m.content["config"]) for m in msgs]
+    else:
+        pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager(nodes))
+        configs = [dict(ins.config) for _, ins in pairs]
+    return {c[keys.QUOTA]: c.get(keys.REFERENCE_QUOTA) for c in configs}
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_each_node_is_sent_the_larger_of_the_reference_and_its_quota(api):
+    make = (lambda **kw: AdaptiveStrategy(_fedavg(3), budget=300, **kw)) if api == "message" else _legacy
+    split = (200, 70, 30)  # the equal share 300 // 3 = 100
+    # Execute
+    shrink = _wire(api, make(scale_batch_size="shrink"), split)
+    equal = _wire(api, make(scale_batch_size=True), split)
+    plain = _wire(api, make(), split)
+    # Assert
+    assert shrink == {200: 200, 70: 100, 30: 100}
+    assert equal == {200: 100, 70: 100, 30: 100}
+    assert plain == {200: None, 70: None, 30: None}
+
+
+def test_the_uneven_split_of_a_second_round_is_sent_per_node():
+    from flwr.app import ArrayRecord, ConfigRecord
+    from test_strategy_core import COSTS, NODES, PARTS, play_round
+
+    # Prepare: node 9001 is 4x faster than 9003/9004 (Time-only): round 2's quotas are uneven
+    strategy = AdaptiveStrategy(_fedavg(4), budget=1000, scale_batch_size="shrink")
+    grid = FakeGrid(NODES)
+    play_round(strategy, grid, 1, COSTS, PARTS)
+    # Execute
+    msgs = list(strategy.configure_train(2, ArrayRecord(X), ConfigRecord(), grid))
+    # Assert: the reference is the equal share 250, raised to the quota of each node above it
+    sent = sorted((m.content["config"][keys.QUOTA], m.content["config"][keys.REFERENCE_QUOTA]) for m in msgs)
+    assert reference_quota(1000, dict(enumerate(q for q, _ in sent))) == 250
+    assert sent == [(125, 250), (125, 250), (250, 250), (500, 500)]
+
+
+# ----------------------------------------------------------------------------- plausible steps of both kinds
+def test_honest_steps_of_fast_and_slow_nodes_are_plausible_with_the_reference_only():
+    # Prepare: reference 275 at B = 32 (9 steps); quotas 700, 300 (fast, 22 and 10 steps at 32), 75 and 25
+    # shrunk to 9 steps each, 5 and 2 in one-sample batches (5 and 2 steps). e = max(samples, 275)
+    claimed, samples = [22, 10, 9, 9, 5, 2], [700, 300, 75, 25, 5, 2]
+    # Execute
+    by_samples, clipped_samples = plausible_steps(claimed, samples)
+    shrink, clipped = plausible_steps(claimed, samples, reference=275)
+    # Assert: by samples alone (m = median(steps/samples) = (9/75 + 9/25)/2 = 0.24) the fast nodes look like too
+    # few steps (700·0.24/2 = 84 > 22, 300·0.24/2 = 36 > 10: their updates would be scaled down)
+    assert clipped_samples.tolist() == [True, True, False, False, False, False]
+    assert by_samples[:2].tolist() == pytest.approx([84.0, 36.0])
+    # with the reference all are honest: m = 9/275, and the 2-sample node's lower bound 275·m/2 = 4.5 is held
+    # at its 2 samples (one-sample batches: it cannot take more steps than it has samples)
+    assert shrink.tolist() == claimed and not clipped.any()
+
+
+def test_with_the_reference_a_liar_is_still_bounded():
+    # m = median(steps / e) = 9/275; 1000 steps for 25 samples: at most max(275·m·2, median steps 9) = 18;
+    # 1 step for 700 samples: at least 700·m/2 = 11.45
+    out, clipped = plausible_steps([1, 10, 9, 1000, 5], [700, 300, 75, 25, 5], reference=275)
+    assert out[0] == pytest.approx(700 * 9 / 275 / 2) and out[3] == pytest.approx(18.0)
+    assert clipped.tolist() == [True, False, False, True, False]
+
+
+def test_a_bad_reference_is_refused():
+    with pytest.raises(ValueError, match="reference quota must be >= 1"):
+        plausible_steps([1, 2, 3], [1, 2, 3], reference=0)
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_an_honest_shrunk_round_is_aggregated_without_a_step_warning(api, caplog):
+    from test_batch_scaling import _legacy_round
+    from test_normalized_strategy import message_round
+
+    # Prepare: round 1 (equal quotas of 100 at budget 301, the reference 100 = 4 steps of 32); node 0 honest at
+    # 4 steps of its 100, node 1 read 25 in batches of 8 (4 steps), node 2 read 3 in one-sample batches (3 steps)
+    x = [np.array([0.0])]
+    per_node = [({"samples": s, "steps": k}, [np.array([float(d)])]) for s, k, d in ((100, 4, 1), (25, 4, 2), (3, 3, 3))]
+    make = ((lambda **kw: AdaptiveStrategy(_fedavg(3), budget=301, trust=False, **kw)) if api == "message"
+            else (lambda **kw: _legacy(budget=301, trust=False, **kw)))
+    shrunk, plain = make(scale_batch_size="shrink"), make()
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        message_round(shrunk, x, per_node) if api == "message" else _legacy_round(shrunk, x, per_node)
+    said = [r.getMessage() for r in caplog.records if "steps per sample" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        message_round(plain, x, per_node) if api == "message" else _legacy_round(plain, x, per_node)
+    # Assert: nothing said with the reference; without it the 100-sample node's 4 steps look too few
+    assert said == []
+    assert any("steps per sample" in r.getMessage() for r in caplog.records)
+    # the factors are FedNova's on the honest steps: τ_eff = Σ p_i τ_i over τ_i (weights by data size, equal here)
+    tau = np.array([4.0, 4.0, 3.0])
+    assert sorted(shrunk.last_scales.values()) == pytest.approx(sorted(tau.mean() / tau))
