@@ -108,6 +108,8 @@ def _rows() -> dict[str, Row]:
         if batch_shrinking_option():
             rows["time-norm-cap8-shrink"] = Row("time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk",
                                                 norm, options=((cap, 8.0), ("scale_batch_size", "shrink")))
+            rows["time-norm-shrink"] = Row("time", "Time-only + normalised, rescale unbounded, slow nodes' batches "
+                                           "shrunk", norm, options=((cap, None), ("scale_batch_size", "shrink")))
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
     return rows
 
