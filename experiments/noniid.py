@@ -85,9 +85,9 @@ from experiments.noniid_rows import (
     available_rows,
     default_row,
     default_weighting,
+    implicit_steps,
     normalised_weighting,
     rescale_cap_option,
-    strategy_defaults,
 )
 from experiments.reproduce_runs import REUSED, run_units, scenario_profiles, unit_path
 
@@ -113,9 +113,9 @@ def spec_of(name: str, task: str, profiles: tuple, seed: int, alpha: float, roun
     row = ROWS[name]
     floor = max(1, int(math.ceil(row.floor * budget / len(profiles)))) if row.floor else 1
     # A row on the strategies' default weighting is another run when that default changes: the name says which.
-    steps = strategy_defaults().get("min_local_steps", 0)  # a default step floor makes those rows other runs too
-    label = f"a{alpha:g}-{name}" + (f"-w{default_weighting()}" + (f"-steps{steps}" if steps else "")
-                                    if row.weighting is None else "")
+    steps = implicit_steps(row)  # a default step floor (min-energy's with private data) makes a row another run too
+    label = f"a{alpha:g}-{name}" + (f"-w{default_weighting()}" if row.weighting is None else "") \
+        + (f"-steps{steps}" if steps else "")
     reference = name == "equal-fedavg"
     return RunSpec(row.policy, task, profiles, seed=seed, rounds=rounds if reference else cap * rounds, budget=budget,
                    clock=clock, per_sample_s=per_sample_s, label=label if reference else f"{label}-eqtime",

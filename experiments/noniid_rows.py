@@ -82,6 +82,9 @@ def _rows() -> dict[str, Row]:
     for policy, name in (("time", "Time-only"), ("min-energy", "Min-energy")):
         for w, wl in (("samples", "samples"), ("data-size", "data-size"), (norm, "normalised")):
             rows[f"{policy}-{wl}"] = Row(policy, f"{name} + {wl}", w)
+    if step_floor_option():  # min-energy's default floor of one batch with private data, switched off
+        rows["min-energy-norm-nofloor"] = Row("min-energy", "Min-energy + normalised, no step floor", norm,
+                                              options=(("min_local_steps", 0),))
     rows["time-fedprox"] = Row("time", f"Time-only + FedProx (μ={PROX_MU:g})", None, inner="fedprox")
     rows["static"] = Row("static", "Static", None)
     rows["oort"] = Row("oort", "Oort-like", None)
@@ -143,8 +146,24 @@ def batch_shrinking_option() -> bool:
     return True
 
 
+def implicit_steps(row: Row) -> int:
+    """The step floor a run of ``row`` gets without naming one: 0 when the row sets ``min_local_steps``, else the
+    strategies' default for its policy and data setting (``min-energy`` with private data has one)."""
+    if "min_local_steps" in dict(row.options):
+        return 0
+    steps = strategy_defaults().get("min_local_steps", 0)
+    if steps is None:
+        try:
+            from flwr_adaptive.strategies.step_floor import default_min_local_steps
+        except ImportError:  # strategies without a per-policy default
+            return 0
+        steps = default_min_local_steps(None, row.policy, row.cycling)
+    return int(steps or 0)
+
+
 def strategy_defaults() -> dict:
-    """``AdaptiveStrategy``'s defaults of the options the rows set (``max_rescale``, ``min_local_steps``)."""
+    """``AdaptiveStrategy``'s defaults of the options the rows set (``max_rescale``, ``min_local_steps``;
+    ``min_local_steps=None``: the policy's own default, :func:`implicit_steps`)."""
     import inspect
 
     from flwr_adaptive.strategies import AdaptiveStrategy

@@ -10,6 +10,7 @@ from experiments import noniid, noniid_rows
 from experiments.noniid_rows import ROWS, STEP_FLOORS, default_row, settings_of
 from flwr_adaptive.strategies import AdaptiveStrategy
 from flwr_adaptive.strategies.registry import build_strategy
+from flwr_adaptive.strategies.step_floor import default_min_local_steps
 
 
 def test_the_default_row_runs_the_strategies_defaults():
@@ -18,8 +19,8 @@ def test_the_default_row_runs_the_strategies_defaults():
     plain = AdaptiveStrategy(budget=10)
     row = ROWS[default_row("time")]
     # Assert: the row names its weighting and sets every option to the strategies' default
-    opts = {"max_rescale": params["max_rescale"].default, "min_local_steps": params["min_local_steps"].default,
-            **dict(row.options)}
+    steps = default_min_local_steps(params["min_local_steps"].default, "time", False)  # None: the policy's own
+    opts = {"max_rescale": params["max_rescale"].default, "min_local_steps": steps, **dict(row.options)}
     built = build_strategy("time", budget=10, weighting=row.weighting, **dict(row.options))
     assert row.weighting == plain.weighting and not row.floor and row.inner == "fedavg"
     assert (built.max_rescale, built.min_local_steps) == (plain.max_rescale, plain.min_local_steps)
@@ -43,7 +44,27 @@ def test_the_step_floor_rows_build_strategies_with_their_floor(k):
 def test_a_default_step_floor_makes_the_default_weighting_rows_other_runs(monkeypatch):
     # a row on the default weighting (weighting=None) is another run once the default floor changes: its label says it
     base = noniid.spec_of("time-floor0.5", "weather", (1.0,) * 11, 0, 0.3, 10, 1100, "modelled", 1e-5, "testbed")
-    monkeypatch.setattr(noniid, "strategy_defaults", lambda: {**noniid_rows.strategy_defaults(), "min_local_steps": 2})
+    defaults = noniid_rows.strategy_defaults()
+    monkeypatch.setattr(noniid_rows, "strategy_defaults", lambda: {**defaults, "min_local_steps": 2})
     floored = noniid.spec_of("time-floor0.5", "weather", (1.0,) * 11, 0, 0.3, 10, 1100, "modelled", 1e-5, "testbed")
     assert base.label == "a0.3-time-floor0.5-wnormalized-eqtime"
     assert floored.label == "a0.3-time-floor0.5-wnormalized-steps2-eqtime"
+
+
+def test_min_energys_default_floor_makes_its_rows_other_runs_and_the_nofloor_row_the_old_default():
+    # Prepare: min-energy's rows without a step floor of their own get the strategies' default floor with
+    # private data (one batch); the no-floor row switches it off
+    def label(name):
+        return noniid.spec_of(name, "mnist", (1.0,) * 11, 0, 0.3, 20, 1100, "modelled", 1e-4, "testbed").label
+
+    # Assert: their labels say the floor (a run cached before it is not reused), the no-floor row's does not;
+    # Time-only's rows keep their labels; the default min-energy row is the normalised one with the floor
+    assert label("min-energy-normalised") == "a0.3-min-energy-normalised-steps1-eqtime"
+    assert label("min-energy-data-size") == "a0.3-min-energy-data-size-steps1-eqtime"
+    assert label("min-energy-norm-nofloor") == "a0.3-min-energy-norm-nofloor-eqtime"
+    assert label("time-norm-cap8") == "a0.3-time-norm-cap8-eqtime"
+    assert default_row("min-energy") == "min-energy-normalised"
+    built = {n: build_strategy("min-energy", budget=10, weighting=ROWS[n].weighting, **dict(ROWS[n].options))
+             for n in ("min-energy-normalised", "min-energy-norm-nofloor")}
+    assert built["min-energy-normalised"].min_local_steps == 1
+    assert built["min-energy-norm-nofloor"].min_local_steps == 0

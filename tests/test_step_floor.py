@@ -13,7 +13,7 @@ from test_normalized_strategy import reply, telemetry
 
 from flwr_adaptive.strategies import AdaptiveStrategy, HierarchicalAdaptiveStrategy, LegacyAdaptiveStrategy
 from flwr_adaptive.strategies.registry import build_strategy
-from flwr_adaptive.strategies.step_floor import StepFloor
+from flwr_adaptive.strategies.step_floor import MIN_ENERGY_STEPS, StepFloor, default_min_local_steps
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
@@ -159,14 +159,21 @@ def test_a_floor_above_the_equal_share_is_bounded_by_it():
     assert got[1] == [100, 100, 100]  # 10 × 33 > 300 // 3: every floor is the equal share
 
 
+def _BUILD_MIN_ENERGY(**kw):
+    return build_strategy("min-energy", budget=10, **kw)
+
+
 @pytest.mark.parametrize("make", [
     lambda **kw: AdaptiveStrategy(budget=10, **kw),
     lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw),
     lambda **kw: build_strategy("time", budget=10, **kw),
-    lambda **kw: build_strategy("min-energy", budget=10, **kw),
+    _BUILD_MIN_ENERGY,
 ], ids=["message", "legacy", "build-time", "build-min-energy"])
 def test_min_local_steps_reaches_the_strategies_and_is_checked(make):
-    assert make().min_local_steps == 0  # no floor by default
+    # no floor by default, except min-energy's one batch with private data (the strategies' default)
+    assert make().min_local_steps == (1 if make is _BUILD_MIN_ENERGY else 0)
+    assert make(allow_cycling=True).min_local_steps == 0  # data shared in a trusted domain: no default floor
+    assert make(min_local_steps=0).min_local_steps == 0
     assert make(min_local_steps=4).min_local_steps == 4
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="min_local_steps must be an int >= 0"):
@@ -185,3 +192,77 @@ def test_hfl_silos_run_the_steps_sent_so_a_floor_above_them_is_refused():
         HierarchicalAdaptiveStrategy(budget=10, steps=4, min_local_steps=5)
     with pytest.raises(ValueError, match="min_local_steps must be an int >= 0"):
         HierarchicalAdaptiveStrategy(budget=10, steps=4, min_local_steps=-1)
+
+
+# ----------------------------------------------------------------------------- min-energy's default floor
+def _energy_quotas(strategy, api, rounds=3, watts=(10.0, 1.0, 1.0)):
+    """Quotas of each round, all nodes equally fast (1 ms a sample), node 0 drawing 10 W, the others 1 W."""
+    from flwr_adaptive import keys
+
+    def metrics(i, q):
+        out = telemetry(q, i, steps=math.ceil(q / BATCH))
+        out[keys.ENERGY_J] = watts[i] * 0.001 * q
+        return out
+
+    out = []
+    if api == "message":
+        from flwr.app import ArrayRecord, ConfigRecord
+
+        nodes = [100, 101, 102]
+        for rnd in range(1, rounds + 1):
+            msgs = list(strategy.configure_train(rnd, ArrayRecord(X), ConfigRecord(), FakeGrid(nodes)))
+            quota = {m.metadata.dst_node_id: int(m.content["config"][keys.QUOTA]) for m in msgs}
+            out.append([quota[n] for n in nodes])
+            strategy.aggregate_train(rnd, [reply(m, metrics(nodes.index(m.metadata.dst_node_id),
+                                                            quota[m.metadata.dst_node_id]), X) for m in msgs])
+        return out
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from test_strategy_core import _Manager
+
+    for rnd in range(1, rounds + 1):
+        pairs = strategy.configure_fit(rnd, ndarrays_to_parameters(X), _Manager(["11", "12", "13"]))
+        quotas = [int(ins.config[keys.QUOTA]) for _, ins in pairs]
+        out.append(quotas)
+        ok = Status(Code.OK, "")
+        strategy.aggregate_fit(rnd, [(proxy, FitRes(ok, ndarrays_to_parameters(X), 1, metrics(i, q)))
+                                     for i, ((proxy, _), q) in enumerate(zip(pairs, quotas))], [])
+    return out
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_min_energy_with_private_data_keeps_its_energy_hungry_node_at_one_batch_by_default(api):
+    # Prepare: budget 300 over 3 equally fast nodes, node 0 drawing 10x the others' watts; no limit on the
+    # round's length (slack=inf), so the least-energy split parks node 0 at min_quota (1 sample)
+    def make(**kw):
+        if api == "legacy":
+            from flwr.server.strategy import FedAvg
+
+            inner = FedAvg(min_fit_clients=3, min_available_clients=3)
+            return LegacyAdaptiveStrategy(inner, budget=300, policy="min-energy", slack=math.inf, deadband=0.0,
+                                          trust=False, **kw)
+        return AdaptiveStrategy(_fedavg(3), budget=300, policy="min-energy", slack=math.inf, deadband=0.0,
+                                trust=False, **kw)
+
+    # Execute
+    default, off, shared = (_energy_quotas(make(**kw), api)
+                            for kw in ({}, {"min_local_steps": 0}, {"allow_cycling": True}))
+
+    # Assert, hand-computed: round 1 is equal (100 samples in 4 steps: 25 <= B <= 33). Without a floor (and
+    # with shared data, allow_cycling=True) node 0 gets 1 sample. By default (private data) its floor is one
+    # batch, 1 x 33 = 33 in round 2; those 33 samples in 2 steps narrow B to [25, 32], so round 3 gets 32.
+    assert default[0] == off[0] == shared[0] == [100, 100, 100]
+    assert [default[1][0], default[2][0]] == [33, 32]
+    assert [off[1][0], off[2][0]] == [shared[1][0], shared[2][0]] == [1, 1]
+    for rnd in range(3):
+        assert sum(default[rnd]) == sum(off[rnd]) == sum(shared[rnd]) == 300
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["equal", "time", "low-energy", "energy", "min-energy"]), st.booleans(),
+       st.one_of(st.none(), st.integers(0, 50)))
+def test_property_only_min_energy_with_private_data_gets_a_default_floor(policy, cycling, value):
+    got = default_min_local_steps(value, policy, cycling)
+    if value is not None:
+        assert got == value  # a floor the user names is kept, whatever the policy
+    else:
+        assert got == (MIN_ENERGY_STEPS if policy == "min-energy" and not cycling else 0)

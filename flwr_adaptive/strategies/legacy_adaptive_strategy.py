@@ -63,7 +63,7 @@ from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, node_references
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
-from flwr_adaptive.strategies.step_floor import check_min_local_steps
+from flwr_adaptive.strategies.step_floor import default_min_local_steps
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 from flwr_adaptive.strategies.trust import CostTrust
 
@@ -135,7 +135,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         quota is capped at the data size the client reports.
     min_quota : int (default: 1)
         Smallest quota any client gets.
-    min_local_steps : int (default: 0)
+    min_local_steps : int, optional
         A floor in local optimizer steps: from its second round on, every trained node's quota
         is at least this many steps of its own batch size (learnt from the local steps and
         samples its replies report, ``keys.LOCAL_STEPS``; until a node's batch size is known it
@@ -143,7 +143,11 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         a node under-claiming its steps gains at most Equal's quota) and its data size. The
         split then never holds a slow node at one or two steps while the others take ten, which
         would leave its update extrapolated (``"normalized"``) or its data under-weighted
-        (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``).
+        (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``). ``None``
+        (default): 0, except ``policy="min-energy"`` with ``allow_cycling=False``, which gets 1
+        (at least one full batch: the min-energy split would otherwise park its most
+        energy-hungry nodes at ``min_quota``, a few samples whose update the normalised rule
+        rescales with their owner's whole data share).
     scale_batch_size : bool or "shrink" (default: False)
         ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
         equal share, budget // nodes trained, or of the samples trained when the budget exceeds
@@ -197,7 +201,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         max_rescale: float | None = MAX_RESCALE,
         allow_cycling: bool = False,
         min_quota: int = 1,
-        min_local_steps: int = 0,
+        min_local_steps: int | None = None,
         scale_batch_size: bool | str = False,
         forget_after: int = 3,
         cost_clip: float = 100.0,
@@ -214,7 +218,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
         max_rescale = check_max_rescale(max_rescale)  # checked first, set once the components exist
-        min_local_steps = check_min_local_steps(min_local_steps)
+        min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
         AdaptiveCore.__init__(
             self,
             budget,

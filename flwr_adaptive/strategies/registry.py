@@ -114,7 +114,7 @@ def build_strategy(
     max_rescale: float | None = MAX_RESCALE,
     allow_cycling: bool = False,
     min_quota: int = 1,
-    min_local_steps: int = 0,
+    min_local_steps: int | None = None,
     scale_batch_size: bool | str = False,
     forget_after: int = 3,
     cost_clip: float = 100.0,
@@ -161,9 +161,9 @@ def build_strategy(
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
-    min_local_steps : int (default: 0)
+    min_local_steps : int, optional
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies
-        only: Static, Oort and FedAsync do not take it).
+        only: Static, Oort and FedAsync do not take it; ``None``: the policy's default there).
     scale_batch_size : bool or "shrink" (default: False)
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies only).
 
@@ -181,7 +181,7 @@ def build_strategy(
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
         "max_rescale": max_rescale != MAX_RESCALE,
         "min_quota": min_quota != 1,
-        "min_local_steps": min_local_steps != 0,
+        "min_local_steps": min_local_steps not in (None, 0),
         "scale_batch_size": scale_batch_size is not False,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,

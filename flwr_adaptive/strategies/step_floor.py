@@ -21,6 +21,16 @@ them, or, weighted by samples, its data would weigh little):
   cap this round, e.g. its data size). ``None`` while ``B_hi`` is unknown (no reply yet, or only
   one-step replies, which bound B from below only): no floor until then.
 
+The default (:func:`default_min_local_steps`): ``min_local_steps=None`` is 0 (no floor) for every
+policy except ``"min-energy"`` with private data (``allow_cycling=False``), where it is
+:data:`MIN_ENERGY_STEPS` (1: at least one full batch). The min-energy split parks the nodes of
+highest marginal energy at ``min_quota`` (one sample by default); with private data such a
+node's update rests on a handful of samples, which the normalised rule rescales up to
+``max_rescale`` times with its owner's whole data share (MNIST, Dirichlet(0.3), 5 seeds: 6 of 10
+runs reached Equal's accuracy without a floor, 10 of 10 with it; docs/integration.md). A floor
+of one batch keeps the energy-hungry node's update a full minibatch while leaving the split's
+shape (and the slow nodes, already above one batch) as the solver chose it.
+
 Why the equal share bounds it: floors within ``budget // n`` always fit the budget (``Σ ≤
 budget``, so the controller's split stays exact; it refuses floors that do not fit, it never
 scales them), and a node that under-claims its steps to inflate ``B_hi`` gets at most Equal's
@@ -39,7 +49,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepFloor", "check_min_local_steps"]
+__all__ = ["MIN_ENERGY_STEPS", "StepFloor", "check_min_local_steps", "default_min_local_steps"]
+
+#: ``min_local_steps`` of ``policy="min-energy"`` with private data when the user names none.
+MIN_ENERGY_STEPS = 1
 
 
 def check_min_local_steps(value: Any) -> int:
@@ -50,6 +63,28 @@ def check_min_local_steps(value: Any) -> int:
             f"0: no floor), got {value!r}"
         )
     return int(value)
+
+
+def default_min_local_steps(value: Any, policy: str, allow_cycling: bool) -> int:
+    """``min_local_steps`` as used: ``value`` checked, or for ``None`` the policy's default (module doc).
+
+    Parameters
+    ----------
+    value : int or None
+        What the user passed; ``None``: the default for ``policy`` and the data setting.
+    policy : str
+        The strategy's policy (``"min-energy"`` gets :data:`MIN_ENERGY_STEPS` with private data).
+    allow_cycling : bool
+        ``False``: private data (a node's quota is capped at its own data).
+
+    Raises
+    ------
+    ValueError
+        ``value`` is neither ``None`` nor an int >= 0.
+    """
+    if value is None:
+        return MIN_ENERGY_STEPS if policy == "min-energy" and not allow_cycling else 0
+    return check_min_local_steps(value)
 
 
 class StepFloor:
