@@ -25,6 +25,8 @@ ALPHAS = (0.3, 0.1)
 FLOORS = (0.25, 0.5, 0.75)  # floor on a quota as a share of the equal split (budget / nodes)
 PROX_MU = 0.1
 RESCALE_CAPS = (4.0, 8.0, 16.0)  # caps on the normalised rule's rescaling factor (rows when the strategies offer one)
+#: Lower caps for min-energy, whose split parks its energy-hungry nodes at its floor (one batch by default).
+MIN_ENERGY_CAPS = (2.0, 4.0)
 #: ``min_local_steps`` of the step-floor rows. With 1100 samples over 11 nodes and batches of 32, Equal gives every node
 #: 100 samples (4 steps; the floor learns B ≤ 33 from it); a floor of 4 steps is then the equal share for everyone,
 #: the Equal split itself, and 3 steps (99 samples) nearly so.
@@ -93,6 +95,9 @@ def _rows() -> dict[str, Row]:
     for f in FLOORS:
         rows[f"time-floor{f:g}"] = Row("time", f"Time-only, floor {f:g} × equal", None, floor=f)
     cap = rescale_cap_option()
+    for c in MIN_ENERGY_CAPS if cap else ():  # min-energy with its default floor and a lower rescale cap
+        rows[f"min-energy-norm-cap{c:g}"] = Row("min-energy", f"Min-energy + normalised, rescale ≤ {c:g}", norm,
+                                                options=((cap, c),))
     for c in RESCALE_CAPS if cap else ():
         rows[f"time-norm-cap{c:g}"] = Row("time", f"Time-only + normalised, rescale ≤ {c:g}", norm,
                                           options=((cap, c),))

@@ -68,3 +68,11 @@ def test_min_energys_default_floor_makes_its_rows_other_runs_and_the_nofloor_row
              for n in ("min-energy-normalised", "min-energy-norm-nofloor")}
     assert built["min-energy-normalised"].min_local_steps == 1
     assert built["min-energy-norm-nofloor"].min_local_steps == 0
+
+
+@pytest.mark.parametrize("cap", noniid_rows.MIN_ENERGY_CAPS)
+def test_min_energys_lower_cap_rows_keep_its_default_floor_and_set_their_cap(cap):
+    row = ROWS[f"min-energy-norm-cap{cap:g}"]
+    strategy = build_strategy(row.policy, budget=10, weighting=row.weighting, **dict(row.options))
+    assert (strategy.weighting, strategy.max_rescale, strategy.min_local_steps) == ("normalized", cap, 1)
+    assert settings_of(row) != settings_of(ROWS[default_row("min-energy")])  # never read as the default
