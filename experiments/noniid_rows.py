@@ -19,7 +19,7 @@ signature; :func:`default_weighting` builds one ``AdaptiveStrategy``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ALPHAS = (0.3, 0.1)
 FLOORS = (0.25, 0.5, 0.75)  # floor on a quota as a share of the equal split (budget / nodes)
@@ -119,7 +119,15 @@ def _rows() -> dict[str, Row]:
             rows["time-norm-shrink"] = Row("time", "Time-only + normalised, rescale unbounded, slow nodes' batches "
                                            "shrunk", norm, options=((cap, None), ("scale_batch_size", "shrink")))
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
+    if batch_shrinking_option():  # the rows measured before "shrink" was the default keep the user's batch size
+        for name, row in rows.items():
+            if row.policy in _SCALING_POLICIES and "scale_batch_size" not in dict(row.options):
+                rows[name] = replace(row, options=(*row.options, ("scale_batch_size", False)))
     return rows
+
+
+#: The policies whose strategy takes ``scale_batch_size`` (the baselines train at the user's batch size).
+_SCALING_POLICIES = ("equal", "time", "min-energy")
 
 
 def step_floor_option() -> bool:
@@ -167,26 +175,27 @@ def implicit_steps(row: Row) -> int:
 
 
 def strategy_defaults() -> dict:
-    """``AdaptiveStrategy``'s defaults of the options the rows set (``max_rescale``, ``min_local_steps``;
-    ``min_local_steps=None``: the policy's own default, :func:`implicit_steps`)."""
+    """``AdaptiveStrategy``'s defaults of the options the rows set (``max_rescale``, ``min_local_steps``,
+    ``scale_batch_size``; ``min_local_steps=None``: the policy's own default, :func:`implicit_steps`)."""
     import inspect
 
     from flwr_adaptive.strategies import AdaptiveStrategy
 
     params = inspect.signature(AdaptiveStrategy.__init__).parameters
-    return {n: params[n].default for n in ("max_rescale", "min_local_steps") if n in params}
+    return {n: params[n].default for n in ("max_rescale", "min_local_steps", "scale_batch_size") if n in params}
 
 
 ROWS = _rows()
-#: Rows of the quick form (the suite): the reference, the adaptive default, one baseline of each kind.
-QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8", "time-norm-cap8-steps2", "pyramid",
-              "time-fedprox")
-MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8")
+#: Rows of the quick form (the suite): the reference, the adaptive default (and the one before it, the floor table's
+#: "none"), one baseline of each kind.
+QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shrink", "time-norm-cap8",
+              "time-norm-cap8-steps2", "pyramid", "time-fedprox")
+MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8-shrink")
 #: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal
-#: rules, Time-only's weightings (the normalised one with its rescale capped at 8 too: the candidate default
-#: that keeps the slow data owner's class in tests/test_noniid_e2e.py's case) and the PyramidFL-style baseline.
+#: rules, Time-only's weightings (the normalised one with its rescale capped at 8 too, with and without the slow
+#: nodes' batches shrunk: the default and the one before it) and the PyramidFL-style baseline.
 LATER_ALPHA_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-data-size", "time-normalised",
-                    "time-norm-cap8", "pyramid")
+                    "time-norm-cap8", "time-norm-cap8-shrink", "pyramid")
 
 
 def available_rows(names: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -206,6 +215,15 @@ def settings_of(row: Row) -> tuple:
     opts = {**strategy_defaults(), **dict(row.options)}
     if w != normalised_weighting():
         opts.pop("max_rescale", None)
+    if "scale_batch_size" in opts:
+        if row.policy in _SCALING_POLICIES:
+            from flwr_adaptive.strategies.round_quotas import resolve_scale_batch_size
+
+            floor = opts.get("min_local_steps")
+            floor = implicit_steps(row) if floor is None else floor
+            opts["scale_batch_size"] = resolve_scale_batch_size(opts["scale_batch_size"], w, floor)
+        else:
+            opts.pop("scale_batch_size")
     return row.policy, row.inner, row.cycling, row.floor, w, tuple(sorted(opts.items()))
 
 

@@ -225,7 +225,7 @@ def test_the_reference_quota_is_on_the_wire_only_when_asked(api):
     else:
         make, configs = _legacy, _legacy_configs
     # Execute
-    scaled, plain = configs(make(scale_batch_size=True)), configs(make())
+    scaled, plain = configs(make(scale_batch_size=True)), configs(make(scale_batch_size=False))
     # Assert
     assert [c[keys.REFERENCE_QUOTA] for c in scaled] == [100, 100, 100]
     assert sorted(c[keys.QUOTA] for c in scaled) == [100, 100, 101]
@@ -257,8 +257,8 @@ def test_the_reference_is_the_share_of_the_samples_trained_when_the_budget_excee
     lambda **kw: build_strategy("time", budget=10, **kw),
 ], ids=["message", "legacy", "build-time"])
 def test_scale_batch_size_reaches_the_strategies_and_is_checked(make):
-    assert make().scale_batch_size is False and make(scale_batch_size=True).scale_batch_size is True
-    for bad in ("no", 1, None):
+    assert make(scale_batch_size=False).scale_batch_size is False and make(scale_batch_size=True).scale_batch_size is True
+    for bad in ("no", 1):
         with pytest.raises(ValueError, match="scale_batch_size must be True, False or .shrink."):
             make(scale_batch_size=bad)
 
@@ -296,7 +296,7 @@ def test_scaled_batches_are_aggregated_unrescaled_and_without_a_warning(api, cap
     per_node = [({"samples": s, "steps": 4}, [np.array([float(d)])]) for s, d in ((100, 1), (25, 2), (10, 3))]
     make = ((lambda **kw: AdaptiveStrategy(_fedavg(3), budget=301, trust=False, **kw)) if api == "message"
             else (lambda **kw: _legacy(trust=False, **kw)))
-    scaled, plain = make(scale_batch_size=True), make()
+    scaled, plain = make(scale_batch_size=True), make(scale_batch_size=False)
     # Execute
     with caplog.at_level(logging.WARNING, logger="flwr"):
         if api == "message":

@@ -77,9 +77,31 @@ def test_property_fast_nodes_keep_the_default_steps_and_slow_ones_take_the_refer
 ], ids=["message", "legacy", "build-time"])
 def test_shrink_reaches_the_strategies_and_bad_values_name_the_accepted_ones(make):
     assert make(scale_batch_size="shrink").scale_batch_size == "shrink"
-    for bad in ("no", "Shrink", 1, None):
+    for bad in ("no", "Shrink", 1):
         with pytest.raises(ValueError, match="scale_batch_size must be True, False or 'shrink'"):
             make(scale_batch_size=bad)
+
+
+@pytest.mark.parametrize("make", [AdaptiveStrategy, LegacyAdaptiveStrategy,
+                                  lambda policy="time", **kw: build_strategy(policy, **kw)],
+                         ids=["message", "legacy", "build-time"])
+def test_the_default_shrinks_with_the_normalised_rule_only(make):
+    assert make(budget=10).scale_batch_size == "shrink"  # private data: weighting "normalized"
+    assert make(budget=10, weighting="normalized", allow_cycling=True).scale_batch_size == "shrink"
+    for off in (dict(allow_cycling=True), dict(weighting="samples"), dict(weighting="data-size")):
+        assert make(budget=10, **off).scale_batch_size is False  # no rule corrects a fast node's extra steps
+    # a step floor learns each node's batch size from its replies: shrunk batches would lower it, so no default shrink
+    assert make(budget=10, min_local_steps=2).scale_batch_size is False
+    assert make(budget=10, policy="min-energy").scale_batch_size is False  # its default floor of one batch
+    assert make(budget=10, min_local_steps=2, scale_batch_size="shrink").scale_batch_size == "shrink"  # if asked
+
+
+def test_baselines_and_silos_keep_the_users_batch_size_by_default():
+    from flwr_adaptive.strategies import HierarchicalAdaptiveStrategy
+
+    for policy in ("static", "oort"):
+        assert build_strategy(policy, budget=10).scale_batch_size is False
+    assert HierarchicalAdaptiveStrategy(budget=10, steps=2).scale_batch_size is False
 
 
 @pytest.mark.parametrize("policy", ["static", "oort", "fedasync"])
@@ -124,11 +146,13 @@ def test_each_node_is_sent_the_larger_of_the_reference_and_its_quota(api):
     # Execute
     shrink = _wire(api, make(scale_batch_size="shrink"), split)
     equal = _wire(api, make(scale_batch_size=True), split)
-    plain = _wire(api, make(), split)
+    plain = _wire(api, make(scale_batch_size=False), split)
+    default = _wire(api, make(), split)
     # Assert
     assert shrink == {200: 200, 70: 100, 30: 100}
     assert equal == {200: 100, 70: 100, 30: 100}
     assert plain == {200: None, 70: None, 30: None}
+    assert default == shrink  # the default with private data (the normalised weighting)
 
 
 def test_the_uneven_split_of_a_second_round_is_sent_per_node():
@@ -188,7 +212,7 @@ def test_an_honest_shrunk_round_is_aggregated_without_a_step_warning(api, caplog
     per_node = [({"samples": s, "steps": k}, [np.array([float(d)])]) for s, k, d in ((100, 4, 1), (25, 4, 2), (3, 3, 3))]
     make = ((lambda **kw: AdaptiveStrategy(_fedavg(3), budget=301, trust=False, **kw)) if api == "message"
             else (lambda **kw: _legacy(budget=301, trust=False, **kw)))
-    shrunk, plain = make(scale_batch_size="shrink"), make()
+    shrunk, plain = make(), make(scale_batch_size=False)  # the default with private data: "shrink"
     # Execute
     with caplog.at_level(logging.WARNING, logger="flwr"):
         message_round(shrunk, x, per_node) if api == "message" else _legacy_round(shrunk, x, per_node)

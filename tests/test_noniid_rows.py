@@ -24,13 +24,22 @@ def test_the_default_row_runs_the_strategies_defaults():
     built = build_strategy("time", budget=10, weighting=row.weighting, **dict(row.options))
     assert row.weighting == plain.weighting and not row.floor and row.inner == "fedavg"
     assert (built.max_rescale, built.min_local_steps) == (plain.max_rescale, plain.min_local_steps)
+    assert built.scale_batch_size == plain.scale_batch_size == "shrink"
     assert opts["max_rescale"] == plain.max_rescale and opts["min_local_steps"] == plain.min_local_steps
 
 
 def test_the_unbounded_normalised_row_is_not_the_default():
     # its runs were made before the cap existed: it says so and sets it, so it is never read as the default
-    assert dict(ROWS["time-normalised"].options) == {"max_rescale": None}
+    assert dict(ROWS["time-normalised"].options) == {"max_rescale": None, "scale_batch_size": False}
     assert settings_of(ROWS["time-normalised"]) != settings_of(ROWS[default_row("time")])
+
+
+def test_rows_measured_before_shrinking_was_the_default_keep_the_users_batch_size():
+    # their finished runs (kept under the same names) trained at the user's batch size: the rows say so
+    for name, row in ROWS.items():
+        if row.policy in ("equal", "time", "min-energy") and "shrink" not in name and "eqsteps" not in name:
+            built = build_strategy(row.policy, budget=10, weighting=row.weighting, **dict(row.options))
+            assert built.scale_batch_size is False, name
 
 
 @pytest.mark.parametrize("k", STEP_FLOORS)

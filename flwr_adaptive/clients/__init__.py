@@ -5,7 +5,8 @@
   training (time, energy, samples) and report it in the reply's metrics.
 - :func:`quota_data` gives the training loop exactly this round's quota of the local data.
 - :func:`quota_batch_size` gives the batch size for the quota when the strategy scales batches
-  (``scale_batch_size=True``: every node takes the reference quota's local steps).
+  (``scale_batch_size=True``: every node takes the reference quota's local steps; ``"shrink"``, the
+  default with private data: the nodes below it do, the others keep the user's batch size).
 - :func:`node_partition` reads a SuperNode's ``partition-id``/``num-partitions`` (the identity
   that survives restarts) with the ``--node-config`` fix in the error when they are missing.
 - :func:`silo_train` runs one HFL-DDP silo round on k local DDP ranks (imports torch on first use).

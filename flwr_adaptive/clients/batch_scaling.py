@@ -3,7 +3,9 @@
 Contract
 --------
 With ``scale_batch_size=True`` the adaptive strategies send every node the round's reference quota
-(``keys.REFERENCE_QUOTA``: the equal share, budget / nodes trained) next to its own quota. A node
+(``keys.REFERENCE_QUOTA``: the equal share, budget / nodes trained) next to its own quota (with
+``"shrink"``, the default with private data, ``max(reference, quota)``: only a node below the share
+scales, down). A node
 then moves its extra (or missing) samples through the **batch size**, not the step count: at the
 user's batch size ``B`` the reference quota ``r`` takes ``ceil(r / B)`` steps, and a quota ``q``
 is read in batches of

@@ -195,7 +195,9 @@ def quota_batch_size(batch_size: int, *, max_scale: float | None = MAX_BATCH_SCA
     quota (the equal share) with its own; reading the quota in batches of
     ``ceil(batch_size · quota / reference)`` takes the steps the reference takes at
     ``batch_size``, so every node takes the same number of local steps
-    (:mod:`flwr_adaptive.clients.batch_scaling`). For your own loop over arrays::
+    (:mod:`flwr_adaptive.clients.batch_scaling`). With ``scale_batch_size="shrink"`` (the
+    strategies' default with private data) a node at or above the equal share is sent its own
+    quota as the reference and keeps ``batch_size``. For your own loop over arrays::
 
         x, y = quota_data((x_train, y_train))
         bs = quota_batch_size(32)
@@ -241,7 +243,7 @@ def quota_data(data: Any, *, max_batch_scale: float | None = MAX_BATCH_SCALE) ->
         The local training data.
     max_batch_scale : float or None (default: 8.0)
         For a DataLoader re-created inside a wrapped training call whose config holds a
-        reference quota (``scale_batch_size=True`` on the strategy): the largest factor its
+        reference quota (``scale_batch_size=True`` or ``"shrink"`` on the strategy): the largest factor its
         batch size is scaled by (see :func:`quota_batch_size`). ``None``: no cap. A dataset or
         array has no batch size to scale: ``DataLoader(quota_data(dataset), batch_size=B)`` reads
         in batches of B (pass the DataLoader itself, ``quota_data(DataLoader(dataset, B))``, or

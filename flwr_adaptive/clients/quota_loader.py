@@ -10,7 +10,7 @@ worker init, generator, persistent workers) over the quota's lazy view of the da
 random one.
 
 Batch size: when the round's config holds a reference quota (``keys.REFERENCE_QUOTA``, sent by a
-strategy with ``scale_batch_size=True``), the loader reads the quota in batches of
+strategy with ``scale_batch_size=True`` or ``"shrink"``), the loader reads the quota in batches of
 ``scaled_batch_size(B, samples, reference, max_batch_scale)`` (B the user's batch size, samples
 the quota as selected; :mod:`flwr_adaptive.clients.batch_scaling`), so it takes the reference's
 steps. Built inside the wrapped training call, the loader has that batch size from the start (its

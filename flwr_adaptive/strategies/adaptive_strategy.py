@@ -67,7 +67,7 @@ from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, node_references
+from flwr_adaptive.strategies.round_quotas import node_references, resolve_scale_batch_size
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
@@ -147,7 +147,11 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         (at least one full batch: the min-energy split would otherwise park its most
         energy-hungry nodes at ``min_quota``, a few samples whose update the normalised rule
         rescales with their owner's whole data share).
-    scale_batch_size : bool or "shrink" (default: False)
+    scale_batch_size : bool, "shrink" or None (default: None)
+        ``None``: ``"shrink"`` with the normalised weighting (the default with private data) and
+        no step floor, else ``False`` (a floor learns each node's batch size from its replies, so
+        shrunk batches would lower it: min-energy's default floor keeps the user's batch size).
+        ``False``: no reference quota is sent.
         ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
         equal share, budget // nodes trained, or of the samples trained when the budget exceeds
         the nodes' data) with its own. A client using ``quota_data`` on a DataLoader (or
@@ -208,7 +212,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int | None = None,
-        scale_batch_size: bool | str = False,
+        scale_batch_size: bool | str | None = None,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -251,7 +255,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.max_rescale = max_rescale
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
-        self.scale_batch_size = check_scale_batch_size(scale_batch_size)
+        self.scale_batch_size = resolve_scale_batch_size(scale_batch_size, self.weighting, min_local_steps)
         self.aggregation.equal_steps = self.scale_batch_size is True  # equal step claims are plausible then
         self._references: dict[Hashable, int] = {}  # this round's reference quota per node, when scale_batch_size
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).

@@ -220,6 +220,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             smoothing=smoothing,
             weighting="normalized" if weighting is None else weighting,  # silos own their data
             max_rescale=max_rescale,
+            scale_batch_size=False,  # silos run the steps sent, no reference quota
             forget_after=forget_after,
             cost_clip=cost_clip,
             trust=trust,

@@ -60,7 +60,7 @@ from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.round_quotas import check_scale_batch_size, node_references
+from flwr_adaptive.strategies.round_quotas import node_references, resolve_scale_batch_size
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
@@ -148,7 +148,11 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         (at least one full batch: the min-energy split would otherwise park its most
         energy-hungry nodes at ``min_quota``, a few samples whose update the normalised rule
         rescales with their owner's whole data share).
-    scale_batch_size : bool or "shrink" (default: False)
+    scale_batch_size : bool, "shrink" or None (default: None)
+        ``None``: ``"shrink"`` with the normalised weighting (the default with private data) and
+        no step floor, else ``False`` (a floor learns each node's batch size from its replies, so
+        shrunk batches would lower it: min-energy's default floor keeps the user's batch size).
+        ``False``: no reference quota is sent.
         ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
         equal share, budget // nodes trained, or of the samples trained when the budget exceeds
         the nodes' data) with its own. A client using ``quota_data`` on a DataLoader (or
@@ -202,7 +206,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int | None = None,
-        scale_batch_size: bool | str = False,
+        scale_batch_size: bool | str | None = None,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,
@@ -242,7 +246,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.max_rescale = max_rescale
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
-        self.scale_batch_size = check_scale_batch_size(scale_batch_size)
+        self.scale_batch_size = resolve_scale_batch_size(scale_batch_size, self.weighting, min_local_steps)
         self.aggregation.equal_steps = self.scale_batch_size is True  # equal step claims are plausible then
         #: Stops a run whose client app was set up wrongly, in its first round; its errors name
         #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).

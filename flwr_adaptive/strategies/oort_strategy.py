@@ -141,6 +141,7 @@ class OortStrategy(AdaptiveStrategy):
             max_rescale=max_rescale,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
+            scale_batch_size=False,  # a baseline: the user's batch size
             trust=trust,
             state_dir=state_dir,
             context=context,

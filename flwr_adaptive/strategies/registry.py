@@ -115,7 +115,7 @@ def build_strategy(
     allow_cycling: bool = False,
     min_quota: int = 1,
     min_local_steps: int | None = None,
-    scale_batch_size: bool | str = False,
+    scale_batch_size: bool | str | None = None,
     forget_after: int = 3,
     cost_clip: float = 100.0,
     trust: CostTrust | bool = True,
@@ -164,8 +164,9 @@ def build_strategy(
     min_local_steps : int, optional
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies
         only: Static, Oort and FedAsync do not take it; ``None``: the policy's default there).
-    scale_batch_size : bool or "shrink" (default: False)
-        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies only).
+    scale_batch_size : bool, "shrink" or None (default: None)
+        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies only:
+        Static and Oort-like train at the user's batch size, FedAsync too).
 
     Raises
     ------
@@ -182,7 +183,7 @@ def build_strategy(
         "max_rescale": max_rescale != MAX_RESCALE,
         "min_quota": min_quota != 1,
         "min_local_steps": min_local_steps not in (None, 0),
-        "scale_batch_size": scale_batch_size is not False,
+        "scale_batch_size": scale_batch_size is not None and scale_batch_size is not False,
         "forget_after": forget_after != 3,
         "cost_clip": cost_clip != 100.0,
         "state_dir": bool(state_dir),

@@ -23,7 +23,9 @@ client scales its batch size (:mod:`flwr_adaptive.clients.batch_scaling`). With
 ``scale_batch_size="shrink"`` (:data:`SHRINK`) node i is sent ``max(reference, q_i)``
 (:func:`node_references`): a node below the reference shrinks its batches to take the reference's
 steps, a node at or above it computes ``ceil(B·q/q) = B``, keeps the user's batch size and takes
-more steps (which the normalised rule corrects). No client change is needed.
+more steps (which the normalised rule corrects). No client change is needed. It is the default
+(``scale_batch_size=None``, :func:`resolve_scale_batch_size`) with the normalised weighting and no
+step floor.
 
 Cost
 ----
@@ -42,7 +44,14 @@ from flwr_adaptive.strategies.quota_bounds import all_local_data
 if TYPE_CHECKING:
     from flwr_adaptive.strategies.core import AdaptiveCore
 
-__all__ = ["SHRINK", "split_round", "reference_quota", "node_references", "check_scale_batch_size"]
+__all__ = [
+    "SHRINK",
+    "split_round",
+    "reference_quota",
+    "node_references",
+    "check_scale_batch_size",
+    "resolve_scale_batch_size",
+]
 
 #: ``scale_batch_size="shrink"``: only nodes below the reference quota scale (shrink) their batches.
 SHRINK = "shrink"
@@ -58,6 +67,17 @@ def check_scale_batch_size(value: object) -> bool | str:
             f"below the reference shrink their batches, the others keep the user's batch size), got {value!r}"
         )
     return value
+
+
+def resolve_scale_batch_size(value: object, weighting: str, min_local_steps: int = 0) -> bool | str:
+    """``scale_batch_size`` as the strategies use it: ``None`` (the default) is :data:`SHRINK` with the
+    normalised weighting (the default with private data) and no step floor, ``False`` otherwise: with
+    ``"samples"`` or ``"data-size"`` no rule corrects the fast nodes' extra steps, and a step floor
+    (``min_local_steps`` > 0, e.g. min-energy's default) learns each node's batch size from its replies,
+    so a shrunk batch would lower the floor it sets. Any other value as :func:`check_scale_batch_size`."""
+    if value is None:
+        return SHRINK if weighting == "normalized" and not min_local_steps else False
+    return check_scale_batch_size(value)
 
 
 def node_references(

@@ -127,6 +127,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
             max_rescale=max_rescale,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
+            scale_batch_size=False,  # a baseline: the user's batch size
             cost_clip=cost_clip,
             trust=trust,
             state_dir=state_dir,
