@@ -331,7 +331,9 @@ def plausible_steps(
     ``scale_batch_size="shrink"``) a client's steps follow ``e_i = max(samples_i, reference)``
     samples, so ``e_i`` stands in for ``samples_i`` in the rule above, and the lower bound is at
     most ``samples_i`` (a batch holds at least one sample, so an honest client takes at most
-    ``samples_i`` steps in a pass).
+    ``samples_i`` steps in a pass). A fleet whose loops ignore the reference (batches of the
+    user's size over the quota) takes the steps of the plain rule instead, so the round uses the
+    reading (by ``e_i`` or by ``samples_i``) that clips fewer claims, the reference's on a tie.
     """
     s = _as_array(steps, "steps")
     n = _as_array(samples, "samples")
@@ -343,12 +345,16 @@ def plausible_steps(
         raise ValueError(f"the step tolerance must be >= 1, got {tolerance!r}")
     if reference is not None and not reference >= 1:
         raise ValueError(f"the reference quota must be >= 1 (or None), got {reference!r}")
-    e = n if reference is None else np.maximum(n, float(reference))
-    m = float(np.median(s / e))
-    lo = np.maximum(1.0, e * m / tolerance)
-    if reference is not None:
-        lo = np.maximum(1.0, np.minimum(e * m / tolerance, n))
-    hi = np.maximum(e * m * tolerance, float(np.median(s)))
+    m = float(np.median(s / n))
+    lo = np.maximum(1.0, n * m / tolerance)
+    hi = np.maximum(n * m * tolerance, float(np.median(s)))
+    if reference is not None:  # the clients shrank their batches, or their loops ignored the reference
+        e = np.maximum(n, float(reference))
+        m_e = float(np.median(s / e))
+        lo_e = np.maximum(1.0, np.minimum(e * m_e / tolerance, n))
+        hi_e = np.maximum(e * m_e * tolerance, float(np.median(s)))
+        if np.count_nonzero((s < lo_e) | (s > hi_e)) <= np.count_nonzero((s < lo) | (s > hi)):
+            lo, hi = lo_e, hi_e
     if equal_steps:
         med = float(np.median(s))
         lo = np.minimum(lo, max(1.0, med / tolerance))

@@ -196,6 +196,42 @@ def test_with_the_reference_a_liar_is_still_bounded():
     assert clipped.tolist() == [True, False, False, True, False]
 
 
+def test_a_loop_that_ignores_the_reference_is_not_clipped():
+    # Prepare: quotas 40, 40, 40, 80, 800 at budget 1000 (reference 200); the client's loop reads its quota
+    # in batches of the user's 32 whatever it is sent (DataLoader(quota_data(dataset), batch_size=32)):
+    # 2, 2, 2, 3 and 25 steps. By e = max(samples, 200) alone m = 2/200 and the fast node's bound is
+    # max(800·m·2, median 2) = 16: its honest 25 would be cut and its update scaled up 25/16 times
+    quotas = [40, 40, 40, 80, 800]
+    r = reference_quota(1000, dict(enumerate(quotas)))
+    claimed = [steps(q, 32) for q in quotas]
+    # Execute
+    out, clipped = plausible_steps(claimed, quotas, reference=r)
+    # Assert: the steps it would take without a reference are admitted, as without one
+    assert r == 200 and claimed == [2, 2, 2, 3, 25]
+    assert out.tolist() == claimed and not clipped.any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 128), st.lists(st.integers(1, 3000), min_size=3, max_size=12), st.integers(0, 2000),
+       st.integers(0, 200))
+def test_property_the_round_reads_its_claims_the_way_that_clips_fewer(batch, qs, slack, lie):
+    # Prepare: a round's quotas, references, and two fleets: one scales its batches (quota_data on a
+    # DataLoader), the other reads its quotas in batches of the user's size; node 0 claims `lie` steps (0: honest)
+    quotas = dict(enumerate(qs))
+    r, sent = node_references("shrink", sum(qs) + slack, quotas)
+    fleets = ([steps(q, scaled_batch_size(batch, q, sent[n])) for n, q in quotas.items()], [steps(q, batch) for q in qs])
+    for fleet in fleets:
+        claimed = [lie or fleet[0], *fleet[1:]]
+        # Execute
+        _, clipped = plausible_steps(claimed, qs, reference=r)
+        _, by_samples = plausible_steps(claimed, qs)
+        e = [max(q, r) for q in qs]
+        _, by_e = plausible_steps(claimed, e)
+        # Assert: never more claims clipped than by the better of the two readings (the by-e reading's bound
+        # is also held at samples_i, so it clips at most what plausible_steps(claimed, e) does)
+        assert clipped.sum() <= min(by_samples.sum(), by_e.sum())
+
+
 def test_a_bad_reference_is_refused():
     with pytest.raises(ValueError, match="reference quota must be >= 1"):
         plausible_steps([1, 2, 3], [1, 2, 3], reference=0)

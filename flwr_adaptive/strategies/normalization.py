@@ -27,7 +27,8 @@ round and on the kept replies only:
   ‖a_i‖₁ comes from the reply's local steps, momentum and proximal α = lr × μ. Steps come from
   the coordinator's ``local_steps(reports)`` (the claim, kept within ``step_tolerance`` of the round's steps per
   sample, or of its median steps too when ``equal_steps`` (``scale_batch_size=True``), with
-  ``max(samples, step_reference)`` for the samples when ``step_reference`` (``scale_batch_size="shrink"``),
+  ``max(samples, step_reference)`` for the samples when ``step_reference`` (``scale_batch_size="shrink"``;
+  or the samples themselves, whichever reading clips fewer claims: loops that ignore the reference),
   one warning per node clipped; the hierarchical strategy overrides it with the steps it sent). When a kept reply does
   not say its steps, the round uses every reply's **samples** in their place (right for one batch
   size and one pass over the quota; one warning): a mix of units would be wrong. Unknown momentum
