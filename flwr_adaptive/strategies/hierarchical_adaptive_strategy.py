@@ -144,8 +144,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     partition, so a budget above the partition size just spans more than one epoch.
     """
 
-    #: Silo replies keep their telemetry for the inner metric function: ``aggregate_silo_metrics``
-    #: orders silos by partition id and concatenates the per-rank lists.
+    #: Silo replies keep their telemetry for the inner metric function (``aggregate_silo_metrics``).
     stripped_metric_keys: frozenset = frozenset()
 
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
