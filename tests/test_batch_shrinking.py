@@ -262,3 +262,33 @@ def test_an_honest_shrunk_round_is_aggregated_without_a_step_warning(api, caplog
     # the factors are FedNova's on the honest steps: τ_eff = Σ p_i τ_i over τ_i (weights by data size, equal here)
     tau = np.array([4.0, 4.0, 3.0])
     assert sorted(shrunk.last_scales.values()) == pytest.approx(sorted(tau.mean() / tau))
+
+
+# ----------------------------------------------------------------------------- the attribute set after construction
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_scale_batch_size_set_after_construction_is_checked_and_keeps_the_rule_in_step(api, caplog):
+    from test_batch_scaling import _legacy_round
+    from test_normalized_strategy import message_round
+
+    # Prepare: constructed with the default ("shrink"), then switched to equal steps; a round of equal steps (4) on
+    # 100, 25 and 10 samples (scaled batches), as in test_batch_scaling's round built with scale_batch_size=True
+    x = [np.array([0.0])]
+    per_node = [({"samples": s, "steps": 4}, [np.array([float(d)])]) for s, d in ((100, 1), (25, 2), (10, 3))]
+    strategy = (AdaptiveStrategy(_fedavg(3), budget=301, trust=False) if api == "message"
+                else _legacy(budget=301, trust=False))
+    assert strategy.scale_batch_size == "shrink"
+    strategy.scale_batch_size = True
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        message_round(strategy, x, per_node) if api == "message" else _legacy_round(strategy, x, per_node)
+    # Assert: the equal steps are plausible (every factor 1, nothing said), as when passed to the constructor
+    assert not [r for r in caplog.records if "steps per sample" in r.getMessage()]
+    assert set(strategy.last_scales.values()) == {1.0}
+    # a bad value is refused as at construction; None resolves by the weighting now
+    with pytest.raises(ValueError, match="scale_batch_size must be True, False or .shrink."):
+        strategy.scale_batch_size = "no"
+    strategy.scale_batch_size = False
+    assert strategy.aggregation.equal_steps is False
+    strategy.weighting = "samples"
+    strategy.scale_batch_size = None
+    assert strategy.scale_batch_size is False

@@ -67,7 +67,7 @@ from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.round_quotas import node_references, resolve_scale_batch_size
+from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
@@ -196,6 +196,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         strategy = AdaptiveStrategy(FedAvg(fraction_train=fraction_train), budget=6000)
     """
 
+    #: Checked when set (after construction too); keeps the plausibility rule in step (``round_quotas``).
+    scale_batch_size = ScaleBatchSize()
+
     def __init__(
         self,
         strategy: Strategy | None = None,
@@ -255,8 +258,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.max_rescale = max_rescale
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
-        self.scale_batch_size = resolve_scale_batch_size(scale_batch_size, self.weighting, min_local_steps)
-        self.aggregation.equal_steps = self.scale_batch_size is True  # equal step claims are plausible then
+        self.scale_batch_size = scale_batch_size  # resolved, and equal_steps set, by ScaleBatchSize
         self._references: dict[Hashable, int] = {}  # this round's reference quota per node, when scale_batch_size
         #: Stops a run whose client app was set up wrongly, in its first round (``setup_check``).
         self.setup_check = SetupCheck("message")

@@ -60,7 +60,7 @@ from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
 from flwr_adaptive.strategies.normalization import check_rescale_applies
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.round_quotas import node_references, resolve_scale_batch_size
+from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
@@ -190,6 +190,9 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=10))
     """
 
+    #: Checked when set (after construction too); keeps the plausibility rule in step (``round_quotas``).
+    scale_batch_size = ScaleBatchSize()
+
     def __init__(
         self,
         strategy: Strategy | None = None,
@@ -246,8 +249,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.max_rescale = max_rescale
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
-        self.scale_batch_size = resolve_scale_batch_size(scale_batch_size, self.weighting, min_local_steps)
-        self.aggregation.equal_steps = self.scale_batch_size is True  # equal step claims are plausible then
+        self.scale_batch_size = scale_batch_size  # resolved, and equal_steps set, by ScaleBatchSize
         #: Stops a run whose client app was set up wrongly, in its first round; its errors name
         #: ``TelemetryClient``, not ``@telemetry_train`` (``setup_check``).
         self.setup_check = SetupCheck("legacy")

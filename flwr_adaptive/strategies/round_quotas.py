@@ -36,7 +36,7 @@ round's trainers, and O(nodes) dictionary work.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.strategies.quota_bounds import all_local_data
@@ -51,6 +51,7 @@ __all__ = [
     "node_references",
     "check_scale_batch_size",
     "resolve_scale_batch_size",
+    "ScaleBatchSize",
 ]
 
 #: ``scale_batch_size="shrink"``: only nodes below the reference quota scale (shrink) their batches.
@@ -78,6 +79,25 @@ def resolve_scale_batch_size(value: object, weighting: str, min_local_steps: int
     if value is None:
         return SHRINK if weighting == "normalized" and not min_local_steps else False
     return check_scale_batch_size(value)
+
+
+class ScaleBatchSize:
+    """The strategies' ``scale_batch_size`` attribute: checked when set, after construction too.
+
+    Setting it resolves the value (``None`` by the strategy's ``weighting`` and ``min_local_steps``
+    now, :func:`resolve_scale_batch_size`; anything but ``True``, ``False``, ``"shrink"`` or
+    ``None`` is refused) and keeps the plausibility rule's ``equal_steps`` in step with it (equal
+    step claims are plausible with ``True`` only), so ``strategy.scale_batch_size = True`` after
+    construction does not have the fast nodes' honest equal steps clipped as too few.
+    """
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__["_scale_batch_size"]
+
+    def __set__(self, obj: Any, value: object) -> None:
+        mode = resolve_scale_batch_size(value, obj.weighting, obj.min_local_steps)
+        obj.__dict__["_scale_batch_size"] = mode
+        obj.aggregation.equal_steps = mode is True
 
 
 def node_references(
