@@ -93,7 +93,30 @@ def test_the_default_shrinks_with_the_normalised_rule_only(make):
     # a step floor learns each node's batch size from its replies: shrunk batches would lower it, so no default shrink
     assert make(budget=10, min_local_steps=2).scale_batch_size is False
     assert make(budget=10, policy="min-energy").scale_batch_size is False  # its default floor of one batch
-    assert make(budget=10, min_local_steps=2, scale_batch_size="shrink").scale_batch_size == "shrink"  # if asked
+    # asked for, the combination is refused with the fix: scaled batches would lower the floor round by round
+    for scale in ("shrink", True):
+        with pytest.raises(ValueError, match="does not combine with min_local_steps=2.*Pass min_local_steps=0"):
+            make(budget=10, min_local_steps=2, scale_batch_size=scale)
+        with pytest.raises(ValueError, match="does not combine with min_local_steps=1"):
+            make(budget=10, policy="min-energy", scale_batch_size=scale)
+    assert make(budget=10, policy="min-energy", min_local_steps=0, scale_batch_size="shrink").scale_batch_size == "shrink"
+
+
+def test_a_step_floor_learnt_from_shrunk_batches_decays():
+    # Why the combination is refused: a node held at its one-batch floor (B = 32, reference 100) reads it in
+    # shrunk batches, so each reply bounds its batch size lower and the next floor follows
+    from flwr_adaptive.strategies.step_floor import StepFloor
+
+    seen = {}
+    for scale in (False, True):
+        floor, q, rounds = StepFloor(1), 100, []
+        for _ in range(6):
+            b = scaled_batch_size(32, q, max(100, q)) if scale else 32
+            floor.note("n", q, steps(q, b))
+            rounds.append(q)
+            q = floor.quota("n", 100, None) or q
+        seen[scale] = rounds
+    assert seen == {False: [100, 33, 32, 32, 32, 32], True: [100, 33, 16, 7, 3, 1]}
 
 
 def test_baselines_and_silos_keep_the_users_batch_size_by_default():
