@@ -71,7 +71,7 @@ from experiments.noniid_page import (
     section,
     splice,
 )
-from experiments.noniid_parts import PARTS, baselines_section
+from experiments.noniid_parts import PARTS, part_section
 from experiments.noniid_rows import (
     ALPHAS,
     FLOORS,
@@ -256,6 +256,6 @@ def run(args: Any, work: Path, per_sample: dict[str, float], metric_of: dict[str
                     + "; ".join(f"{lab} on {task}, α = {a:g}{' (measured clock)' if kind != 'noniid' else ''}: "
                                 f"{n} runs" for (kind, task, a, lab), n in sorted(groups.items(), key=str)) + ".")
     if part != "main":
-        return baselines_section(args, summary, metric_of, higher_of, args.noniid_left_out, prov)
+        return part_section(part, args, summary, metric_of, higher_of, args.noniid_left_out, prov)
     _, left = available_rows(list(ROWS))
     return section(args, summary, measured, metric_of, higher_of, figs, [n for n in left if n in ROWS], prov)

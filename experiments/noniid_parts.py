@@ -8,7 +8,10 @@ and with its own CSV, so that one part can be regenerated from its own runs with
 every part). ``main`` is the section of :func:`experiments.noniid_page.section`. ``baselines``
 runs the baselines against Equal + FedAvg and Time-only as a user gets it on the tasks where the
 main part did not run them (:data:`BASELINE_ROWS`, :data:`BASELINE_TASKS`, the first α only, no
-measured clock) and renders them with the main part's table code (:func:`baselines_section`).
+measured clock) and renders them with the main part's table code (:func:`part_section`);
+``batch-scaling`` does the same for the batch-size options of Time-only with the normalised rule
+(:data:`BATCH_SCALING_ROWS` on :data:`BATCH_SCALING_TASKS`: the default ``scale_batch_size="shrink"``
+against the user's batch size and equal steps).
 :func:`part_args` turns the command's arguments into one part's; :func:`splice_part` puts a
 part's lines into the page, replacing that part only.
 
@@ -37,6 +40,13 @@ BASELINE_ROWS = ("equal-fedavg", "fedasync", "min-energy-data-size", "min-energy
 #: rows (their runs are reused) and one that only this part runs.
 QUICK_BASELINE_ROWS = ("equal-fedavg", "fedasync", "time-fedprox", "time-norm-cap8-shrink")
 BASELINE_TASKS = ("mnist", "sentiment")
+#: Time-only + normalised with each ``scale_batch_size`` (False: the user's batch size; True: equal steps; "shrink",
+#: the default with private data, with and without the rescale cap) against Equal + FedAvg, on every task.
+BATCH_SCALING_ROWS = ("equal-fedavg", "time-norm-cap8", "time-norm-cap8-eqsteps", "time-norm-cap8-shrink",
+                      "time-norm-shrink")
+#: Its quick form: rows the main part's quick rows run too (nothing runs twice).
+QUICK_BATCH_SCALING_ROWS = ("equal-fedavg", "time-norm-cap8", "time-norm-cap8-shrink")
+BATCH_SCALING_TASKS = ("mnist", "sentiment", "weather")
 
 
 @dataclass(frozen=True)
@@ -47,12 +57,28 @@ class Part:
     start: str
     end: str
     csv: str
+    #: Its rows and tasks when the command names none, and its rows in the quick form (empty for ``main``).
+    rows: tuple[str, ...] = ()
+    quick_rows: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    #: Its heading (the tasks follow in parentheses) and what it runs, for the page.
+    title: str = ""
+    what: str = ""
 
 
 PARTS = {
     "main": Part("main", MARK_START, MARK_END, "noniid.csv"),
     "baselines": Part("baselines", "<!-- noniid-baselines:start -->", "<!-- noniid-baselines:end -->",
-                      "noniid-baselines.csv"),
+                      "noniid-baselines.csv", BASELINE_ROWS, QUICK_BASELINE_ROWS, BASELINE_TASKS,
+                      "Baselines on private data", "for the baselines it did not run on these tasks"),
+    "batch-scaling": Part("batch-scaling", "<!-- noniid-batch-scaling:start -->", "<!-- noniid-batch-scaling:end -->",
+                          "noniid-batch-scaling.csv", BATCH_SCALING_ROWS, QUICK_BATCH_SCALING_ROWS, BATCH_SCALING_TASKS,
+                          "Batch sizes with the normalised rule",
+                          "for Time-only + normalised (rescale ≤ 8 unless said) with each `scale_batch_size`: `False` "
+                          "(every node at the user's batch size, a fast node takes more steps), `True` (every node "
+                          "takes an equal split's steps, a fast node in bigger batches) and `\"shrink\"` (only the "
+                          "nodes below the equal share shrink their batches to take its steps: the default with "
+                          "private data)"),
 }
 
 
@@ -70,38 +96,42 @@ def part_args(args: Any, name: str) -> Any:
     Returns
     -------
     argparse.Namespace
-        For ``baselines``: a copy with its rows (:data:`BASELINE_ROWS`, quick: :data:`QUICK_BASELINE_ROWS`), its
-        tasks (:data:`BASELINE_TASKS` among ``--tasks``, all of ``--tasks`` when it has none of them), the first α
+        For the other parts: a copy with the part's rows (:attr:`Part.rows`, quick: :attr:`Part.quick_rows`), its
+        tasks (:attr:`Part.tasks` among ``--tasks``, all of ``--tasks`` when it has none of them), the first α
         and no measured-clock runs.
     """
     if name not in PARTS:
         raise ValueError(f"unknown non-IID part {name!r}; choose from {list(PARTS)}")
     if name == "main":
         return args
+    part = PARTS[name]
     out = copy.copy(args)
     if not getattr(args, "noniid_rows_given", False):
-        out.noniid_rows, out.noniid_left_out = available_rows(QUICK_BASELINE_ROWS if args.quick else BASELINE_ROWS)
+        out.noniid_rows, out.noniid_left_out = available_rows(part.quick_rows if args.quick else part.rows)
     if not getattr(args, "noniid_tasks_given", False):
-        out.noniid_tasks = [t for t in BASELINE_TASKS if t in args.tasks] or list(args.tasks)
+        out.noniid_tasks = [t for t in part.tasks if t in args.tasks] or list(args.tasks)
     out.noniid_alphas = list(args.noniid_alphas[:1])
     out.noniid_measured_seeds = 0
     return out
 
 
 def splice_part(page: str, lines: Sequence[str], name: str) -> str:
-    """``page`` with part ``name`` replaced by ``lines``; a part new to the page goes after the main part (before
-    ``## Files`` when the page has no main part)."""
+    """``page`` with part ``name`` replaced by ``lines``; a part new to the page goes after the nearest part before
+    it in :data:`PARTS` that the page has (before ``## Files`` when it has none)."""
     part = PARTS[name]
-    after = None if name == "main" else MARK_END
-    return splice(page, lines, start=part.start, end=part.end, after=after)
+    order = list(PARTS)
+    before = [PARTS[n].end for n in order[: order.index(name)] if PARTS[n].end in page]
+    return splice(page, lines, start=part.start, end=part.end, after=before[-1] if before else None)
 
 
-def baselines_section(args: Any, summary: pd.DataFrame, metric_of: dict[str, str], higher_of: dict[str, bool],
-                      left_out: Sequence[str], provenance: Sequence[str]) -> list[str]:
-    """The ``baselines`` part's lines, between its markers.
+def part_section(name: str, args: Any, summary: pd.DataFrame, metric_of: dict[str, str], higher_of: dict[str, bool],
+                 left_out: Sequence[str], provenance: Sequence[str]) -> list[str]:
+    """The lines of part ``name`` (not ``main``), between its markers.
 
     Parameters
     ----------
+    name : str
+        A key of :data:`PARTS` other than ``main``.
     args : argparse.Namespace
         The part's arguments (:func:`part_args`).
     summary : pandas.DataFrame
@@ -113,18 +143,18 @@ def baselines_section(args: Any, summary: pd.DataFrame, metric_of: dict[str, str
     provenance : Sequence[str]
         The part's provenance lines (command, date, commit, machine, calibration, wall time, what did not run).
     """
-    part = PARTS["baselines"]
+    part = PARTS[name]
     rows = [n for n in args.noniid_rows if n in set(summary["row"])] if len(summary) else []
     alpha = args.noniid_alphas[0]
     default = default_row("time")
     tasks = ", ".join(args.noniid_tasks)
-    L = [part.start, f"### Baselines on private data ({tasks})", "", *provenance, "",
+    L = [part.start, f"### {part.title} ({tasks})", "", *provenance, "",
          "The set-up of the section above (Dirichlet(α) private data, quotas capped at a node's data, runs to Equal + "
-         "FedAvg's virtual time, the same target and worst group), for the baselines it did not run on these tasks, "
+         f"FedAvg's virtual time, the same target and worst group), {part.what}, "
          f"at α = {alpha:g}, {args.noniid_seeds} paired seeds per (task, scenario), virtual clock. Equal + FedAvg "
          f"and \"{ROWS[default].label}\" (Time-only as a user gets it) are rerun in the same invocation: every ratio "
          "here is against this part's own Equal + FedAvg runs. This part is rendered on its own "
-         "(`--noniid-part baselines`), so the section above is kept as it is.", ""]
+         f"(`--noniid-part {name}`), so the sections above are kept as they are.", ""]
     L += left_out_lines(left_out)
     if not rows:
         return [*L, "No run of this part finished.", "", part.end]

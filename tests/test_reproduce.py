@@ -298,7 +298,8 @@ def test_every_row_runs_to_equals_time_or_its_target_and_reports_finals_at_equal
     out, _, _ = quick
     args = parse_args(["--quick"])
     # every part's runs (the baselines part's CSV holds the rows that are not in the main part's)
-    s = pd.concat([pd.read_csv(out / "results" / name) for name in ("noniid.csv", "noniid-baselines.csv")])
+    s = pd.concat([pd.read_csv(out / "results" / name)
+                   for name in ("noniid.csv", "noniid-baselines.csv", "noniid-batch-scaling.csv")])
     R, cap = args.noniid_rounds["weather"], args.noniid_round_cap * args.noniid_rounds["weather"]
     eq = s[s["row"] == "equal-fedavg"]
     other = s[s["row"] != "equal-fedavg"]
@@ -360,3 +361,21 @@ def test_baselines_part_is_rendered_once_after_the_section_and_replaced_not_dupl
         assert again.split(part.end)[1] == rest.split(part.end)[1]
         key = "non-IID [baselines]"  # nothing ran again: every run of the part was reused
         assert reproduce.REUSED[key] + reproduce.REUSED[f"{key} (to equal time)"] == len(s)
+
+
+def test_the_batch_scaling_part_follows_the_baselines_part_and_runs_nothing_the_main_part_ran(quick):
+    from experiments import reproduce
+    from experiments.noniid_parts import PARTS, QUICK_BATCH_SCALING_ROWS
+
+    out, _, _ = quick
+    base, part = PARTS["baselines"], PARTS["batch-scaling"]
+    page = (out / "results.md").read_text()
+    assert page.count(part.start) == 1 and page.count(part.end) == 1
+    assert page.index(base.end) < page.index(part.start) < page.index(part.end) < page.index("## Files")
+    block = page.split(part.start)[1].split(part.end)[0]
+    assert "### Batch sizes with the normalised rule (weather)" in block and "slow nodes' batches shrunk" in block
+    s = pd.read_csv(out / "results" / part.csv)
+    assert sorted(set(s["row"])) == sorted(QUICK_BATCH_SCALING_ROWS) and len(s) == len(QUICK_BATCH_SCALING_ROWS) * 2 * 2
+    main = pd.read_csv(out / "results" / "noniid.csv")
+    merged = s.merge(main, on=["task", "scenario", "alpha", "seed", "row"], suffixes=("", "_main"))
+    assert len(merged) == len(s) and (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()

@@ -96,8 +96,23 @@ def test_the_baselines_part_takes_its_own_rows_tasks_and_first_alpha_unless_they
     assert named.noniid_rows == ["equal-fedavg", "static"] and named.noniid_tasks == ["weather"]
     assert quick.noniid_rows == list(QUICK_BASELINE_ROWS) and quick.noniid_tasks == ["weather"]
     assert part_args(main, "main") is main and main.noniid_alphas == [0.3, 0.1] and main.noniid_measured_seeds == 5
-    assert reproduce.noniid_parts(main) == ["main", "baselines"]
+    assert reproduce.noniid_parts(main) == ["main", "baselines", "batch-scaling"]
     assert reproduce.noniid_parts(reproduce.parse_args(["--noniid-part", "baselines"])) == ["baselines"]
+
+
+def test_the_batch_scaling_part_runs_every_scale_batch_size_on_every_task_and_its_quick_form_reuses_the_main_part():
+    from experiments import reproduce
+    from experiments.noniid_parts import PARTS, part_args
+    from experiments.noniid_rows import QUICK_ROWS, ROWS
+
+    default = part_args(reproduce.parse_args(["--noniid-part", "batch-scaling"]), "batch-scaling")
+    quick = part_args(reproduce.parse_args(["--quick"]), "batch-scaling")
+    assert default.noniid_tasks == ["mnist", "sentiment", "weather"] and default.noniid_alphas == [0.3]
+    assert default.noniid_measured_seeds == 0
+    modes = {dict(ROWS[r].options).get("scale_batch_size") for r in default.noniid_rows if r != "equal-fedavg"}
+    assert modes == {False, True, "shrink"}
+    assert set(quick.noniid_rows) <= set(QUICK_ROWS) and quick.noniid_tasks == ["weather"]
+    assert PARTS["batch-scaling"].csv == "noniid-batch-scaling.csv"
 
 
 def test_a_part_replaces_its_own_block_only_and_a_new_one_follows_the_main_part():
@@ -116,6 +131,13 @@ def test_a_part_replaces_its_own_block_only_and_a_new_one_follows_the_main_part(
     assert main_again == twice.replace("\nM\n", "\nM2\n")
     # without a main part: before Files
     assert splice_part("# R\n\n## Files\nx\n", ["B"], "baselines") == "# R\n\nB\n\n## Files\nx\n"
+    # a later part follows the nearest earlier part on the page, whichever parts the page has
+    scale = PARTS["batch-scaling"]
+    third = splice_part(once, [scale.start, "S", scale.end], "batch-scaling")
+    assert third.index(base.end) < third.index(scale.start) < third.index("## Other")
+    assert splice_part(page, [scale.start, "S", scale.end], "batch-scaling").index(main.end) < page.index("## Other")
+    assert splice_part(third.replace(f"{base.start}\nB1\n{base.end}\n\n", ""), [base.start, "B", base.end],
+                       "baselines").index(base.end) < third.index(scale.start)
 
 
 def test_a_page_whose_part_markers_are_out_of_order_is_refused_with_the_fix():
