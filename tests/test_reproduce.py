@@ -364,7 +364,6 @@ def test_baselines_part_is_rendered_once_after_the_section_and_replaced_not_dupl
 
 
 def test_the_batch_scaling_part_follows_the_baselines_part_and_runs_nothing_the_main_part_ran(quick):
-    from experiments import reproduce
     from experiments.noniid_parts import PARTS, QUICK_BATCH_SCALING_ROWS
 
     out, _, _ = quick
