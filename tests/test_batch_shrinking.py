@@ -315,3 +315,13 @@ def test_scale_batch_size_set_after_construction_is_checked_and_keeps_the_rule_i
     strategy.weighting = "samples"
     strategy.scale_batch_size = None
     assert strategy.scale_batch_size is False
+
+
+@pytest.mark.parametrize("policy", ["static", "oort"])
+def test_a_baseline_refuses_scale_batch_size_set_after_construction(policy):
+    strategy = build_strategy(policy, budget=10)
+    for value in ("shrink", True):
+        with pytest.raises(ValueError, match="trains at the user's batch size .a baseline.: scale_batch_size must be"):
+            strategy.scale_batch_size = value
+    strategy.scale_batch_size = None  # a baseline's default is False
+    assert strategy.scale_batch_size is False

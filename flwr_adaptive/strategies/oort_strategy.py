@@ -109,6 +109,9 @@ class OortStrategy(AdaptiveStrategy):
     uses_probation = False  # Oort splits equally among the selected: a retried node gets its share
     outlier_ratio = math.inf  # no cost estimate to protect: the selector times every arm itself
 
+    #: Why ``scale_batch_size`` stays False here (``round_quotas.ScaleBatchSize`` refuses another value).
+    keeps_batch_size = "a baseline"
+
     def __init__(
         self,
         strategy: Strategy | None = None,

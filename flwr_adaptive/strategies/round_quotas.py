@@ -99,14 +99,21 @@ class ScaleBatchSize:
     now, :func:`resolve_scale_batch_size`; anything but ``True``, ``False``, ``"shrink"`` or
     ``None`` is refused) and keeps the plausibility rule's ``equal_steps`` in step with it (equal
     step claims are plausible with ``True`` only), so ``strategy.scale_batch_size = True`` after
-    construction does not have the fast nodes' honest equal steps clipped as too few.
+    construction does not have the fast nodes' honest equal steps clipped as too few. A class whose
+    ``keeps_batch_size`` names a reason (the Static and Oort-like baselines) refuses anything but ``False``.
     """
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         return self if obj is None else obj.__dict__["_scale_batch_size"]
 
     def __set__(self, obj: Any, value: object) -> None:
-        mode = resolve_scale_batch_size(value, obj.weighting, obj.min_local_steps)
+        fixed = getattr(obj, "keeps_batch_size", None)  # why a subclass trains at the user's batch size
+        mode = False if fixed and value is None else resolve_scale_batch_size(value, obj.weighting, obj.min_local_steps)
+        if fixed and mode is not False:
+            raise ValueError(
+                f"{type(obj).__name__} trains at the user's batch size ({fixed}): scale_batch_size must be False "
+                f"or None, got {value!r}"
+            )
         obj.__dict__["_scale_batch_size"] = mode
         obj.aggregation.equal_steps = mode is True
 

@@ -88,6 +88,9 @@ class StaticProfilingStrategy(AdaptiveStrategy):
 
     controller: StaticProfilingController  # built by make_controller
 
+    #: Why ``scale_batch_size`` stays False here (``round_quotas.ScaleBatchSize`` refuses another value).
+    keeps_batch_size = "a baseline"
+
     def __init__(
         self,
         strategy: Strategy | None = None,
