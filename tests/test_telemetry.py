@@ -152,6 +152,10 @@ def test_quota_data_rebuilds_a_dataloader_with_its_settings():
     weighted = DataLoader(ds, sampler=WeightedRandomSampler([1.0] * 100, 10))
     with pytest.raises(ValueError, match="custom sampler"):
         quota_data(weighted)
+    # the fix names the batch size that keeps the strategy's batch scaling (scale_batch_size, "shrink" by default)
+    for loader in (weighted, DataLoader(ds, batch_size=None)):
+        with pytest.raises(ValueError, match=r"quota_batch_size\(B\)"):
+            quota_data(loader)
 
 
 # --------------------------------------------------------------------------- the Message-API wrapper

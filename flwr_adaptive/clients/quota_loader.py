@@ -95,7 +95,7 @@ def loader_over(loader: DataLoader, dataset: Any, max_batch_scale: float | None 
         raise ValueError(
             "quota_data cannot re-create a DataLoader built with a custom batch_sampler "
             "(or batch_size=None): call quota_data on its dataset and build the loader "
-            "over the result"
+            "over the result (batches of quota_batch_size(B) keep the strategy's batch scaling)"
         )
     sampler = loader.sampler
     if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
@@ -106,7 +106,8 @@ def loader_over(loader: DataLoader, dataset: Any, max_batch_scale: float | None 
         raise ValueError(
             f"quota_data cannot re-create a DataLoader with a custom sampler "
             f"({type(sampler).__name__}): it draws indices over the whole dataset. "
-            "Call quota_data on the dataset and build your loader over the result"
+            "Call quota_data on the dataset and build your loader over the result, with "
+            "batch_size=quota_batch_size(B) to keep the strategy's batch scaling"
         )
     settings: dict[str, Any] = dict(
         shuffle=shuffle,
