@@ -500,27 +500,27 @@ class EstimateStore:
     def _affine_block(self, slots: np.ndarray | slice) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """:meth:`affine_estimates` of distinct ``slots`` (or a slice of them), and the noise of their time fits."""
         n, (fa, fb, fidentified, fnoise, ffilled, fsum) = estimation.fit_rows(self.hist[slots])
-        fit = self.fit[slots].copy()  # read below while self.fit is written; what a rollback restores
-        self.fit_undo.append((slots, fit))
-        # Time and energy side by side, (K, P) rows (k = 0: fit columns a, b; k = 1: c, d): every
-        # entry is computed as it is alone, one numpy call for both quantities.
-        lines = np.ascontiguousarray(fit.T)
+        # Time and energy side by side, (K, P) rows (k = 0: fit columns a, b; k = 1: c, d), one numpy
+        # call for both; a copy (read while self.fit is written), its transpose what a rollback restores
+        self.fit_undo.append((slots, (lines := np.ascontiguousarray(self.fit[slots].T)).T))
         stored_a, stored_b = lines[0::2], lines[1::2]
-        per_sample = np.stack([self.tau[slots], self.eps[slots]])
         with np.errstate(divide="ignore", invalid="ignore"):
             predicted = stored_a + stored_b * n[:, None, :]  # (WINDOW, K, P)
             if ffilled is not None:
                 predicted = np.where(ffilled, predicted, 0.0)
             level = fsum / predicted.sum(axis=0)
             relevel = ~fidentified & ~np.isnan(stored_b) & np.isfinite(level) & (level > 0)
-        a = np.where(fidentified, fa, np.where(relevel, stored_a * level, 0.0))
-        b = np.where(fidentified, fb, np.where(relevel, stored_b * level, per_sample))
-        keep = fidentified | relevel
-        if keep.all():
-            self.fit[slots, 0::2], self.fit[slots, 1::2] = a.T, b.T
-        else:  # the entries not kept get their own values back
-            self.fit[slots, 0::2] = np.where(keep, a, stored_a).T
-            self.fit[slots, 1::2] = np.where(keep, b, stored_b).T
+        if SHORTCUTS and not fidentified.any() and relevel.all():  # (a settled split: every line re-levelled)
+            a = new_a = stored_a * level
+            b = new_b = stored_b * level
+        else:
+            per_sample = np.stack([self.tau[slots], self.eps[slots]])
+            a = np.where(fidentified, fa, np.where(relevel, stored_a * level, 0.0))
+            b = np.where(fidentified, fb, np.where(relevel, stored_b * level, per_sample))
+            keep = fidentified | relevel  # the entries not kept get their own values back:
+            new_a, new_b = (a, b) if keep.all() else (np.where(keep, a, stored_a), np.where(keep, b, stored_b))
+        for k in range(2):  # by column: a write through the (K, P) -> (P, 2) transpose costs ~4x as much
+            self.fit[slots, 2 * k], self.fit[slots, 2 * k + 1] = new_a[k], new_b[k]
         return (a[0], b[0], a[1], b[1]), fnoise[0]
 
     def noise_floor(self, slots: np.ndarray) -> float:
