@@ -59,6 +59,8 @@ MAX_SLOPE_ERROR = 0.2  # a slope whose standard error exceeds this share of it i
 #: Index: degrees of freedom (entry 0 unused; beyond the table, the last entry).
 INTERCEPT_T = np.array([np.inf, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306])
 _MAX_FIXED_SHARE = 0.95  # the fixed cost may explain at most this share of the mean observation
+#: Take :func:`_fit_full`'s shortcut for windows of one quota each; tests compare both paths.
+SHORTCUTS = True
 
 
 def _line(
@@ -318,16 +320,24 @@ def _fit_full(
     sum_y = sum_y.reshape(K * P)
     sum_n = n.sum(axis=0)
     mean_n = sum_n / count
-    spread = (n.max(axis=0) - n.min(axis=0)) / mean_n
-    dn = n - mean_n
-    snn = (dn * dn).sum(axis=0)
-    if K > 1:
+    m = K * P if noise_of is None else min(noise_of, K) * P  # the columns whose noise is read
+    # Every window of one quota whose mean is exactly that quota (a settled split): every deviation
+    # n − n̄ is 0 (NaN for an infinite quota), so no snn is > 0 and the settled branch below runs;
+    # without the spread, the deviations and n repeated K times (the noise reads its first P columns).
+    settled = SHORTCUTS and W > 0 and m <= P and bool((n == n[0]).all()) and bool((mean_n == n[0]).all())
+    if not settled:
+        spread = (n.max(axis=0) - n.min(axis=0)) / mean_n
+        dn = n - mean_n
+        snn = (dn * dn).sum(axis=0)
+    if K > 1 and settled:
+        sum_n = np.concatenate((sum_n,) * K)
+    elif K > 1:
         sum_n, mean_n, spread, snn = (np.concatenate((v,) * K) for v in (sum_n, mean_n, spread, snn))
         np.copyto(nk.reshape(W, K, P), n[:, None, :])
         n = nk
     proportional = sum_y / sum_n
     mean_y = sum_y / count
-    if not (snn > 0).any():
+    if settled or not (snn > 0).any():
         # No window holds two different quotas (a settled split): every first line is NaN, so
         # are the robust step's and the identification's tests, whatever the values: each
         # participant gets the proportional line, unidentified. The same bits as running them
@@ -391,7 +401,6 @@ def _fit_full(
         too_flat = identified & (a > _MAX_FIXED_SHARE * mean_y)
         a = np.where(too_flat, _MAX_FIXED_SHARE * mean_y, a)
         b = np.where(too_flat, (1.0 - _MAX_FIXED_SHARE) * mean_y / mean_n, b)
-    m = K * P if noise_of is None else min(noise_of, K) * P  # the columns whose noise is read
     resid = np.multiply(b[:m], n[:, :m], out=work[:, :m])
     np.add(a[:m], resid, out=resid)
     np.subtract(y[:, :m], resid, out=resid)

@@ -372,7 +372,7 @@ def settled_loop(case, seed, rounds=16, participants=150):
 
 @pytest.mark.parametrize("case", ["time", "min-energy", "low-energy", "affine-tv"])
 def test_the_settled_split_shortcuts_are_the_plain_computations_bit_for_bit(case, monkeypatch):
-    from flwr_adaptive import deadband, estimates
+    from flwr_adaptive import deadband, estimates, estimation
 
     # Prepare: loops whose split settles (the drift check and the balance test then see every
     # report at the quota measured last, every window full)
@@ -380,6 +380,7 @@ def test_the_settled_split_shortcuts_are_the_plain_computations_bit_for_bit(case
     # Execute: the same loops with the shortcuts off (the plain computations)
     monkeypatch.setattr(estimates, "SHORTCUTS", False)
     monkeypatch.setattr(deadband, "SHORTCUTS", False)
+    monkeypatch.setattr(estimation, "SHORTCUTS", False)
     plain = [settled_loop(case, seed) for seed in range(3)]
     # Assert: every round's quotas and the final state, bit for bit
     assert fast == plain
@@ -439,3 +440,70 @@ def test_fit_windows_with_the_time_noise_only_is_the_whole_fit_but_the_energy_no
                 assert got.tobytes() == want.tobytes()
             assert timed[3][0].tobytes() == whole[3][0].tobytes() == fit_columns(windows, t)[3].tobytes()
             assert np.isnan(timed[3][1]).all() and not np.isnan(whole[3][1]).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_settled_fit_shortcut_is_the_plain_fit_bit_for_bit(seed, monkeypatch):
+    from flwr_adaptive import estimation
+    from flwr_adaptive.estimation import WINDOW, fit_rows
+
+    # Prepare: full windows of one quota each (the shortcut's case), with quotas whose sum over
+    # the window rounds (a mean that is not the quota: the plain path), huge and infinite quotas,
+    # zero and huge times; then the same with one window holding a second quota
+    rng = np.random.default_rng(seed)
+    P = 120
+    q = np.round(rng.lognormal(5, 0.5, P))
+    q[:4] = [636.96168732, 1e308, np.inf, 3.0 * 2.0**51 + 1.0]
+    n = np.repeat(q[:, None], WINDOW, axis=1)
+    t = (rng.uniform(0, 2, P)[:, None] + rng.lognormal(-5, 1, P)[:, None] * n) * (
+        1 + 0.05 * rng.standard_normal((P, WINDOW))
+    )
+    t[5] = 0.0
+    t[6, 2] = 1e308
+    rows = np.stack([n, t, t * 3.0], axis=2)
+    moved = rows.copy()
+    moved[7, 0, 0] += 1.0
+    for case in (rows, moved, rows[10:]):
+        # Execute
+        with np.errstate(over="ignore", invalid="ignore"):
+            fast = fit_rows(case)[1]
+            monkeypatch.setattr(estimation, "SHORTCUTS", False)
+            plain = fit_rows(case)[1]
+            monkeypatch.setattr(estimation, "SHORTCUTS", True)
+        # Assert: every output the same bits
+        assert fast[4] is None and plain[4] is None
+        for got, want in zip(fast[:4] + fast[5:], plain[:4] + plain[5:]):
+            assert got.tobytes() == want.tobytes()
+
+
+def test_the_balance_tests_logs_of_a_held_split_are_numpys_and_decide_as_without_them():
+    from flwr_adaptive import deadband
+    from flwr_adaptive.estimation import WINDOW
+
+    # Prepare: the windows of a held split over 12 rounds (each round one new report per
+    # participant, the oldest dropped), one round whose windows are not the last ones shifted,
+    # and a participant that slows down past the test's limit
+    rng = np.random.default_rng(3)
+    P = 80
+    quota = rng.integers(50, 500, P)
+    n = np.repeat(quota[:, None].astype(float), WINDOW, axis=1)
+    t = 2.0 * (1 + 0.01 * rng.standard_normal((P, WINDOW)))
+    codes = np.zeros(P, dtype=np.int64)
+    cache: dict = {}
+    decisions = []
+    for r in range(12):
+        t = np.concatenate([t[:, 1:], 2.0 * (1 + 0.01 * rng.standard_normal((P, 1)))], axis=1)
+        if r == 5:
+            t = t * 1.001  # every window rescaled: no shift of the last one
+        if r >= 8:
+            t[0, -1] *= 1.2
+        history = np.stack([n, t, 5 * t], axis=2)
+        # Execute: with the logs kept between rounds, and without
+        held = deadband.balanced_within_noise(quota, history, codes, None, cache)
+        decisions.append(held)
+        assert held == deadband.balanced_within_noise(quota, history, codes)
+        # Assert: the logs kept are numpy's of these windows, bit for bit
+        times, logs = cache["logs"]
+        assert times.tobytes() == np.ascontiguousarray(t.T).tobytes()
+        assert logs.tobytes() == np.log(np.ascontiguousarray(t.T)).tobytes()
+    assert True in decisions and False in decisions
