@@ -293,7 +293,8 @@ def test_scaled_batches_are_aggregated_unrescaled_and_without_a_warning(api, cap
     # Prepare: round 1 (equal quotas of 100), equal steps (4) on 100, 25 and 10 samples (scaled batches);
     # the models moved by 1, 2, 3
     x = [np.array([0.0])]
-    per_node = [({"samples": s, "steps": 4}, [np.array([float(d)])]) for s, d in ((100, 1), (25, 2), (10, 3))]
+    # (each holds what it read: a quota of 100 above a node's data selects all of it)
+    per_node = [({"samples": s, "steps": 4, "data_size": s}, [np.array([float(d)])]) for s, d in ((100, 1), (25, 2), (10, 3))]
     make = ((lambda **kw: AdaptiveStrategy(_fedavg(3), budget=301, trust=False, **kw)) if api == "message"
             else (lambda **kw: _legacy(trust=False, **kw)))
     scaled, plain = make(scale_batch_size=True), make(scale_batch_size=False)
@@ -321,7 +322,8 @@ def _legacy_round(strategy, x, per_node):
 
     pairs = strategy.configure_fit(1, ndarrays_to_parameters(x), _Manager(["11", "12", "13"]))
     ok = Status(Code.OK, "")
-    results = [(proxy, FitRes(ok, ndarrays_to_parameters(model), 1, telemetry(kw["samples"], i, steps=kw["steps"])))
+    results = [(proxy, FitRes(ok, ndarrays_to_parameters(model), 1,
+                              telemetry(kw["samples"], i, steps=kw["steps"], data_size=kw.get("data_size", 1000))))
                for i, ((proxy, _), (kw, model)) in enumerate(zip(pairs, per_node))]
     strategy.aggregate_fit(1, results, [])
 

@@ -268,7 +268,9 @@ def test_an_honest_shrunk_round_is_aggregated_without_a_step_warning(api, caplog
     # Prepare: round 1 (equal quotas of 100 at budget 301, the reference 100 = 4 steps of 32); node 0 honest at
     # 4 steps of its 100, node 1 read 25 in batches of 8 (4 steps), node 2 read 3 in one-sample batches (3 steps)
     x = [np.array([0.0])]
-    per_node = [({"samples": s, "steps": k}, [np.array([float(d)])]) for s, k, d in ((100, 4, 1), (25, 4, 2), (3, 3, 3))]
+    # (each holds what it read: a quota of 100 above a node's data selects all of it)
+    per_node = [({"samples": s, "steps": k, "data_size": s}, [np.array([float(d)])])
+                for s, k, d in ((100, 4, 1), (25, 4, 2), (3, 3, 3))]
     make = ((lambda **kw: AdaptiveStrategy(_fedavg(3), budget=301, trust=False, **kw)) if api == "message"
             else (lambda **kw: _legacy(budget=301, trust=False, **kw)))
     shrunk, plain = make(), make(scale_batch_size=False)  # the default with private data: "shrink"
@@ -282,9 +284,10 @@ def test_an_honest_shrunk_round_is_aggregated_without_a_step_warning(api, caplog
     # Assert: nothing said with the reference; without it the 100-sample node's 4 steps look too few
     assert said == []
     assert any("steps per sample" in r.getMessage() for r in caplog.records)
-    # the factors are FedNova's on the honest steps: τ_eff = Σ p_i τ_i over τ_i (weights by data size, equal here)
-    tau = np.array([4.0, 4.0, 3.0])
-    assert sorted(shrunk.last_scales.values()) == pytest.approx(sorted(tau.mean() / tau))
+    # the factors are FedNova's on the honest steps: τ_eff = Σ p_i τ_i over τ_i (p by data size: 100, 25, 3, the
+    # 100 capped at 2 × the median 25)
+    tau, p = np.array([4.0, 4.0, 3.0]), np.array([50.0, 25.0, 3.0])
+    assert sorted(shrunk.last_scales.values()) == pytest.approx(sorted((p @ tau / p.sum()) / tau))
 
 
 # ----------------------------------------------------------------------------- the attribute set after construction
@@ -325,3 +328,23 @@ def test_a_baseline_refuses_scale_batch_size_set_after_construction(policy):
             strategy.scale_batch_size = value
     strategy.scale_batch_size = None  # a baseline's default is False
     assert strategy.scale_batch_size is False
+
+
+@pytest.mark.parametrize("scale", [False, "shrink"])
+def test_claiming_fewer_samples_does_not_lower_the_bound_on_steps(scale):
+    from test_normalized_strategy import message_round
+
+    # Prepare: 5 nodes at quotas of 100 (budget 500), each holding 1000 samples: honest replies 100 samples in
+    # 10 steps; node 4 took its 10 steps too but claims 1 sample and 1 step (samples are bounded above only),
+    # which by its claimed samples is plausible (plausible_steps([10, 10, 10, 10, 1], [100] * 4 + [1]) keeps it)
+    x = [np.array([0.0])]
+    per_node = [({"samples": 100, "steps": 10}, [np.array([1.0])]) for _ in range(4)]
+    per_node.append(({"samples": 1, "steps": 1}, [np.array([1.0])]))
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, trust=False, scale_batch_size=scale)
+    # Execute
+    message_round(strategy, x, per_node)
+    # Assert: it is judged by the min(quota, data size) = 100 samples it said it holds and was sent, so its 1
+    # step is raised to 100 · 0.1 / 2 = 5 and its factor is τ_eff / 5 = (4·10 + 5) / 5 / 5 = 1.8 (was
+    # max_rescale, 8, with the honest nodes at 0.82)
+    factors = sorted(strategy.last_scales.values())
+    assert factors == pytest.approx([0.9] * 4 + [1.8])

@@ -109,6 +109,16 @@ def check_rescale_applies(max_rescale: float | None, weighting: str) -> None:
         )
 
 
+def trained_at_least(report: ClientReport) -> int:
+    """The samples a reply's step claim is judged by: its claim, but at least ``min(quota, data size)``
+    when it says both (what ``quota_data`` selects without cycling), so that claiming fewer samples
+    does not lower the bound on its steps (and so enlarge its update's factor) unless it also
+    claims less data, which lowers its own weight."""
+    if report.quota is None or report.data_size is None:
+        return int(report.samples)
+    return max(int(report.samples), min(int(report.quota), int(report.data_size)))
+
+
 class AggregationWeights:
     """Weights and FedNova rescaling factors of the kept replies (see the module docstring).
 
@@ -214,7 +224,7 @@ class AggregationWeights:
         else:
             tau, clipped = plausible_steps(
                 np.array(steps, dtype=float),
-                samples,
+                np.array([trained_at_least(r) for r in reports], dtype=float),
                 self.step_tolerance,
                 equal_steps=self.equal_steps,
                 reference=self.step_reference,
