@@ -348,3 +348,25 @@ def test_claiming_fewer_samples_does_not_lower_the_bound_on_steps(scale):
     # max_rescale, 8, with the honest nodes at 0.82)
     factors = sorted(strategy.last_scales.values())
     assert factors == pytest.approx([0.9] * 4 + [1.8])
+
+
+def test_silos_refuse_scale_batch_size_set_after_construction():
+    from flwr_adaptive.strategies import HierarchicalAdaptiveStrategy
+
+    strategy = HierarchicalAdaptiveStrategy(budget=10, steps=2)
+    for value in ("shrink", True):
+        with pytest.raises(ValueError, match="its silos run the steps sent.: scale_batch_size must be False"):
+            strategy.scale_batch_size = value
+    assert strategy.scale_batch_size is False
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_step_floor_set_after_construction_under_shrink_stops_the_next_round_with_the_fix(api):
+    # The constructor refuses the pair; a floor assigned later must not decay silently either.
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300) if api == "message" else _legacy()
+    assert strategy.scale_batch_size == "shrink"
+    strategy.min_local_steps = 1
+    with pytest.raises(ValueError, match="scale_batch_size='shrink' does not combine with min_local_steps=1.*Pass"):
+        _wire(api, strategy, [30, 70, 200])
+    strategy.min_local_steps = 0
+    assert sorted(_wire(api, strategy, [30, 70, 200]).items()) == [(30, 100), (70, 100), (200, 200)]

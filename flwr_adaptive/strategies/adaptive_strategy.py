@@ -368,7 +368,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         chosen = self.participants(server_round, [m.metadata.dst_node_id for m in messages])
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
-        self.aggregation.step_reference, self._references = node_references(self.scale_batch_size, self.budget, quotas)
+        self.aggregation.step_reference, self._references = node_references(
+            self.scale_batch_size, self.budget, quotas, self.min_local_steps
+        )
         if self.scale_batch_size is True:
             self.aggregation.step_reference = None  # equal steps: the plausibility rule's own interval
         out = []

@@ -146,6 +146,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
 
     #: Silo replies keep their telemetry for the inner metric function (``aggregate_silo_metrics``).
     stripped_metric_keys: frozenset = frozenset()
+    keeps_batch_size = "its silos run the steps sent"  # scale_batch_size stays False (round_quotas.ScaleBatchSize)
 
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
     strict_metric_lists = False  # per-rank lists differ in length across silos (aggregate_silo_metrics)
@@ -219,7 +220,6 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             smoothing=smoothing,
             weighting="normalized" if weighting is None else weighting,  # silos own their data
             max_rescale=max_rescale,
-            scale_batch_size=False,  # silos run the steps sent, no reference quota
             forget_after=forget_after,
             cost_clip=cost_clip,
             trust=trust,

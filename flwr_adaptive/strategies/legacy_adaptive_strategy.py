@@ -313,7 +313,9 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         chosen = self.participants(server_round, list(by_node))
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
-        self.aggregation.step_reference, references = node_references(self.scale_batch_size, self.budget, quotas)
+        self.aggregation.step_reference, references = node_references(
+            self.scale_batch_size, self.budget, quotas, self.min_local_steps
+        )
         if self.scale_batch_size is True:
             self.aggregation.step_reference = None  # equal steps: the plausibility rule's own interval
         out = []

@@ -49,6 +49,7 @@ __all__ = [
     "split_round",
     "reference_quota",
     "node_references",
+    "check_floor_and_scaling",
     "check_scale_batch_size",
     "resolve_scale_batch_size",
     "ScaleBatchSize",
@@ -82,6 +83,12 @@ def resolve_scale_batch_size(value: object, weighting: str, min_local_steps: int
     if value is None:
         return SHRINK if weighting == "normalized" and not min_local_steps else False
     mode = check_scale_batch_size(value)
+    check_floor_and_scaling(mode, min_local_steps)
+    return mode
+
+
+def check_floor_and_scaling(mode: bool | str, min_local_steps: int) -> None:
+    """``ValueError`` with the fix when batches are scaled (``mode`` True or ``"shrink"``) under a step floor."""
     if mode is not False and min_local_steps:
         raise ValueError(
             f"scale_batch_size={mode!r} does not combine with min_local_steps={min_local_steps} (policy "
@@ -89,7 +96,6 @@ def resolve_scale_batch_size(value: object, weighting: str, min_local_steps: int
             f"from its replies, which scaled batches lower round by round, so the floor would not hold. Pass "
             f"min_local_steps=0 to scale batches without a floor, or scale_batch_size=None (or False) to keep it"
         )
-    return mode
 
 
 class ScaleBatchSize:
@@ -119,14 +125,17 @@ class ScaleBatchSize:
 
 
 def node_references(
-    mode: bool | str, budget: int, quotas: Mapping[Hashable, int]
+    mode: bool | str, budget: int, quotas: Mapping[Hashable, int], min_local_steps: int = 0
 ) -> tuple[int | None, dict[Hashable, int]]:
     """``(reference, {node: reference sent})`` of a round for ``scale_batch_size=mode``.
 
     ``False``: ``(None, {})`` (nothing sent). ``True``: every node gets :func:`reference_quota`.
     ``"shrink"``: node i gets ``max(reference, q_i)``, so a node at or above the reference keeps the
     user's batch size (``ceil(B·q_i/q_i) = B``) and only the nodes below it shrink their batches.
+    ``min_local_steps``: the strategy's step floor now (it may have been set after construction),
+    refused with scaled batches as at construction (:func:`check_floor_and_scaling`).
     """
+    check_floor_and_scaling(mode, min_local_steps)
     if mode is False or not quotas:
         return None, {}
     r = reference_quota(budget, quotas)
