@@ -139,18 +139,22 @@ class CommittedSplit:
             return None
         if len(slots) != len(self.slots):
             return None
-        if np.array_equal(slots, self.slots):
-            aligned = np.arange(len(slots))
-        else:
+        order: np.ndarray | None = None  # None: the same order (the arrays themselves, no gathers)
+        aligned: np.ndarray | slice = slice(None)
+        if not np.array_equal(slots, self.slots):
             position = np.full(slot_count, -1, dtype=np.int64)
             position[self.slots] = np.arange(len(self.slots))
-            aligned = position[slots]
-            if (aligned < 0).any():
+            gathered = position[slots]
+            if (gathered < 0).any():
                 return None  # the participant set changed
-        current = self.quota[aligned]
+            aligned = order = gathered
+        current = self.quota.copy() if order is None else self.quota[aligned]  # (a copy: the caller's)
         if not (np.array_equal(self.lo[aligned], lo) and np.array_equal(self.hi[aligned], hi)):
             return None
-        if group_of is not None and (self.groups is None or [self.groups[i] for i in aligned.tolist()] != group_of):
+        if group_of is not None and (
+            self.groups is None
+            or (list(self.groups) if order is None else [self.groups[i] for i in order.tolist()]) != group_of
+        ):
             return None  # a participant changed group
         if balance_times and history is not None and balanced_within_noise(current, history, codes, fixed, self.logs):
             return current

@@ -418,12 +418,19 @@ _SCRATCH = threading.local()  # per thread: two controllers fitting at once must
 def _scratch(rows: int, cols: int, count: int) -> list[np.ndarray]:
     """``count`` distinct float arrays ``(rows, cols)`` of uninitialised memory, views of one buffer
     this thread keeps (grown to the largest request so far: 5 windows of a :data:`FIT_BLOCK`
-    block of time and energy, ~4 MB). Only for temporaries: nothing returned may view it."""
+    block of time and energy, ~4 MB). Only for temporaries: nothing returned may view it. The
+    views of the last request are kept and returned again for the same one."""
     size = rows * cols
     flat = getattr(_SCRATCH, "flat", None)
     if flat is None or len(flat) < count * size:
         flat = _SCRATCH.flat = np.empty(count * size)
-    return [flat[k * size : (k + 1) * size].reshape(rows, cols) for k in range(count)]
+    last = getattr(_SCRATCH, "views", None)
+    if last is not None and last[0] == (rows, cols, count) and last[1] is flat:
+        views: list[np.ndarray] = last[2]
+        return views
+    views = [flat[k * size : (k + 1) * size].reshape(rows, cols) for k in range(count)]
+    _SCRATCH.views = ((rows, cols, count), flat, views)
+    return views
 
 
 def _full_median(v: np.ndarray) -> np.ndarray:
