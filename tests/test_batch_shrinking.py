@@ -34,10 +34,11 @@ def test_per_node_references_and_batch_sizes_by_hand():
     quotas = {"a": 700, "b": 300, "c": 75, "d": 25}
     # Execute
     r, shrink = node_references("shrink", 1100, quotas)
-    _, equal = node_references(True, 1100, quotas)
+    no_step_reference, equal = node_references(True, 1100, quotas)
     # Assert: shrink sends max(275, q), equal steps sends 275 to all, False sends nothing
     assert r == 275 and shrink == {"a": 700, "b": 300, "c": 275, "d": 275}
     assert equal == {n: 275 for n in quotas} and node_references(False, 1100, quotas) == (None, {})
+    assert no_step_reference is None  # equal steps: the plausibility rule judges them by its own interval
     # at B = 32 the reference takes ceil(275/32) = 9 steps. Fast nodes keep 32: 22 and 10 steps (the default's)
     batches = {n: scaled_batch_size(32, q, shrink[n]) for n, q in quotas.items()}
     assert batches == {"a": 32, "b": 32, "c": 9, "d": 3}  # c: ceil(32·75/275) = ceil(8.7); d: ceil(2.9)

@@ -371,8 +371,6 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.aggregation.step_reference, self._references = node_references(
             self.scale_batch_size, self.budget, quotas, self.min_local_steps
         )
-        if self.scale_batch_size is True:
-            self.aggregation.step_reference = None  # equal steps: the plausibility rule's own interval
         out = []
         for msg in messages:
             node = msg.metadata.dst_node_id

@@ -316,8 +316,6 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.aggregation.step_reference, references = node_references(
             self.scale_batch_size, self.budget, quotas, self.min_local_steps
         )
-        if self.scale_batch_size is True:
-            self.aggregation.step_reference = None  # equal steps: the plausibility rule's own interval
         out = []
         for node, q in quotas.items():
             proxy, ins = by_node[node]

@@ -127,11 +127,13 @@ class ScaleBatchSize:
 def node_references(
     mode: bool | str, budget: int, quotas: Mapping[Hashable, int], min_local_steps: int = 0
 ) -> tuple[int | None, dict[Hashable, int]]:
-    """``(reference, {node: reference sent})`` of a round for ``scale_batch_size=mode``.
+    """``(step reference, {node: reference sent})`` of a round for ``scale_batch_size=mode``.
 
-    ``False``: ``(None, {})`` (nothing sent). ``True``: every node gets :func:`reference_quota`.
+    ``False``: ``(None, {})`` (nothing sent). ``True``: every node gets :func:`reference_quota`,
+    and the step reference is ``None`` (equal steps: the plausibility rule's own interval).
     ``"shrink"``: node i gets ``max(reference, q_i)``, so a node at or above the reference keeps the
-    user's batch size (``ceil(B·q_i/q_i) = B``) and only the nodes below it shrink their batches.
+    user's batch size (``ceil(B·q_i/q_i) = B``) and only the nodes below it shrink their batches;
+    the step reference is the reference (``AggregationWeights.step_reference``).
     ``min_local_steps``: the strategy's step floor now (it may have been set after construction),
     refused with scaled batches as at construction (:func:`check_floor_and_scaling`).
     """
@@ -141,7 +143,7 @@ def node_references(
     r = reference_quota(budget, quotas)
     if mode == SHRINK:
         return r, {n: max(r, int(q)) for n, q in quotas.items()}
-    return r, {n: r for n in quotas}
+    return None, {n: r for n in quotas}
 
 
 def reference_quota(budget: int, quotas: Mapping[Hashable, int]) -> int:
