@@ -19,6 +19,13 @@ keeps the user's ``batch_size`` attribute and applies the scaled size each time 
 or measured with ``len`` inside a call with a reference quota. Without one it is the user's
 loader over the quota.
 
+``drop_last`` drops a partial last batch after a full one, as torch does; a quota smaller than the
+batch size (a slow node's share read at the user's batch size: ``scale_batch_size=False``) has no
+full batch, and torch would yield none, so the round would take no optimizer step and reply with
+the model it was sent. The loader reads such a quota as one batch instead, with one warning per
+process naming the partition, the quota, the batch size and the fix (``min_quota`` >= the batch
+size on the strategy, or ``drop_last=False``).
+
 Cost
 ----
 One DataLoader per ``quota_data`` call; a loader built before the call builds one more per
@@ -32,10 +39,13 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
+from flwr_adaptive._logging import logger as log
 from flwr_adaptive.clients.batch_scaling import MAX_BATCH_SCALE, scaled_batch_size
 from flwr_adaptive.clients.data import current_window
 
-__all__ = ["QuotaLoader", "loader_over", "batch_size_now"]
+__all__ = ["QuotaLoader", "loader_over", "batch_size_now", "keeps_one_batch"]
+
+_WARNED: set[str] = set()  # what was said once in this process
 
 
 def batch_size_now(batch_size: int, dataset: Any, max_batch_scale: float | None) -> int:
@@ -45,6 +55,29 @@ def batch_size_now(batch_size: int, dataset: Any, max_batch_scale: float | None)
     if window is None or window.reference is None:
         return int(batch_size)
     return scaled_batch_size(int(batch_size), len(dataset), window.reference, max_batch_scale)
+
+
+def keeps_one_batch(dataset: Any, batch_size: int, drop_last: bool) -> bool:
+    """Whether ``drop_last`` must be lifted so that ``dataset`` (the quota's view) gives a batch: it holds
+    fewer samples than one batch but at least one (one warning per process, with the fix)."""
+    samples = len(dataset)
+    if not (drop_last and 0 < samples < batch_size):
+        return False
+    if "one-batch" not in _WARNED:
+        _WARNED.add("one-batch")
+        window = current_window()
+        log.warning(
+            "quota_data: partition %s: the quota of %d samples is below the batch size %d of a DataLoader with "
+            "drop_last=True, which would read it in no batch (no optimizer step, the model sent back untrained): "
+            "reading it as one batch of %d. To keep full batches pass min_quota >= %d to the strategy, or "
+            "scale_batch_size=True (a small quota is then read in smaller batches); said once",
+            "?" if window is None else window.partition,
+            samples,
+            batch_size,
+            samples,
+            batch_size,
+        )
+    return True
 
 
 class QuotaLoader(DataLoader):
@@ -69,11 +102,16 @@ class QuotaLoader(DataLoader):
         self._max_batch_scale = max_batch_scale
 
     def _other(self) -> DataLoader | None:
-        """A loader at the window's batch size when it differs from this one's, else ``None``."""
+        """A loader at the window's batch size (``drop_last`` lifted for a quota below one batch) when it
+        differs from this one, else ``None``."""
         size = batch_size_now(self._user_batch_size, self.dataset, self._max_batch_scale)
-        if size == self.batch_size:
+        one_batch = keeps_one_batch(self.dataset, size, bool(self._settings.get("drop_last")))
+        if size == self.batch_size and not one_batch:
             return None
-        return DataLoader(self.dataset, **{**self._settings, "batch_size": size})
+        settings = {**self._settings, "batch_size": size}
+        if one_batch:
+            settings["drop_last"] = False
+        return DataLoader(self.dataset, **settings)
 
     def __iter__(self) -> Any:
         other = self._other()

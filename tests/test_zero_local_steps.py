@@ -1,0 +1,167 @@
+"""Zero local steps: a quota below the batch size still trains (one batch), and a reply of 0 steps is not aggregated."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from flwr_adaptive import keys
+from flwr_adaptive.clients import quota_loader
+from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
+from flwr_adaptive.clients.telemetry import telemetry_train
+
+
+def _message(config):
+    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+    return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "config": ConfigRecord(config)}),
+                   dst_node_id=7, message_type="train")
+
+
+def _context(partition_id=3):
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=1, node_id=7, node_config={"partition-id": partition_id}, state=RecordDict(), run_config={})
+
+
+def _user_loader(size=200, batch_size=32, drop_last=True):
+    """What a PyTorch user builds in ``client_fn``: batches of 32, the partial last one dropped."""
+    x = torch.arange(size, dtype=torch.float32).reshape(-1, 1)
+    return DataLoader(TensorDataset(x, torch.ones(size, 1)), batch_size=batch_size, shuffle=True, drop_last=drop_last)
+
+
+def _train(loader, record):
+    """A Message-API train function: one SGD step per batch of ``quota_data(loader)``."""
+
+    def train(msg, context):
+        from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+        model = torch.nn.Linear(1, 1)
+        before = [p.detach().clone() for p in model.parameters()]
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        sizes = []
+        for xb, yb in quota_data(loader):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+            sizes.append(len(xb))
+        record["batches"] = sizes
+        record["moved"] = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord({})}), reply_to=msg)
+
+    return train
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warning():
+    quota_loader._WARNED.clear()
+    yield
+    quota_loader._WARNED.clear()
+
+
+def test_a_quota_below_the_batch_size_with_drop_last_is_read_as_one_batch_and_takes_a_step(flower_identity, caplog):
+    # Prepare: a slow node's quota of 20 samples at the user's batch size 32, no reference quota (scale_batch_size
+    # False: Static, Oort-like, or set by the user); torch's own DataLoader over 20 samples yields no batch here
+    assert len(DataLoader(TensorDataset(torch.zeros(20)), batch_size=32, drop_last=True)) == 0
+    record = {}
+    wrapped = telemetry_train(_train(_user_loader(), record))
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        reply = wrapped(_message({keys.QUOTA: 20, keys.ROUND: 1}), _context(3))
+    # Assert: one batch holding the whole quota, one optimizer step counted and reported, the model moved
+    metrics = reply.content["metrics"]
+    assert record["batches"] == [20] and record["moved"]
+    assert metrics[keys.LOCAL_STEPS] == 1 and metrics[keys.SAMPLES] == 20
+    said = [r.getMessage() for r in caplog.records if "drop_last" in r.getMessage()]
+    assert len(said) == 1
+    assert all(part in said[0] for part in ("partition 3", "quota of 20", "batch size 32", "min_quota"))
+
+
+@pytest.mark.parametrize("built_inside", [True, False])
+def test_the_loader_keeps_one_batch_built_in_or_outside_the_call_and_drops_a_partial_batch_after_a_full_one(
+    built_inside,
+):
+    # Prepare: the user's loader, wrapped before the window opens (client_fn) or inside it
+    user = _user_loader()
+    outside = None if built_inside else quota_data(user)
+    lengths, sizes = [], []
+    for quota in (20, 50, 64, 1):
+        token = open_window(QuotaWindow(quota, seed=1, partition=0, server_round=1))
+        try:
+            # Execute
+            loader = quota_data(user) if built_inside else outside
+            lengths.append(len(loader))
+            sizes.append([len(b[0]) for b in loader])
+        finally:
+            close_window(token)
+    # Assert: below the batch size one partial batch; above it drop_last drops the partial last batch as torch does
+    assert lengths == [1, 1, 2, 1]
+    assert sizes == [[20], [32], [32, 32], [1]]
+
+
+def test_without_drop_last_or_with_a_full_batch_nothing_changes_and_nothing_is_said(caplog):
+    token = open_window(QuotaWindow(20, seed=1, partition=0, server_round=1))
+    try:
+        with caplog.at_level(logging.WARNING, logger="flwr"):
+            assert [len(b[0]) for b in quota_data(_user_loader(drop_last=False))] == [20]
+            assert [len(b[0]) for b in quota_data(_user_loader(batch_size=20))] == [20]
+    finally:
+        close_window(token)
+    assert not [r for r in caplog.records if "drop_last" in r.getMessage()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(quota=st.integers(1, 150), batch_size=st.integers(1, 64), drop_last=st.booleans())
+def test_every_non_empty_quota_gives_at_least_one_batch_and_otherwise_torchs_batches(quota, batch_size, drop_last):
+    # Prepare
+    user = _user_loader(size=150, batch_size=batch_size, drop_last=drop_last)
+    token = open_window(QuotaWindow(quota, seed=2, partition=0, server_round=1))
+    try:
+        # Execute
+        loader = quota_data(user)
+        sizes = [len(b[0]) for b in loader]
+        length = len(loader)
+    finally:
+        close_window(token)
+    # Assert: torch's batches, except that a quota below one batch is one batch rather than none
+    full, rest = divmod(quota, batch_size)
+    torch_sizes = [batch_size] * full + ([rest] if rest and not drop_last else [])
+    assert sizes == (torch_sizes or [quota]) and length == len(sizes)
+
+
+# ----------------------------------------------------------------------------- the server: a reply of 0 steps
+@pytest.mark.parametrize("api", ["message", "legacy"])
+@pytest.mark.parametrize("weighting", ["normalized", "samples"])
+def test_a_reply_claiming_zero_local_steps_is_skipped_not_aggregated_as_trained(api, weighting, caplog, flower_identity):
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+    from flwr.serverapp.strategy import FedAvg
+    from test_batch_scaling import _legacy_round
+    from test_normalized_strategy import message_round
+
+    from flwr_adaptive.strategies import AdaptiveStrategy, LegacyAdaptiveStrategy
+
+    # Prepare: three nodes at equal quotas (100 of 300); the third sends its model back unchanged (0.0), saying
+    # it took 0 steps (a count of its own: the wrapper never reports 0)
+    x = [np.array([0.0])]
+    per_node = [({"samples": 100, "steps": 4}, [np.array([3.0])]), ({"samples": 100, "steps": 4}, [np.array([3.0])]),
+                ({"samples": 100, "steps": 0}, [np.array([0.0])])]
+    kw = dict(budget=300, trust=False, weighting=weighting)
+    if api == "message":
+        strategy = AdaptiveStrategy(FedAvg(fraction_evaluate=0.0, min_train_nodes=3, min_available_nodes=3), **kw)
+    else:
+        strategy = LegacyAdaptiveStrategy(LegacyFedAvg(min_fit_clients=3, min_available_clients=3), **kw)
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        out = message_round(strategy, x, per_node) if api == "message" else _legacy_round(strategy, x, per_node)
+    # Assert: the reply is skipped with the reason; only the two that trained are averaged (not 2/3 of their move)
+    said = [r.getMessage() for r in caplog.records if keys.LOCAL_STEPS in r.getMessage()]
+    assert said and "must be >= 1" in said[0] and "skipped" in said[0]
+    assert len(strategy.last_weights) == 2
+    if api == "message":
+        np.testing.assert_allclose(out[0], [3.0])
