@@ -362,12 +362,16 @@ def test_silos_refuse_scale_batch_size_set_after_construction():
 
 
 @pytest.mark.parametrize("api", ["message", "legacy"])
-def test_a_step_floor_set_after_construction_under_shrink_stops_the_next_round_with_the_fix(api):
-    # The constructor refuses the pair; a floor assigned later must not decay silently either.
-    strategy = AdaptiveStrategy(_fedavg(3), budget=300) if api == "message" else _legacy()
-    assert strategy.scale_batch_size == "shrink"
-    strategy.min_local_steps = 1
+def test_a_step_floor_under_shrink_is_refused_when_set_and_one_set_on_the_component_stops_the_next_round(api):
+    # The constructor refuses the pair; so does the attribute set later (the default, None, follows the floor
+    # instead: test_scale_follows_settings), and a floor set past it must not decay silently either.
+    make = (lambda: AdaptiveStrategy(_fedavg(3), budget=300, scale_batch_size="shrink")) if api == "message" else (
+        lambda: _legacy(scale_batch_size="shrink"))
+    strategy = make()
+    with pytest.raises(ValueError, match="scale_batch_size='shrink' does not combine with min_local_steps=1.*Pass"):
+        strategy.min_local_steps = 1
+    strategy.step_floor.steps = 1  # past the attribute: the round itself refuses
     with pytest.raises(ValueError, match="scale_batch_size='shrink' does not combine with min_local_steps=1.*Pass"):
         _wire(api, strategy, [30, 70, 200])
-    strategy.min_local_steps = 0
+    strategy.step_floor.steps = 0
     assert sorted(_wire(api, strategy, [30, 70, 200]).items()) == [(30, 100), (70, 100), (200, 200)]

@@ -151,7 +151,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         ``None``: ``"shrink"`` with the normalised weighting (the default with private data) and
         no step floor, else ``False`` (a floor learns each node's batch size from its replies, so
         shrunk batches would lower it: min-energy's default floor keeps the user's batch size;
-        ``True`` or ``"shrink"`` with a floor is refused).
+        ``True`` or ``"shrink"`` with a floor is refused). ``None`` is resolved again when
+        ``weighting`` or ``min_local_steps`` is set on the strategy later; an explicit value is kept.
         ``False``: no reference quota is sent.
         ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
         equal share, budget // nodes trained, or of the samples trained when the budget exceeds

@@ -73,14 +73,20 @@ from flwr_adaptive.controller import AllocationController, Report
 from flwr_adaptive.strategies import round_log
 from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.history import RunHistory
-from flwr_adaptive.strategies.normalization import WEIGHTINGS, AggregationWeights, claimed_steps, default_weighting
+from flwr_adaptive.strategies.normalization import (
+    WEIGHTINGS,
+    AggregationWeights,
+    checked_weighting,
+    claimed_steps,
+    default_weighting,
+)
 from flwr_adaptive.strategies.observation import HeldReasons, ServerOverheads
 from flwr_adaptive.strategies.observe_round import believed_reports, check_resumed, observe_round
 from flwr_adaptive.strategies.options import checked_budget
 from flwr_adaptive.strategies.partitions import PartitionMap
 from flwr_adaptive.strategies.quota_bounds import QuotaBounds, pick_trainers
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.round_quotas import split_round
+from flwr_adaptive.strategies.round_quotas import FollowedSetting, split_round
 from flwr_adaptive.strategies.state_store import (
     CONTEXT_STATE_KEY,
     STATE_FILE,
@@ -88,7 +94,7 @@ from flwr_adaptive.strategies.state_store import (
     encode_state,
     parse_state,
 )
-from flwr_adaptive.strategies.step_floor import StepFloor
+from flwr_adaptive.strategies.step_floor import StepFloor, checked_floor
 from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
@@ -198,12 +204,16 @@ class AdaptiveCore:
         self._resume()
 
     # ------------------------------------------------------------------ the components' state, as attributes
-    weighting = Delegated("aggregation", "weighting", "The weighting in use: normalized, samples or data-size.")
+    weighting = FollowedSetting(
+        "aggregation", "weighting", "The weighting in use: normalized, samples or data-size.", checked_weighting
+    )
     weight_cap = Delegated("aggregation", "weight_cap", "A claimed data size counts for at most this × the median.")
     data_sizes = Delegated("aggregation", "data_sizes", "``{partition id: data size}`` the operator knows.")
     step_tolerance = Delegated("aggregation", "step_tolerance", "Claimed steps per sample kept within this factor.")
     max_rescale = Delegated("aggregation", "max_rescale", "Largest factor a normalised update is scaled by, or None.")
-    min_local_steps = Delegated("step_floor", "steps", "Local steps every trained node gets at least (0: no floor).")
+    min_local_steps = FollowedSetting(
+        "step_floor", "steps", "Local steps every trained node gets at least (0: no floor).", checked_floor
+    )
     last_weights = Delegated("aggregation", "last_weights", "The last round's ``{node id: weight}``.", writable=False)
     last_scales = Delegated("aggregation", "last_scales", "The last round's FedNova factors.", writable=False)
     #: CSV the round's rows are appended to after every round (its ``-clients`` file beside it);

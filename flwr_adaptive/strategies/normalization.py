@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from flwr_adaptive.normalized_averaging import (
 )
 from flwr_adaptive.strategies.reports import ClientReport
 
-__all__ = ["AggregationWeights", "WEIGHTINGS", "check_rescale_applies", "default_weighting"]
+__all__ = ["AggregationWeights", "WEIGHTINGS", "check_rescale_applies", "checked_weighting", "default_weighting"]
 
 #: The aggregation weightings; the first is the default with private data (``allow_cycling=False``).
 WEIGHTINGS = ("normalized", "samples", "data-size")
@@ -86,6 +87,15 @@ def default_weighting(weighting: str | None, allow_cycling: bool) -> str:
     if weighting not in WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
     return weighting
+
+
+def checked_weighting(strategy: Any, weighting: str | None) -> str:
+    """``weighting`` set on ``strategy`` after construction, checked as the constructor checks it: ``None``
+    is the default for its data setting; an unknown one, or one beside a ``max_rescale`` it ignores, is
+    refused with the fix (:func:`default_weighting`, :func:`check_rescale_applies`)."""
+    resolved = default_weighting(weighting, bool(getattr(strategy, "allow_cycling", False)))
+    check_rescale_applies(getattr(strategy, "max_rescale", MAX_RESCALE), resolved)
+    return resolved
 
 
 def claimed_steps(reports: Sequence[ClientReport]) -> list[int] | None:

@@ -25,7 +25,12 @@ client scales its batch size (:mod:`flwr_adaptive.clients.batch_scaling`). With
 steps, a node at or above it computes ``ceil(B·q/q) = B``, keeps the user's batch size and takes
 more steps (which the normalised rule corrects). No client change is needed. It is the default
 (``scale_batch_size=None``, :func:`resolve_scale_batch_size`) with the normalised weighting and no
-step floor.
+step floor. ``None`` is remembered: setting ``weighting`` or ``min_local_steps`` on the strategy later
+(:class:`FollowedSetting`) resolves it again, so ``strategy.weighting = "samples"`` after construction
+turns the default "shrink" off, as passing it to the constructor does, and ``"normalized"`` turns it on.
+An explicit value (``True``, ``False``, ``"shrink"``) is never changed: a later setting it does not
+combine with (a step floor under scaled batches) is refused with the fix, as at construction, and
+leaves the setting as it was.
 
 Cost
 ----
@@ -35,10 +40,11 @@ round's trainers, and O(nodes) dictionary work.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from flwr_adaptive.controller import AllocationController
+from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.quota_bounds import all_local_data
 
 if TYPE_CHECKING:
@@ -53,7 +59,10 @@ __all__ = [
     "check_scale_batch_size",
     "resolve_scale_batch_size",
     "ScaleBatchSize",
+    "FollowedSetting",
 ]
+
+_GIVEN = "_scale_batch_size_given"  # the value the user set (None: follow weighting and min_local_steps)
 
 #: ``scale_batch_size="shrink"``: only nodes below the reference quota scale (shrink) their batches.
 SHRINK = "shrink"
@@ -121,7 +130,33 @@ class ScaleBatchSize:
                 f"or None, got {value!r}"
             )
         obj.__dict__["_scale_batch_size"] = mode
+        obj.__dict__[_GIVEN] = value
         obj.aggregation.equal_steps = mode is True
+
+
+class FollowedSetting(Delegated):
+    """A setting ``scale_batch_size`` is resolved by (``weighting``, ``min_local_steps``): delegated to a
+    component (:class:`~flwr_adaptive.strategies.delegation.Delegated`), checked by ``check(obj, value)``
+    when set, and once the strategy's ``scale_batch_size`` is set, followed by resolving the value the
+    user gave for it again (:class:`ScaleBatchSize`). A ``ValueError`` of either leaves the setting as it was.
+    """
+
+    def __init__(self, component: str, name: str, doc: str, check: Callable[[Any, Any], Any]) -> None:
+        super().__init__(component, name, doc)
+        self.check = check
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        value = self.check(instance, value)
+        if _GIVEN not in instance.__dict__:  # during construction: scale_batch_size is set after it
+            super().__set__(instance, value)
+            return
+        old = self.__get__(instance)
+        super().__set__(instance, value)
+        try:
+            instance.scale_batch_size = instance.__dict__[_GIVEN]
+        except ValueError:
+            super().__set__(instance, old)
+            raise
 
 
 def node_references(

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_ENERGY_STEPS", "StepFloor", "check_min_local_steps", "default_min_local_steps"]
+__all__ = ["MIN_ENERGY_STEPS", "StepFloor", "check_min_local_steps", "checked_floor", "default_min_local_steps"]
 
 #: ``min_local_steps`` of ``policy="min-energy"`` with private data when the user names none.
 MIN_ENERGY_STEPS = 1
@@ -64,6 +64,11 @@ def check_min_local_steps(value: Any) -> int:
             f"0: no floor), got {value!r}"
         )
     return int(value)
+
+
+def checked_floor(strategy: Any, value: Any) -> int:
+    """``min_local_steps`` set on ``strategy`` after construction, as :func:`check_min_local_steps`."""
+    return check_min_local_steps(value)
 
 
 def default_min_local_steps(value: Any, policy: str, allow_cycling: bool) -> int:
