@@ -2,7 +2,7 @@
 
 A node's claimed cost is timed by what the server observed once it was suspect two rounds (an
 honest node late by polling is not suspected), a claim below 1/4 of the others' median is taken
-at that median and a drop is capped, a fast group is held only up to ``max_group`` of the nodes;
+at the range's edge (1/4 of it) and one below 1/16 at that median, a drop is capped, a fast group is held only up to ``max_group`` of the nodes;
 ``trust=`` takes a bool or a ``CostTrust`` only, and the Message strategy reads the arrival time
 the SuperLink stamps. Hand-made claims (``_claim``) or replies (``hostile_support``). The
 coalition and strike rules are in ``test_trust_rules.py``.
@@ -112,14 +112,15 @@ def test_trust_that_is_not_a_bool_or_a_cost_trust_is_refused(trust):
 
 
 @pytest.mark.parametrize("what", ["time", "energy"])
-def test_plausible_range_boundary_is_one_quarter_of_the_others_median(what):
+def test_plausible_range_boundary_is_one_quarter_of_the_others_median(what, caplog):
     from dataclasses import replace
 
     from flwr_adaptive.strategies import AdaptiveStrategy
 
     # Prepare: docs/security.md: a per-sample cost below the other nodes' median divided by
-    # plausible_range (4) is not believed. The others claim 0.2, 0.3, 0.25 s per 100 samples
-    # (median 0.25): the bound for node 4 is 0.0625 s. Claims 0.8 % either side of it.
+    # plausible_range (4) is not believed; it is taken at the edge of the range (median / 4) down to
+    # median / absurd_range (16), and at the median below that. The others claim 0.2, 0.3, 0.25 s per
+    # 100 samples (median 0.25): the edge for node 4 is 0.0625 s, the absurd bound 0.015625 s.
     def claims(fourth):
         out = [_claim(1, 0.2), _claim(2, 0.3), _claim(3, 0.25), _claim(4, fourth)]
         if what == "energy":  # the same rule on joules; times all equal so only energy can be held
@@ -127,15 +128,63 @@ def test_plausible_range_boundary_is_one_quarter_of_the_others_median(what):
         return out
 
     def believed(fourth):
+        caplog.clear()
         trust = AdaptiveStrategy(budget=10).trust  # the strategy's default rules
         got = trust.believe(1, claims(fourth))[4]
         return got.time_s if what == "time" else got.energy_j
 
+    def said():
+        return [r.getMessage() for r in caplog.records if "not believed" in r.getMessage()]
+
     # Execute / Assert: just inside (0.063 s, 1/3.97 of the median) and at the bound: believed as
-    # claimed; just outside (0.062 s, 1/4.03): taken at the others' median
-    assert believed(0.063) == 0.063
-    assert believed(0.0625) == 0.0625
-    assert believed(0.062) == pytest.approx(0.25)
+    # claimed, nothing said (a rule made inclusive would say the claim at the bound is not believed)
+    assert believed(0.063) == 0.063 and not said()
+    assert believed(0.0625) == 0.0625 and not said()
+    # just outside (0.062 s, 1/4.03), and exactly at the absurd bound (1/16): taken at the edge, 0.0625
+    assert believed(0.062) == pytest.approx(0.0625)
+    assert len(said()) == 1 and "taken at the range's edge" in said()[0]
+    assert believed(0.015625) == pytest.approx(0.0625)
+    # just below the absurd bound (0.0156 s, 1/16.03): absurd, taken at the others' median
+    assert believed(0.0156) == pytest.approx(0.25)
+    assert len(said()) == 1 and "absurd (beyond 16×) and taken at that median" in said()[0]
+
+
+def test_a_claim_beyond_the_range_is_logged_with_its_tier_and_the_fix(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: the others' median is 1 s per 100 samples; node 4 claims 1/8 of it (inside 16x),
+    # node 5 1/1000 (absurd); with only 4 others each is judged against the median of the other four
+    claims = [_claim(1, 1.0), _claim(2, 1.0), _claim(3, 1.0), _claim(4, 0.125)]
+    trust = CostTrust()
+    # Execute
+    edge = trust.believe(1, claims)[4].time_s
+    again = trust.believe(2, claims)[4].time_s
+    absurd = trust.believe(3, claims[:3] + [_claim(4, 0.001)])[4].time_s
+    lines = [r.getMessage() for r in caplog.records]
+    # Assert: 1/8 is taken at the edge (0.25 s), 1/1000 at the median (1 s); one line per node and
+    # tier, each naming the factor and the range to raise it above
+    assert edge == pytest.approx(0.25) and again == pytest.approx(0.25) and absurd == pytest.approx(1.0)
+    assert len(lines) == 2, lines
+    assert "claims 0.00125 s per sample, 8× below the other nodes' median 0.01" in lines[0]
+    assert "taken at the range's edge 0.0025 (1/4 of that median)" in lines[0]
+    assert "raise CostTrust(plausible_range=...) above 8" in lines[0]
+    assert "1e+03× below" in lines[1] and "absurd (beyond 16×)" in lines[1]
+    assert "raise CostTrust(plausible_range=..., absurd_range=...) above 1e+03" in lines[1]
+
+
+def test_absurd_range_is_validated_against_plausible_range():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Execute / Assert: at least plausible_range (equal: today's single tier; inf: one tier, the edge)
+    assert CostTrust(absurd_range=4.0).absurd_range == 4.0 and CostTrust(absurd_range=math.inf)
+    for bad in (3.9, 0.5, True, "16", None):
+        with pytest.raises(ValueError, match=r"absurd_range must be a number >= plausible_range \(4.0;"):
+            CostTrust(absurd_range=bad)
+    # a plausible_range raised past the default 16 says to raise absurd_range with it
+    with pytest.raises(ValueError, match=r"\(20.0;.*got 16.0: a plausible_range above .* needs absurd_range"):
+        CostTrust(plausible_range=20.0)
+    assert CostTrust(plausible_range=20.0, absurd_range=400.0).absurd_range == 400.0
+    assert CostTrust(plausible_range=math.inf, absurd_range=16.0)  # rule 2 off: absurd_range unused
 
 
 def test_the_message_strategy_reads_the_arrival_time_the_superlink_stamps():

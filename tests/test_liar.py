@@ -32,46 +32,85 @@ def test_liar_quick_bounds_the_liars_share_and_the_true_makespan(capsys):
     assert "worst ratio from round 3 on" in capsys.readouterr().out
 
 
+def _colluders_bound(fed, claim_factor):
+    """The inside bound for ``k`` colluders believed at ``1/R`` of their true time: ``R (k + S) / (k R + S)``
+    for the makespan and ``k R / (k R + S)`` for their share (S: a liar's per-sample time over each
+    honest node's, summed). The rules only ever raise a claim, so ``R`` is at most the claimed factor."""
+    k = len(fed.liars)
+    s = sum(fed.median / fed.true[n] for n in fed.nodes if n not in fed.liars)
+    return claim_factor * (k + s) / (k * claim_factor + s), k * claim_factor / (k * claim_factor + s)
+
+
 def test_liar_quick_scenarios_colluders_and_an_intermittent_liar_are_bounded(capsys):
     from experiments import liar
 
     # Execute
-    rows = liar.main(["--quick", "--scenarios", "sybil,intermittent"])
+    rows = liar.main(["--quick", "--scenarios", "sybil,sybil-absurd,intermittent"])
     # Assert: without trust the colluders take twice their fair share and the rounds 2x longer (the
-    # attack is real); with it, from round 3 on, each strategy keeps them within 1.5x their fair share
-    # and the makespan within 1.5x; an honest federation pays nothing for the rules
+    # attack is real); with it, from round 3 on, each strategy keeps absurd colluders (median / 20,
+    # beyond the 16x absurd range) and the intermittent liar within 1.5x their fair share and the
+    # makespan within 1.5x; an honest federation pays nothing for the rules
     scenarios = {(r["scenario"], r["strategy"]): r for r in rows if "scenario" in r}
-    assert set(scenarios) == {("sybil", k) for k in ("adaptive", "oort", "fedasync", "hfl")} | {
+    every = ("adaptive", "oort", "fedasync", "hfl")
+    assert set(scenarios) == {(s, k) for s in ("sybil", "sybil-absurd") for k in every} | {
         ("intermittent", k) for k in ("adaptive", "oort", "hfl")}
     for kind in ("adaptive", "fedasync"):
-        sybil = scenarios["sybil", kind]
-        assert sybil["share_no_trust"] > 1.7 * sybil["fair_share"] and sybil["ratio_no_trust"] > 2.0
-    for row in scenarios.values():
-        assert row["share"] <= 1.5 * row["fair_share"] and row["ratio"] <= 1.5
+        for name in ("sybil", "sybil-absurd"):
+            sybil = scenarios[name, kind]
+            assert sybil["share_no_trust"] > 1.7 * sybil["fair_share"] and sybil["ratio_no_trust"] > 2.0
+    for (name, kind), row in scenarios.items():
         assert row["defence_cost"] <= 1.05
+        if name != "sybil":
+            assert row["share"] <= 1.5 * row["fair_share"] and row["ratio"] <= 1.5, (name, kind, row)
+    # Colluders at the median / 4.2 (beyond the 4x range, inside the 16x absurd one) are taken at the
+    # edge of the range, as a coalition claiming just inside it would be: they are held to the inside
+    # bound for 3 colluders, not to their fair share (before the edge tier they were taken at the median
+    # and these rows were held to 1.5x fair and 1.5x, like the absurd ones above). Measured by this
+    # quick form (seeded: exact): adaptive share 0.565, ratio 2.22; FedAsync 0.470, 2.04 (bound 2.35,
+    # share 0.577); Oort 0.428, 0.96; HFL 0.176, 1.57 (trust off 0.187, 1.71).
+    ratio_bound, share_bound = _colluders_bound(liar.Federation(None, **liar.SCENARIOS["sybil"][1]), 4.2)
+    for kind in ("adaptive", "fedasync"):
+        row = scenarios["sybil", kind]
+        assert row["ratio"] <= ratio_bound and row["share"] <= share_bound, (kind, row, ratio_bound, share_bound)
+    # Oort splits equally among the nodes it selects (a lie moves the selection only); HFL's lying ranks
+    # take only their silos' samples (test below): neither does worse with the rules than without
+    assert scenarios["sybil", "oort"]["share"] <= scenarios["sybil", "oort"]["share_no_trust"]
+    assert scenarios["sybil", "oort"]["ratio"] <= 1.5
+    hfl = scenarios["sybil", "hfl"]
+    assert hfl["share"] <= hfl["share_no_trust"] and hfl["ratio"] <= hfl["ratio_no_trust"]
     assert "fair share" in capsys.readouterr().out
 
 
 def test_liar_quick_hfl_a_lying_rank_takes_only_its_own_silos_samples():
     from experiments import liar
 
-    # Execute: a lying rank in 3 silos of 11 (sybil), one in 1 silo lying 2 rounds in 3 (intermittent)
-    rows = [r for r in liar.main(["--quick", "--scenarios", "sybil,intermittent"]) if r.get("strategy") == "hfl"]
+    # Execute: a lying rank in 3 silos of 11 (sybil: median / 4.2; sybil-absurd: / 20), one in 1 silo
+    # lying 2 rounds in 3 (intermittent)
+    names = ("sybil", "sybil-absurd", "intermittent")
+    rows = [r for r in liar.main(["--quick", "--scenarios", ",".join(names)]) if r.get("strategy") == "hfl"]
     # Assert: without the rules, the design's bound. A silo's budget is split among its own ranks only,
     # so a lying rank holds at most its silo's budget less the other ranks' smallest quota (one sample
     # per step); its silo's round then lasts at most that many samples at the liar's true time, against
     # the honest federation's round (its slowest silo, which every round waits for). With them (each
-    # rank judged against its silo's other ranks), the flat strategies' targets. Measured by this quick
-    # form (seeded: exact): trust off, sybil share 0.187 (fair 0.095), ratio 1.71; intermittent 0.051
-    # (0.041), 1.65; trust on, 0.105, 1.43 and 0.035, 1.21.
+    # rank judged against its silo's other ranks), the flat strategies' targets for absurd and
+    # intermittent liars. Measured by this quick form (seeded: exact): trust off, sybil share 0.187
+    # (fair 0.095), ratio 1.71; sybil-absurd 0.242, 2.13; intermittent 0.051 (0.041), 1.65; trust on,
+    # 0.176, 1.57; 0.085, 1.21; 0.047, 1.43.
     fed = liar.SiloFederation(None)
     silo_budget = liar.BUDGET // len(fed.nodes)
     most = silo_budget - (liar.RANKS - 1) * liar.HFL_STEPS
     honest_round = max(silo_budget / sum(1 / c for c in costs) for costs in fed.ranks.values())
-    for row, liars in zip(rows, (3, 1)):
+    for name, row, liars in zip(names, rows, (3, 3, 1)):
         assert row["fair_share"] < row["share_no_trust"] <= liars * most / liar.BUDGET
         assert 1.5 < row["ratio_no_trust"] <= most * fed.median / honest_round * 1.2  # +-5 % jitter on both sides
-        assert row["share"] <= 1.5 * row["fair_share"] and row["ratio"] <= 1.5
+        if name == "sybil":
+            # median / 4.2: inside the 16x absurd range, a lying rank is taken at the edge of the range
+            # against its silo-mates (or believed, where its silo-mates' median is within 4.2x): the rules
+            # only raise its claim, so it does no worse than with every claim believed (before the edge
+            # tier: held to 1.5x its fair share and 1.5x, 0.105 and 1.43 here)
+            assert row["share"] <= row["share_no_trust"] and row["ratio"] <= row["ratio_no_trust"]
+        else:
+            assert row["share"] <= 1.5 * row["fair_share"] and row["ratio"] <= 1.5
 
 
 def test_liar_quick_inside_the_range_fedasync_is_no_worse_than_adaptive():
@@ -81,15 +120,17 @@ def test_liar_quick_inside_the_range_fedasync_is_no_worse_than_adaptive():
     rows = {r["strategy"]: r for r in liar.main(["--quick", "--scenarios", "inside"]) if "scenario" in r}
     # Assert: unseen by the rules, so both strategies pay for it, below the design's bound
     # R (1 + S) / (R + S) (S: the liar's per-sample time over each honest node's, summed); FedAsync no
-    # worse than adaptive. Measured by this quick form (seeded: exact): adaptive 2.29, FedAsync 1.15
-    # (2.03 before its growth cap counted per round-equivalent and from the first wave's median).
+    # worse than adaptive. Measured by this quick form (seeded: exact): adaptive 2.93, FedAsync 2.46.
+    # Before the edge tier (2.29, 1.15) a round whose jitter put the fixed claim beyond the range took
+    # it at the median; now such a round takes it at the edge of the range, no lower than its claim, so
+    # FedAsync's figure is no longer held to 1.5 (its ratio was asserted <= 1.5 then), only to the bound.
     fed = liar.Federation(None)
     s = sum(fed.median / fed.true[n] for n in fed.nodes if n not in fed.liars)
     bound = 3.9 * (1 + s) / (3.9 + s)
     for kind in ("adaptive", "fedasync"):
         assert rows[kind]["ratio_no_trust"] > 2.5  # the lie is worth something
         assert rows[kind]["ratio"] <= bound
-    assert rows["fedasync"]["ratio"] <= min(rows["adaptive"]["ratio"], 1.5), rows
+    assert rows["fedasync"]["ratio"] <= rows["adaptive"]["ratio"], rows
     assert rows["fedasync"]["share"] <= rows["adaptive"]["share"], rows
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from flwr_adaptive import keys
 from flwr_adaptive.devices import TESTBED
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.trust import CostTrust, _references
+from flwr_adaptive.strategies.trust import CostTrust, _references, _tiered
 
 
 def _claim(node, time_s, samples=100, virtual=True):
@@ -29,19 +29,24 @@ HONEST = sorted(d.slowdown for d in TESTBED[:8])  # seconds per 100 samples, say
 MEDIAN = float(np.median(HONEST))
 
 
-def test_three_colluders_of_eleven_cannot_lower_the_median_they_are_judged_by(caplog):
-    # Prepare: 8 honest testbed devices and 3 colluders claiming the honest median / 4.2. Judged one
-    # by one against "the others' median" (which holds the two other colluders) each one passes:
-    # that median is the 3rd/4th fastest honest device's, and median/4.2 is above its quarter.
-    claims = [_claim(i, t) for i, t in enumerate(HONEST)] + [_claim(100 + j, MEDIAN / 4.2) for j in range(3)]
+@pytest.mark.parametrize("lie", [4.2, 20.0])
+def test_three_colluders_of_eleven_cannot_lower_the_median_they_are_judged_by(caplog, lie):
+    # Prepare: 8 honest testbed devices and 3 colluders claiming the honest median / 4.2 (or / 20).
+    # Judged one by one against "the others' median" (which holds the two other colluders) each one
+    # at 4.2 passes: that median is the 3rd/4th fastest honest device's, and median/4.2 is above its quarter.
+    claims = [_claim(i, t) for i, t in enumerate(HONEST)] + [_claim(100 + j, MEDIAN / lie) for j in range(3)]
     values = np.array([c.time_s for c in claims])
     others = np.median(np.delete(values, len(values) - 1))
-    assert MEDIAN / 4.2 > others / 4  # the one-by-one rule alone believes them
+    assert lie == 20.0 or MEDIAN / 4.2 > others / 4  # the one-by-one rule alone believes them at 4.2
     # Execute
     believed = CostTrust(max_drop=math.inf).believe(1, claims)
-    # Assert: the three are judged as a group against the 8 others and taken at the honest median;
-    # every honest claim is believed as made; one line per colluder
-    assert [believed[100 + j].time_s for j in range(3)] == pytest.approx([MEDIAN] * 3)
+    # Assert: the three are judged as a group against the 8 others. At 1/4.2 of the honest median
+    # (inside 1/16) they are taken at the edge of the range, the honest median / 4: what a coalition
+    # claiming just inside the range would be believed at (its bound is the inside one, not nothing;
+    # this assertion was the honest median before the edge tier). At 1/20, absurd, they are taken at
+    # the honest median and earn nothing. Every honest claim is believed as made; one line per colluder.
+    held_at = MEDIAN / 4 if lie == 4.2 else MEDIAN
+    assert [believed[100 + j].time_s for j in range(3)] == pytest.approx([held_at] * 3)
     assert [believed[i].time_s for i in range(8)] == HONEST
     assert sum("not believed" in r.getMessage() for r in caplog.records) == 3
 
@@ -105,6 +110,73 @@ def test_an_implausible_claim_is_only_ever_raised_and_never_above_the_highest_cl
     refs = _references(values, 4.0, max_group)
     flagged = ~np.isnan(refs)
     assert (refs[flagged] > values[flagged]).all() and (refs[flagged] <= values.max()).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(1e-6, 1e6), min_size=3, max_size=40),
+    st.integers(1, 20),
+    st.sampled_from([1.5, 4.0, 10.0]),
+    st.sampled_from([1.0, 2.0, 4.0, math.inf]),
+)
+def test_an_implausible_claim_is_believed_at_the_edge_or_the_reference_never_lower(values, max_group, r, factor):
+    # Prepare: absurd_range = plausible_range × factor (factor 1: a single tier; inf: no absurd tier)
+    values = np.array(values)
+    absurd = r * factor
+    refs = _references(values, r, max_group)
+    # Execute
+    at = _tiered(values, refs, r, absurd)
+    # Assert: untouched claims stay untouched; a flagged claim lies below its reference / R and is
+    # believed at reference / R when at or above reference / absurd_range, else at the reference: so
+    # only ever raised, never below reference / R, never above the highest claim
+    flagged = ~np.isnan(refs)
+    assert np.array_equal(np.isnan(at), ~flagged)
+    assert (values[flagged] < refs[flagged] / r).all()
+    edge = values[flagged] >= refs[flagged] / absurd
+    assert (at[flagged] == np.where(edge, refs[flagged] / r, refs[flagged])).all()
+    assert (at[flagged] > values[flagged]).all() and (at[flagged] >= refs[flagged] / r).all()
+    assert (at[flagged] <= values.max()).all()
+
+
+def _believed_per_sample(trust, values):
+    return [trust.believe(1, [_claim(i, v, samples=1) for i, v in enumerate(values)])[i].time_s
+            for i in range(len(values))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    honest=st.lists(st.floats(1e-3, 1e3), min_size=3, max_size=30),
+    below=st.floats(1.0001, 1e9),
+    max_group=st.sampled_from([0.0, 0.2, 1 / 3]),
+)
+def test_no_claim_below_the_range_is_believed_faster_than_a_claim_at_its_edge(honest, below, max_group):
+    # Prepare: the bound for a lie the rules cannot see (docs/security.md) is what a claim at the edge
+    # of the range earns; the edge tier must not add a better strategy. A liar claims its edge, the
+    # honest median of the others / 4 (its reference for the one-by-one rule, whatever it claims), or
+    # any factor below it.
+    edge = float(np.median(honest)) / 4
+    trust = CostTrust(max_drop=math.inf, max_group=max_group)
+    # Execute
+    at_edge = _believed_per_sample(trust, [*honest, edge])[-1]
+    lower = _believed_per_sample(trust, [*honest, edge / below])[-1]
+    # Assert: the lower claim is believed no faster than the claim at the edge, which is believed at
+    # no less than the edge (raised only if a group rule holds it)
+    assert at_edge >= edge * (1 - 1e-12)
+    assert lower >= at_edge * (1 - 1e-12), (lower, at_edge)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1e-6, 1e6), min_size=3, max_size=40), st.sampled_from([0.0, 0.2, 1 / 3]),
+       st.sampled_from([2.0, 4.0]))
+def test_absurd_range_equal_to_plausible_range_is_the_single_tier_rule(values, max_group, r):
+    # Prepare: the rule before the edge tier: every implausible claim taken at its reference
+    refs = _references(np.array(values), r, max(int(max_group * len(values)), 1))
+    expected = [float(ref) if not np.isnan(ref) else v for v, ref in zip(values, refs)]
+    # Execute
+    got = _believed_per_sample(CostTrust(plausible_range=r, absurd_range=r, max_drop=math.inf, max_group=max_group),
+                               values)
+    # Assert
+    assert got == expected
 
 
 # --------------------------------------------------------------------------- intermittent liars

@@ -26,18 +26,25 @@ times: each rank against the other ranks of its silo). Three rules, in order:
    move that median by joining forces: the ``k`` lowest claims of the round are also judged as
    one group against the median of the rest, for every ``k`` up to ``max_group`` of the nodes;
    when the group's highest claim is below that median divided by ``plausible_range``, every
-   member is implausible. An implausible node is taken at the highest such median (that of the
-   nodes slower than its group: the typical honest node), so an absurd claim earns nothing,
-   alone or in a coalition of up to ``max_group``. Needs at least ``min_group`` other reports; a
-   genuinely faster device (or group of devices, up to ``max_group`` of them) than
-   ``plausible_range`` × the median is under-used (raise ``plausible_range`` for such a
+   member is implausible. An implausible node's reference is the highest such median (that of
+   the nodes slower than its group: the typical honest node). Down to the reference divided by
+   ``absurd_range`` it is taken at the edge of the range, ``reference / plausible_range``:
+   exactly what a claim just inside the range earns, so a liar's best strategy and its bound
+   (below) are unchanged, while an honest device up to ``absurd_range`` times faster than the
+   median is believed ``plausible_range`` times faster instead of not at all. Below that it is
+   absurd and taken at the reference: it earns nothing, alone or in a coalition of up to
+   ``max_group``. Needs at least ``min_group`` other reports; a genuinely faster device (or
+   group of devices, up to ``max_group`` of them) than ``plausible_range`` × the median is
+   under-used, believed at ``plausible_range`` × the median, and one faster than
+   ``absurd_range`` × at the median (raise ``plausible_range`` / ``absurd_range`` for such a
    federation).
 3. **Growth cap.** A per-sample time may fall at most by ``max_drop`` per round relative to the
    node's current estimate, so its share grows at most about ``max_drop`` times per round; an
    honest node that really becomes faster gets there in a few rounds.
 
-Each adjustment is logged once per node and rule. What is not defended: a lie inside the
-plausible range (a node believed at ``1/plausible_range`` of its real time gets up to about
+Each adjustment is logged once per node and rule (rule 2 says which tier, the factor and the
+range to raise). What is not defended: a lie inside the plausible range or between it and the
+absurd range (a node believed at ``1/plausible_range`` of its real time gets up to about
 ``plausible_range`` times its fair share, reached after ``log(plausible_range)/log(max_drop)``
 rounds: docs/security.md gives the makespan this costs), a colluding group of more than
 ``max_group`` of the nodes (it is the median), and, in simulation, anything that needs a clock
@@ -71,8 +78,12 @@ class CostTrust:
     Parameters
     ----------
     plausible_range : float (default: 4.0)
-        A per-sample cost below the others' median divided by this is not believed. ``inf``
-        turns the rule off.
+        A per-sample cost below the others' median divided by this is not believed: it is taken
+        at that median divided by this (the edge of the range). ``inf`` turns the rule off.
+    absurd_range : float (default: 16.0)
+        A per-sample cost below the others' median divided by this is absurd: it is taken at that
+        median (it earns nothing). At least ``plausible_range``; ``plausible_range`` takes every
+        implausible claim at the median, ``inf`` every one at the edge of the range.
     max_drop : float (default: 2.0)
         A per-sample time may fall at most by this factor per round below the node's estimate.
         ``inf`` turns the rule off.
@@ -96,6 +107,7 @@ class CostTrust:
     """
 
     plausible_range: float = 4.0
+    absurd_range: float = 16.0
     max_drop: float = 2.0
     min_group: int = 2
     evidence_gap: float = 2.0
@@ -115,6 +127,15 @@ class CostTrust:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
                 raise ValueError(f"{name} must be a number >= 1 (inf turns the rule off), got {value!r}")
+        absurd = self.absurd_range
+        # plausible_range=inf turns rule 2 off: absurd_range (unused) need only be a range then
+        least = self.plausible_range if math.isfinite(self.plausible_range) else 1.0
+        if isinstance(absurd, bool) or not isinstance(absurd, (int, float)) or not absurd >= least:
+            raise ValueError(
+                f"absurd_range must be a number >= plausible_range ({self.plausible_range!r}; equal to it takes "
+                f"every implausible claim at the median, inf at the edge of the range), got {absurd!r}: a "
+                f"plausible_range above the default absurd_range (16) needs absurd_range=... raised with it"
+            )
         if (
             isinstance(self.evidence_min_s, bool)
             or not isinstance(self.evidence_min_s, (int, float))
@@ -228,26 +249,39 @@ class CostTrust:
             return
         values = np.array(list(per.values()))
         references = _references(values, self.plausible_range, max(int(self.max_group * len(values)), 1))
-        for (node, value), others in zip(per.items(), references):
-            if math.isfinite(others):
-                r = out[node]
-                if what == "time":
-                    out[node] = replace(r, time_s=float(others) * r.samples)
-                else:
-                    out[node] = replace(r, energy_j=float(others) * r.samples)
-                self._say(
-                    f"implausible-{what}",
-                    node,
-                    "[adaptive] round %s: %s claims %.3g %s per sample, "
-                    "below 1/%g of the other nodes' median %.3g (of those slower than its group): not believed, "
-                    "it is taken at that median",
-                    server_round,
-                    self.who(node),
-                    value,
-                    "s" if what == "time" else "J",
-                    self.plausible_range,
-                    others,
-                )
+        believed = _tiered(values, references, self.plausible_range, self.absurd_range)
+        unit = "s" if what == "time" else "J"
+        for (node, value), others, at in zip(per.items(), references, believed):
+            if not math.isfinite(at):
+                continue
+            r = out[node]
+            if what == "time":
+                out[node] = replace(r, time_s=float(at) * r.samples)
+            else:
+                out[node] = replace(r, energy_j=float(at) * r.samples)
+            absurd = bool(value < others / self.absurd_range)  # _tiered took it at the reference
+            self._say(
+                f"{'absurd' if absurd else 'edge'}-{what}",
+                node,
+                "[adaptive] round %s: %s claims %.3g %s per sample, %.3g× below the other nodes' median %.3g "
+                "(of those slower than its group), beyond the plausible range (%g×): not believed, it is "
+                + (
+                    "absurd (beyond %g×) and taken at that median; if this node is honest and that fast, "
+                    "raise CostTrust(plausible_range=..., absurd_range=...) above %.3g"
+                    if absurd
+                    else "taken at the range's edge %.3g (1/%g of that median); if this node is honest and "
+                    "that fast, raise CostTrust(plausible_range=...) above %.3g"
+                ),
+                server_round,
+                self.who(node),
+                value,
+                unit,
+                others / value,
+                others,
+                self.plausible_range,
+                *((self.absurd_range,) if absurd else (float(at), self.plausible_range)),
+                others / value,
+            )
 
     def _say(self, rule: str, node: Hashable, msg: str, *args: object) -> None:
         if (rule, node) not in self._said:
@@ -299,6 +333,17 @@ def _references(values: np.ndarray, plausible_range: float, max_group: int) -> n
         group[order] = by_rank
         out = np.where(np.isfinite(group), np.fmax(out, group), out)
     return out
+
+
+def _tiered(values: np.ndarray, references: np.ndarray, plausible_range: float, absurd_range: float) -> np.ndarray:
+    """Per entry, the cost it is believed at when implausible (rule 2's tiers), else ``nan``.
+
+    ``references`` is :func:`_references`' answer: an implausible entry lies below its reference
+    divided by ``plausible_range``. At or above the reference divided by ``absurd_range`` it is
+    taken at the edge of the range (``reference / plausible_range``: what a claim just inside it
+    earns); below, absurd, at the reference itself.
+    """
+    return np.where(values >= references / absurd_range, references / plausible_range, references)
 
 
 def resolve_trust(trust: CostTrust | bool) -> CostTrust | None:
