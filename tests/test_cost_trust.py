@@ -2,10 +2,11 @@
 
 A node's claimed cost is timed by what the server observed once it was suspect two rounds (an
 honest node late by polling is not suspected), a claim below 1/4 of the others' median is taken
-at the range's edge (1/4 of it) and one below 1/16 at that median, a drop is capped, a fast group is held only up to ``max_group`` of the nodes;
-``trust=`` takes a bool or a ``CostTrust`` only, and the Message strategy reads the arrival time
-the SuperLink stamps. Hand-made claims (``_claim``) or replies (``hostile_support``). The
-coalition and strike rules are in ``test_trust_rules.py``.
+at the range's edge (1/4 of it) and one below 1/16 at that median, a drop is capped, a fast group
+is held only up to ``max_group`` of the nodes; ``trust=`` takes a bool or a ``CostTrust`` only,
+and the Message strategy reads the arrival time the SuperLink stamps. Hand-made claims
+(``_claim``) or replies (``hostile_support``). The coalition and strike rules are in
+``test_trust_rules.py``.
 """
 
 from __future__ import annotations
