@@ -172,10 +172,10 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         Each cost ratio to the median is clipped to ``[1/cost_clip, cost_clip]``.
     trust : CostTrust or bool (default: True)
         What the server believes of each claimed cost (see ``flwr_adaptive.strategies.trust``):
-        ``True`` the default rules (a claim below 1/4 of the others' median is not believed, an
-        estimate falls at most 2× per round, the server's own timing bounds a claim), a
-        ``CostTrust(...)`` to tune them (one per strategy: it keeps per-node strikes), ``False``
-        to believe every claim (clients you control).
+        ``True`` the default rules (a claim below 1/4 of the others' median is taken at 1/4 of it,
+        one below 1/16 at the median, an estimate falls at most 2× per round, the server's own
+        timing bounds a claim), a ``CostTrust(...)`` to tune them (one per strategy: it keeps
+        per-node strikes), ``False`` to believe every claim (clients you control).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional

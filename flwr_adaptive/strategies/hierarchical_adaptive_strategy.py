@@ -134,7 +134,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         Which claimed costs the server believes: ``True`` the default rules, a ``CostTrust(...)``
         to tune them, ``False`` every claim (see ``AdaptiveStrategy``). Each rank's claimed time
         is judged against the other ranks of its silo (a rank more than ``plausible_range``
-        faster than their median is taken at it).
+        faster than their median is taken at that factor, one more than ``absurd_range`` at
+        their median).
     state_dir : str or Path, optional
         Folder where the controller state is saved after every round and resumed from.
     context : flwr.app.Context, optional
