@@ -135,6 +135,82 @@ def test_every_non_empty_quota_gives_at_least_one_batch_and_otherwise_torchs_bat
     assert sizes == (torch_sizes or [quota]) and length == len(sizes)
 
 
+# ----------------------------------------------------------------------------- the user's own loader: 0 steps said
+def _own_loader_train(dataset, record, drop_last=True):
+    """A train function building its own DataLoader over the lazy view (``DataLoader(quota_data(ds), B)``)."""
+
+    def train(msg, context):
+        from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        record["batches"] = 0
+        for xb, yb in DataLoader(quota_data(dataset), batch_size=32, drop_last=drop_last):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+            record["batches"] += 1
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord({})}), reply_to=msg)
+
+    return train
+
+
+def test_an_own_loader_that_reads_none_of_the_quota_reports_zero_steps_with_the_fix(flower_identity, caplog):
+    from flwr_adaptive.clients import telemetry
+
+    # Prepare: the user's own DataLoader (batch 32, drop_last) over the lazy view of a quota of 20
+    telemetry._SAID.discard("no-read")
+    dataset, record = _user_loader().dataset, {}
+    wrapped = telemetry_train(_own_loader_train(dataset, record))
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        reply = wrapped(_message({keys.QUOTA: 20, keys.ROUND: 1}), _context(4))
+    # Assert: no batch, and the reply says 0 steps (which the strategy skips: below), not "unknown" (-1),
+    # which it would average in as trained
+    metrics = reply.content["metrics"]
+    assert record["batches"] == 0 and metrics[keys.LOCAL_STEPS] == 0 and metrics[keys.SAMPLES] == 20
+    said = [r.getMessage() for r in caplog.records if "read none of the 20 samples" in r.getMessage()]
+    assert len(said) == 1 and "partition 4" in said[0] and "drop_last=False" in said[0]
+    # the same loop without drop_last reads its quota: one step, counted
+    assert telemetry_train(_own_loader_train(dataset, record, drop_last=False))(
+        _message({keys.QUOTA: 20, keys.ROUND: 1}), _context(4)).content["metrics"][keys.LOCAL_STEPS] == 1
+
+
+def test_a_call_that_reads_its_quota_without_a_torch_optimizer_keeps_its_steps_unknown(flower_identity):
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    # Prepare: loops that read the selection but step by hand (or without torch): their steps are not 0
+    def by_items(msg, context):
+        view = quota_data(_user_loader().dataset)
+        _ = [view[i] for i in range(len(view))]
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord({})}), reply_to=msg)
+
+    def by_arrays(msg, context):
+        x, y = quota_data((np.zeros((200, 1)), np.ones(200)))
+        _ = float((x[:, 0] - y).sum())
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord({})}), reply_to=msg)
+
+    for train in (by_items, by_arrays):
+        # Execute
+        metrics = telemetry_train(train)(_message({keys.QUOTA: 20, keys.ROUND: 1}), _context()).content["metrics"]
+        # Assert
+        assert metrics[keys.LOCAL_STEPS] == keys.UNKNOWN and metrics[keys.SAMPLES] == 20
+
+
+def test_a_view_pickled_for_dataloader_workers_counts_as_read():
+    import pickle
+
+    window = QuotaWindow(20, seed=1, partition=0, server_round=1)
+    token = open_window(window)
+    try:
+        view = quota_data(_user_loader().dataset)
+        assert len(view) == 20 and not window.read  # its length alone is not a read
+        pickle.dumps(view)  # what a worker receives: it reads there, out of sight
+    finally:
+        close_window(token)
+    assert window.read
+
+
 # ----------------------------------------------------------------------------- the server: a reply of 0 steps
 @pytest.mark.parametrize("api", ["message", "legacy"])
 @pytest.mark.parametrize("weighting", ["normalized", "samples"])
@@ -161,7 +237,7 @@ def test_a_reply_claiming_zero_local_steps_is_skipped_not_aggregated_as_trained(
         out = message_round(strategy, x, per_node) if api == "message" else _legacy_round(strategy, x, per_node)
     # Assert: the reply is skipped with the reason; only the two that trained are averaged (not 2/3 of their move)
     said = [r.getMessage() for r in caplog.records if keys.LOCAL_STEPS in r.getMessage()]
-    assert said and "must be >= 1" in said[0] and "skipped" in said[0]
+    assert said and "must be >= 1" in said[0] and "skipped" in said[0] and "drop_last=True" in said[0]
     assert len(strategy.last_weights) == 2
     if api == "message":
         np.testing.assert_allclose(out[0], [3.0])

@@ -100,7 +100,9 @@ class QuotaWindow:
     ``quota is None`` means no quota was sent: all local data. ``size``, ``samples`` and
     ``capped`` describe the first selection made in the window (what the client reports).
     ``reference`` is the round's reference quota (``keys.REFERENCE_QUOTA``; ``None``: not sent or
-    malformed): batch sizes scale by quota / reference (:func:`quota_batch_size`).
+    malformed): batch sizes scale by quota / reference (:func:`quota_batch_size`). ``read`` says
+    whether the selection reached the training: arrays, tuples and lists when selected, a lazy view
+    when an item is read in this process or when it is pickled (for DataLoader workers).
     """
 
     quota: int | None
@@ -112,6 +114,7 @@ class QuotaWindow:
     size: int | None = None
     samples: int | None = None
     capped: bool = False
+    read: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def indices(self, size: int) -> np.ndarray:
@@ -155,20 +158,24 @@ class _QuotaView:
     def __init__(self, base: Any) -> None:
         self.base = base
 
-    def _indices(self) -> np.ndarray | None:
+    def _indices(self, read: bool = False) -> np.ndarray | None:
         window = _WINDOW.get()
-        return None if window is None else window.indices(len(self.base))
+        if window is None:
+            return None
+        if read:
+            window.read = True
+        return window.indices(len(self.base))
 
     def __len__(self) -> int:
         idx = self._indices()
         return len(self.base) if idx is None else len(idx)
 
     def __getitem__(self, i: int) -> Any:
-        idx = self._indices()
+        idx = self._indices(read=True)
         return self.base[i] if idx is None else self.base[int(idx[i])]
 
     def __getitems__(self, items: list[int]) -> Any:
-        idx = self._indices()
+        idx = self._indices(read=True)
         picked = list(items) if idx is None else [int(idx[i]) for i in items]
         getitems = getattr(self.base, "__getitems__", None)
         return getitems(picked) if getitems is not None else [self.base[j] for j in picked]
@@ -176,7 +183,7 @@ class _QuotaView:
     def __reduce__(self):
         # DataLoader workers unpickle the view in another process, where no window is active:
         # ship the selection made here.
-        return (_FrozenView, (self.base, self._indices()))
+        return (_FrozenView, (self.base, self._indices(read=True)))
 
 
 class _FrozenView(_QuotaView):
@@ -184,7 +191,7 @@ class _FrozenView(_QuotaView):
         super().__init__(base)
         self._frozen = indices
 
-    def _indices(self) -> np.ndarray | None:
+    def _indices(self, read: bool = False) -> np.ndarray | None:
         return self._frozen
 
 
@@ -280,8 +287,10 @@ def quota_data(data: Any, *, max_batch_scale: float | None = MAX_BATCH_SCALE) ->
                     f"quota_data(tuple) needs arrays of equal length, got lengths {[len(x) for x in data]}"
                 )
             idx = window.indices(sizes.pop())
+            window.read = True
             return tuple(_take(x, idx) for x in data)
         idx = window.indices(len(data))
+        window.read = True
         return _take(data, idx)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return _QuotaView(data)

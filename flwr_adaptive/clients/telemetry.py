@@ -38,7 +38,9 @@ training data. For each training call the wrapper
                         fixed per-round cost, not as per-sample compute
    ``keys.LOCAL_*``     the local work: optimizer steps, momentum, lr, proximal μ
                         (:mod:`flwr_adaptive.clients.local_work`); a value the train function
-                        put in the reply itself is kept
+                        put in the reply itself is kept. ``LOCAL_STEPS`` is 0 when the call read
+                        none of the quota ``quota_data`` selected and took no optimizer step
+                        (``Measured.no_step_read``): the strategy skips such a reply
    ``num-examples``     set to ``SAMPLES`` only when the client did not set it
    ===================  =====================================================================
 
@@ -212,7 +214,29 @@ class Measured:
             keys.COLD_START: int(self.cold),
             keys.SETUP_S: float(keys.UNKNOWN) if setup is None else setup,
             **self.work.metrics(self.config),
+            **self.no_step_read(),
         }
+
+    def no_step_read(self) -> dict[str, int]:
+        """``{keys.LOCAL_STEPS: 0}`` when the call selected a quota, read none of it and took no optimizer
+        step (its update is the model it was sent, so the strategy must not average it in as trained;
+        one warning per process with the fix), else ``{}``."""
+        w = self.window
+        if not w.samples or w.read or self.work.steps:
+            return {}
+        if "no-read" not in _SAID:
+            _SAID.add("no-read")
+            log.warning(
+                "partition %s: the training call read none of the %d samples quota_data selected and took no "
+                "optimizer step: the reply says %s = 0, so the strategy skips it rather than average an untrained "
+                "model in. A DataLoader with drop_last=True and a batch size above the quota reads no batch: pass "
+                "the DataLoader itself to quota_data (it reads such a quota as one batch), or set drop_last=False; "
+                "said once",
+                self.partition,
+                int(w.samples),
+                keys.LOCAL_STEPS,
+            )
+        return {keys.LOCAL_STEPS: 0}
 
 
 class TrainingWindow:

@@ -201,6 +201,13 @@ def _local_work(node_id: NodeId, metrics: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(
                 f"node {node_id}: telemetry {keys.LOCAL_STEPS!r} must be >= 1 (or {keys.UNKNOWN} for unknown), "
                 f"got {steps}: a client that trained took at least one optimizer step"
+                + (
+                    " (the wrapper says 0 when the call read none of its quota, e.g. its own DataLoader with "
+                    "drop_last=True and a batch size above the quota: pass that DataLoader to quota_data, which "
+                    "reads such a quota as one batch, or set min_quota >= the batch size)"
+                    if steps == 0
+                    else ""
+                )
             )
         out["steps"] = None if steps == keys.UNKNOWN else steps
     if keys.LOCAL_MOMENTUM in metrics:
