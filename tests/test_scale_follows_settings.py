@@ -123,3 +123,16 @@ def test_after_any_settings_scale_batch_size_is_what_the_constructor_gives_for_t
                                  scale_batch_size=given_now["scale_batch_size"])
         assert strategy.scale_batch_size == built.scale_batch_size
         assert strategy.aggregation.equal_steps is built.aggregation.equal_steps
+
+
+@pytest.mark.parametrize("api", ["message", "legacy", "silos"])
+def test_weighting_none_set_later_is_the_constructors_default(api):
+    strategy = HierarchicalAdaptiveStrategy(budget=10, steps=2) if api == "silos" else _make(api, weighting="samples")
+    strategy.weighting = "data-size"
+    strategy.weighting = None
+    assert strategy.weighting == "normalized"  # private data (and silos, which own theirs)
+    shared = AdaptiveStrategy(_fedavg(3), budget=300, allow_cycling=True) if api != "legacy" else _legacy(
+        allow_cycling=True)
+    shared.weighting = "normalized"
+    shared.weighting = None
+    assert shared.weighting == "samples" and shared.scale_batch_size is False  # data shared in a trusted domain

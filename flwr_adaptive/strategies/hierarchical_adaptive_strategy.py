@@ -148,7 +148,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
     #: Silo replies keep their telemetry for the inner metric function (``aggregate_silo_metrics``).
     stripped_metric_keys: frozenset = frozenset()
     keeps_batch_size = "its silos run the steps sent"  # scale_batch_size stays False (round_quotas.ScaleBatchSize)
-
+    none_weighting = "normalized"  # weighting=None, at construction or set later: silos own their data
     uses_probation = False  # a failed silo's budget cannot go to other silos: it is retried whole
     strict_metric_lists = False  # per-rank lists differ in length across silos (aggregate_silo_metrics)
     lists_sized_elsewhere = frozenset(keys.SILO_RANK_KEYS)  # bounded by the silo's plannable ranks
@@ -219,7 +219,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             min_quota=int(min_rank),
             allow_cycling=True,
             smoothing=smoothing,
-            weighting="normalized" if weighting is None else weighting,  # silos own their data
+            weighting=self.none_weighting if weighting is None else weighting,
             max_rescale=max_rescale,
             forget_after=forget_after,
             cost_clip=cost_clip,

@@ -91,8 +91,11 @@ def default_weighting(weighting: str | None, allow_cycling: bool) -> str:
 
 def checked_weighting(strategy: Any, weighting: str | None) -> str:
     """``weighting`` set on ``strategy`` after construction, checked as the constructor checks it: ``None``
-    is the default for its data setting; an unknown one, or one beside a ``max_rescale`` it ignores, is
-    refused with the fix (:func:`default_weighting`, :func:`check_rescale_applies`)."""
+    is the strategy's ``none_weighting`` when it has one, else the default for its data setting; an unknown
+    one, or one beside a ``max_rescale`` it ignores, is refused with the fix (:func:`default_weighting`,
+    :func:`check_rescale_applies`)."""
+    if weighting is None:
+        weighting = getattr(strategy, "none_weighting", None)
     resolved = default_weighting(weighting, bool(getattr(strategy, "allow_cycling", False)))
     check_rescale_applies(getattr(strategy, "max_rescale", MAX_RESCALE), resolved)
     return resolved
