@@ -1,4 +1,5 @@
-"""Zero local steps: a quota below the batch size still trains (one batch), and a reply of 0 steps is not aggregated."""
+"""Zero local steps: a quota below the batch size still trains (one batch); a reply of 0 steps is not aggregated,
+and 0 steps on every reply of round 1 stops the run with the fix."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import logging
 
 import numpy as np
 import pytest
+import torch
+from adaptive_support import FakeGrid
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from flwr_adaptive import keys
@@ -241,3 +243,29 @@ def test_a_reply_claiming_zero_local_steps_is_skipped_not_aggregated_as_trained(
     assert len(strategy.last_weights) == 2
     if api == "message":
         np.testing.assert_allclose(out[0], [3.0])
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_zero_steps_on_every_reply_of_round_one_stops_the_run_with_the_fix(api, flower_identity):
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+    from test_dropin_mistakes import NODES, PARTS, _configure, _fedavg, _legacy_round
+    from test_strategy_core import reply, telemetry
+
+    from flwr_adaptive.strategies import AdaptiveStrategy, LegacyAdaptiveStrategy
+    from flwr_adaptive.strategies.setup_check import SetupError
+
+    def zero(samples, partition):
+        return {**telemetry(samples, 0.1, partition), keys.LOCAL_STEPS: 0}
+
+    # Prepare: every node's loop read no batch of its round-1 quota (100 samples, its batch size above it)
+    fix = r"(?s)every node .* read none of its quota and took no optimizer step .*quota_data\(DataLoader\("
+    # Execute / Assert: the first round stops the run instead of skipping every reply in every round
+    if api == "message":
+        strategy = AdaptiveStrategy(_fedavg(), budget=400)
+        msgs = _configure(strategy, 1, FakeGrid(NODES))
+        with pytest.raises(SetupError, match=fix):
+            strategy.aggregate_train(1, [reply(m, zero(100, PARTS[m.metadata.dst_node_id])) for m in msgs])
+    else:
+        strategy = LegacyAdaptiveStrategy(LegacyFedAvg(min_fit_clients=3, min_available_clients=3), budget=300)
+        with pytest.raises(SetupError, match=fix):
+            _legacy_round(strategy, lambda cid, ins: zero(100, cid - 11))

@@ -10,7 +10,9 @@ such a mistake shows on **every** reply of the first round:
 
 - :func:`setup_mistake` classifies one reply: ``NO_TELEMETRY`` (none of the telemetry keys),
   ``NO_QUOTA_DATA`` (more samples than the quota and no local data size: ``quota_data`` never
-  selected the data), or ``None``; the strategies add ``CLIENT_SETUP`` for an error reply that
+  selected the data), ``NO_STEPS`` (``local-steps`` 0: the call read none of its quota and took no
+  optimizer step, e.g. a DataLoader with ``drop_last=True`` and a batch size above every round-1
+  quota), or ``None``; the strategies add ``CLIENT_SETUP`` for an error reply that
   says the ClientApp could not be loaded or carries a set-up error of the client wrapper (the
   wrapper raises one when it sits above ``@app.train()``).
 - :class:`SetupCheck` (a component both strategy APIs hold) looks at the first round in which any node
@@ -37,12 +39,14 @@ __all__ = [
     "setup_mistake",
     "NO_TELEMETRY",
     "NO_QUOTA_DATA",
+    "NO_STEPS",
     "CLIENT_SETUP",
     "CLIENT_SETUP_MARK",
 ]
 
 NO_TELEMETRY = "no-telemetry"
 NO_QUOTA_DATA = "no-quota-data"
+NO_STEPS = "no-steps"
 CLIENT_SETUP = "client-setup"
 CLIENT_SETUP_MARK = keys.SETUP_ERROR_MARK
 
@@ -68,11 +72,19 @@ _QUOTA_DATA = (
     "its quota:\n\n"
     "    trainloader = quota_data(trainloader)   # a DataLoader, dataset, array or list\n"
 )
+_NO_STEPS = (
+    "read each quota in at least one batch. A DataLoader with drop_last=True yields no batch for a quota "
+    "below its batch size: pass the DataLoader itself to quota_data, which reads such a quota as one batch\n\n"
+    "    trainloader = quota_data(DataLoader(dataset, batch_size=B, drop_last=True))\n\n"
+    "or set drop_last=False, or pass min_quota >= B (and a budget of at least nodes x B) to the strategy.\n"
+)
 FIXES = {
     ("message", NO_TELEMETRY): _MESSAGE_WRAP,
     ("legacy", NO_TELEMETRY): _LEGACY_WRAP,
     ("message", NO_QUOTA_DATA): _QUOTA_DATA + "\ninside the train function wrapped by @telemetry_train.\n",
     ("legacy", NO_QUOTA_DATA): _QUOTA_DATA + "\nin client_fn, on the data the wrapped client's fit() reads.\n",
+    ("message", NO_STEPS): _NO_STEPS,
+    ("legacy", NO_STEPS): _NO_STEPS,
 }
 
 
@@ -90,12 +102,16 @@ def setup_mistake(metrics: Mapping[str, Any], quota: int | None) -> str | None:
     ``NO_TELEMETRY``: none of :data:`flwr_adaptive.keys.TELEMETRY_KEYS` is present.
     ``NO_QUOTA_DATA``: ``samples`` exceeds ``quota`` while ``data-size`` is unknown (-1): the
     wrapper ran but ``quota_data`` never selected the data, so the client trained on all of it.
+    ``NO_STEPS``: ``local-steps`` is 0 (the wrapper's word for a call that read none of its quota).
     """
     if not any(k in metrics for k in keys.TELEMETRY_KEYS):
         return NO_TELEMETRY
     samples, size = metrics.get(keys.SAMPLES), metrics.get(keys.DATA_SIZE)
     if quota is not None and _is_number(samples) and _is_number(size) and samples > quota and size == keys.UNKNOWN:
         return NO_QUOTA_DATA
+    steps = metrics.get(keys.LOCAL_STEPS)
+    if _is_number(steps) and steps == 0:
+        return NO_STEPS
     return None
 
 
@@ -143,6 +159,7 @@ class SetupCheck:
             NO_TELEMETRY: "carried no telemetry (no 'samples', 'time-s', ... in its metrics)",
             NO_QUOTA_DATA: "trained on more samples than its quota and reported no local data size "
             "(quota_data was not called)",
+            NO_STEPS: f"read none of its quota and took no optimizer step ({keys.LOCAL_STEPS!r} = 0)",
         }[kind]
         raise SetupError(
             f"round {server_round}: the reply of every node ({shown}) {what}, so no update could "
