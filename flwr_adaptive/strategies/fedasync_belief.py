@@ -6,8 +6,9 @@ Contract
 receives into the durations it times them by, through a :class:`~flwr_adaptive.strategies.trust.CostTrust`
 (``None``: every claim as made). A wave (the first one: every node's first reply together;
 later: one reply) is judged together with the latest believed per-sample times of the other
-nodes, so an absurdly fast claim is taken at their median and a liar cannot jump the queue and
-take most of the samples.
+nodes, so an absurdly fast claim is taken at their median (one less far below, inside
+``absurd_range``, at the plausible range's edge, as a claim just inside it) and a liar cannot
+jump the queue and take most of the samples.
 
 The growth cap (``max_drop``) counts per round-equivalent, as the synchronous strategies' counts
 per round: its reference is the node's highest belief since the last round-equivalent closed
