@@ -41,6 +41,7 @@ bookkeeping is a few milliseconds per round.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import math
 import random
@@ -480,7 +481,8 @@ def run_pma(spec: RunSpec) -> RunResult:
             options["weighting"] = spec.weighting
         if spec.min_quota != 1:
             options["min_quota"] = spec.min_quota
-        options.update(dict(spec.options))
+        # a copy per run: an option may hold state across rounds (a CostTrust's strikes)
+        options.update({name: copy.deepcopy(value) for name, value in spec.options})
         strategy = build_strategy(spec.policy, strategy=inner, budget=spec.budget, num_nodes=n, seed=spec.seed,
                                   **options)
     configure_s: list[float] = []

@@ -31,6 +31,9 @@ MIN_ENERGY_CAPS = (2.0, 4.0)
 #: 100 samples (4 steps; the floor learns B ≤ 33 from it); a floor of 4 steps is then the equal share for everyone,
 #: the Equal split itself, and 3 steps (99 samples) nearly so.
 STEP_FLOORS = (2, 3)
+#: ``CostTrust``'s default plausible range: ``absurd_range`` set to it is the rule before the edge (every claim below
+#: the range taken at the others' median).
+PLAUSIBLE_RANGE = 4.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,15 @@ def _rows() -> dict[str, Row]:
             rows["time-norm-shrink"] = Row("time", "Time-only + normalised, rescale unbounded, slow nodes' batches "
                                            "shrunk", norm, options=((cap, None), ("scale_batch_size", "shrink")))
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
+    if cap and batch_shrinking_option() and edge_option():  # the default with the trust rule before the edge, or off
+        shrink = ((cap, 8.0), ("scale_batch_size", "shrink"))
+        rows["time-norm-cap8-shrink-trust-median"] = Row(
+            "time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, every implausible cost claim "
+            f"at the median (`CostTrust(absurd_range={PLAUSIBLE_RANGE:g})`)", norm,
+            options=(*shrink, ("trust", _cost_trust(absurd_range=PLAUSIBLE_RANGE))))
+        rows["time-norm-cap8-shrink-trust-off"] = Row(
+            "time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, cost trust off (`trust=False`)",
+            norm, options=(*shrink, ("trust", False)))
     if batch_shrinking_option():  # the rows measured before "shrink" was the default keep the user's batch size
         for name, row in rows.items():
             if row.policy in _SCALING_POLICIES and "scale_batch_size" not in dict(row.options):
@@ -146,6 +158,22 @@ def batch_scaling_option() -> bool:
     from flwr_adaptive.strategies import AdaptiveStrategy
 
     return "scale_batch_size" in inspect.signature(AdaptiveStrategy.__init__).parameters
+
+
+def edge_option() -> bool:
+    """Whether ``CostTrust`` takes ``absurd_range`` (a claim between the plausible and the absurd range is taken at
+    the range's edge; the trust rows exist then)."""
+    import dataclasses
+
+    from flwr_adaptive.strategies import CostTrust
+
+    return "absurd_range" in {f.name for f in dataclasses.fields(CostTrust)}
+
+
+def _cost_trust(**rules: float) -> object:
+    from flwr_adaptive.strategies import CostTrust
+
+    return CostTrust(**rules)
 
 
 def batch_shrinking_option() -> bool:

@@ -299,7 +299,7 @@ def test_every_row_runs_to_equals_time_or_its_target_and_reports_finals_at_equal
     args = parse_args(["--quick"])
     # every part's runs (the baselines part's CSV holds the rows that are not in the main part's)
     s = pd.concat([pd.read_csv(out / "results" / name)
-                   for name in ("noniid.csv", "noniid-baselines.csv", "noniid-batch-scaling.csv")])
+                   for name in ("noniid.csv", "noniid-baselines.csv", "noniid-batch-scaling.csv", "noniid-trust.csv")])
     R, cap = args.noniid_rounds["weather"], args.noniid_round_cap * args.noniid_rounds["weather"]
     eq = s[s["row"] == "equal-fedavg"]
     other = s[s["row"] != "equal-fedavg"]

@@ -96,7 +96,7 @@ def test_the_baselines_part_takes_its_own_rows_tasks_and_first_alpha_unless_they
     assert named.noniid_rows == ["equal-fedavg", "static"] and named.noniid_tasks == ["weather"]
     assert quick.noniid_rows == list(QUICK_BASELINE_ROWS) and quick.noniid_tasks == ["weather"]
     assert part_args(main, "main") is main and main.noniid_alphas == [0.3, 0.1] and main.noniid_measured_seeds == 5
-    assert reproduce.noniid_parts(main) == ["main", "baselines", "batch-scaling"]
+    assert reproduce.noniid_parts(main) == ["main", "baselines", "batch-scaling", "trust"]
     assert reproduce.noniid_parts(reproduce.parse_args(["--noniid-part", "baselines"])) == ["baselines"]
 
 
@@ -113,6 +113,57 @@ def test_the_batch_scaling_part_runs_every_scale_batch_size_on_every_task_and_it
     assert modes == {False, True, "shrink"}
     assert set(quick.noniid_rows) <= set(QUICK_ROWS) and quick.noniid_tasks == ["weather"]
     assert PARTS["batch-scaling"].csv == "noniid-batch-scaling.csv"
+
+
+def test_the_trust_part_runs_the_default_with_each_cost_trust_rule():
+    from experiments import reproduce
+    from experiments.noniid_parts import PARTS, part_args
+    from experiments.noniid_rows import QUICK_ROWS, ROWS, default_row
+    from flwr_adaptive.strategies import CostTrust
+
+    default = part_args(reproduce.parse_args(["--noniid-part", "trust"]), "trust")
+    quick = part_args(reproduce.parse_args(["--quick"]), "trust")
+    assert default.noniid_tasks == ["mnist", "sentiment", "weather"] and default.noniid_measured_seeds == 0
+    # the default row, and the same settings with the rule before the edge and with trust off
+    assert default_row() in default.noniid_rows and "equal-fedavg" in default.noniid_rows
+    trusts = {r: dict(ROWS[r].options).get("trust", True) for r in default.noniid_rows if r != "equal-fedavg"}
+    before = [t for t in trusts.values() if isinstance(t, CostTrust)]
+    assert sorted(map(str, trusts.values())).count("False") == 1 and len(before) == 1
+    assert before[0].absurd_range == before[0].plausible_range == CostTrust().plausible_range
+    for r in trusts:  # the trust rows differ from the default in their trust only
+        other = {k: v for k, v in ROWS[r].options if k != "trust"}
+        assert other == {k: v for k, v in ROWS[default_row()].options if k != "trust"}, r
+    # the quick form adds one row to the main part's quick rows
+    assert len(set(quick.noniid_rows) - set(QUICK_ROWS)) == 1 and quick.noniid_tasks == ["weather"]
+    assert PARTS["trust"].csv == "noniid-trust.csv"
+
+
+def test_a_stateful_strategy_option_is_copied_for_every_run(monkeypatch):
+    # Prepare: the strategy is built with what the run passes it, then the run stops
+    import flwr_adaptive.strategies as strategies
+    from experiments import inprocess
+    from experiments.noniid import spec_of
+    from experiments.reproduce_runs import scenario_profiles
+
+    class Built(Exception):
+        pass
+
+    seen = []
+
+    def capture(policy, **options):
+        seen.append(options["trust"])
+        raise Built
+
+    monkeypatch.setattr(strategies, "build_strategy", capture)
+    spec = spec_of("time-norm-cap8-shrink-trust-median", "weather", scenario_profiles("testbed", 0), 0, 0.3, 2, 1100,
+                   "modelled", 1e-5, "testbed")
+    # Execute: two runs of one spec (a row's CostTrust is one object for all its runs)
+    for _ in range(2):
+        with pytest.raises(Built):
+            inprocess.run_pma(spec)
+    # Assert: each run got its own copy of the rules (a CostTrust keeps strikes across rounds)
+    row_trust = dict(spec.options)["trust"]
+    assert seen[0] == row_trust and seen[0] is not row_trust and seen[1] is not seen[0]
 
 
 def test_a_part_replaces_its_own_block_only_and_a_new_one_follows_the_main_part():
