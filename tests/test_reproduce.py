@@ -378,3 +378,20 @@ def test_the_batch_scaling_part_follows_the_baselines_part_and_runs_nothing_the_
     main = pd.read_csv(out / "results" / "noniid.csv")
     merged = s.merge(main, on=["task", "scenario", "alpha", "seed", "row"], suffixes=("", "_main"))
     assert len(merged) == len(s) and (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
+
+
+def test_the_trust_part_follows_the_batch_scaling_part_and_reuses_the_rows_it_shares(quick):
+    from experiments.noniid_parts import PARTS, QUICK_TRUST_ROWS
+
+    out, _, _ = quick
+    scale, part = PARTS["batch-scaling"], PARTS["trust"]
+    page = (out / "results.md").read_text()
+    assert page.index(scale.end) < page.index(part.start) < page.index(part.end) < page.index("## Files")
+    block = page.split(part.start)[1].split(part.end)[0]
+    assert "### Cost trust on honest fleets (weather)" in block and "every implausible cost claim at the median" in block
+    s = pd.read_csv(out / "results" / part.csv)
+    assert sorted(set(s["row"])) == sorted(QUICK_TRUST_ROWS) and len(s) == len(QUICK_TRUST_ROWS) * 2 * 2
+    main = pd.read_csv(out / "results" / "noniid.csv")
+    merged = s.merge(main, on=["task", "scenario", "alpha", "seed", "row"], suffixes=("", "_main"))
+    assert set(merged["row"]) == set(QUICK_TRUST_ROWS) - {"time-norm-cap8-shrink-trust-median"}
+    assert (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
