@@ -213,6 +213,37 @@ def test_a_view_pickled_for_dataloader_workers_counts_as_read():
     assert window.read
 
 
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_forked_dataloader_workers_that_read_the_quota_count_as_read(flower_identity, drop_last):
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    # Prepare: the user's own DataLoader with forked workers (Linux's default: the view is not pickled, its items
+    # are read in the workers) and a hand-written update (no torch optimizer: the steps cannot be counted)
+    dataset, batches = _user_loader().dataset, []
+
+    def train(msg, context):
+        model = torch.nn.Linear(1, 1)
+        loader = DataLoader(quota_data(dataset), batch_size=32, drop_last=drop_last, num_workers=2,
+                            multiprocessing_context="fork")
+        for xb, yb in loader:
+            model.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+            batches.append(len(xb))
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord({})}), reply_to=msg)
+
+    # Execute: a quota of 20 (below the batch size)
+    metrics = telemetry_train(train)(_message({keys.QUOTA: 20, keys.ROUND: 1}), _context()).content["metrics"]
+    # Assert: read in one batch, steps unknown (averaged in as trained); with drop_last no batch: 0 steps (skipped)
+    if drop_last:
+        assert batches == [] and metrics[keys.LOCAL_STEPS] == 0
+    else:
+        assert batches == [20] and metrics[keys.LOCAL_STEPS] == keys.UNKNOWN
+
+
 # ----------------------------------------------------------------------------- the server: a reply of 0 steps
 @pytest.mark.parametrize("api", ["message", "legacy"])
 @pytest.mark.parametrize("weighting", ["normalized", "samples"])

@@ -43,6 +43,7 @@ adds one context-variable lookup per item.
 from __future__ import annotations
 
 import contextvars
+import mmap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +103,9 @@ class QuotaWindow:
     ``reference`` is the round's reference quota (``keys.REFERENCE_QUOTA``; ``None``: not sent or
     malformed): batch sizes scale by quota / reference (:func:`quota_batch_size`). ``read`` says
     whether the selection reached the training: arrays, tuples and lists when selected, a lazy view
-    when an item is read in this process or when it is pickled (for DataLoader workers).
+    when an item is read in this process or when it is pickled (for DataLoader workers); an item
+    read in a forked DataLoader worker (Linux's default: the view is not pickled) sets a byte of
+    memory shared with the worker, which :meth:`was_read` adds.
     """
 
     quota: int | None
@@ -116,6 +119,17 @@ class QuotaWindow:
     capped: bool = False
     read: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    # one byte mapped shared: a forked worker's write reaches this process (its copy of ``read`` does not)
+    _forked_read: mmap.mmap = field(default_factory=lambda: mmap.mmap(-1, 1), repr=False, compare=False)
+
+    def mark_read(self) -> None:
+        """The selection reached the training (here or in a forked worker)."""
+        self.read = True
+        self._forked_read[0] = 1
+
+    def was_read(self) -> bool:
+        """Whether the selection reached the training, in this process or a forked DataLoader worker."""
+        return self.read or self._forked_read[0] == 1
 
     def indices(self, size: int) -> np.ndarray:
         """The selection over local data of ``size`` samples (the same for the whole window)."""
@@ -163,7 +177,7 @@ class _QuotaView:
         if window is None:
             return None
         if read:
-            window.read = True
+            window.mark_read()
         return window.indices(len(self.base))
 
     def __len__(self) -> int:
@@ -287,10 +301,10 @@ def quota_data(data: Any, *, max_batch_scale: float | None = MAX_BATCH_SCALE) ->
                     f"quota_data(tuple) needs arrays of equal length, got lengths {[len(x) for x in data]}"
                 )
             idx = window.indices(sizes.pop())
-            window.read = True
+            window.mark_read()
             return tuple(_take(x, idx) for x in data)
         idx = window.indices(len(data))
-        window.read = True
+        window.mark_read()
         return _take(data, idx)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__"):
         return _QuotaView(data)

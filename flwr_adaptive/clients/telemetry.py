@@ -222,7 +222,7 @@ class Measured:
         step (its update is the model it was sent, so the strategy must not average it in as trained;
         one warning per process with the fix), else ``{}``."""
         w = self.window
-        if not w.samples or w.read or self.work.steps:
+        if not w.samples or w.was_read() or self.work.steps:
             return {}
         if "no-read" not in _SAID:
             _SAID.add("no-read")
