@@ -95,7 +95,7 @@ from flwr_adaptive.strategies.state_store import (
     parse_state,
 )
 from flwr_adaptive.strategies.step_floor import StepFloor, checked_floor
-from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
+from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
@@ -191,10 +191,7 @@ class AdaptiveCore:
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
         self._round_keys: dict[Hashable, Hashable] = {}  # this round's node id -> controller id
         self._rounds_done = 0  # rounds observed, across resumptions
-        #: What the server believes of each claim (see ``flwr_adaptive.strategies.trust``).
-        self.trust: CostTrust | None = resolve_trust(trust)
-        if self.trust is not None:
-            self.trust.who = self.who  # warnings name the partition the operator configured
+        self.trust = trust
         self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed
         self._held: dict[Hashable, str] = {}  # this round: node id -> why its report was not observed
         self._round_skipped: dict[Hashable, str] = {}  # this round: node id -> why it was skipped
@@ -204,6 +201,8 @@ class AdaptiveCore:
         self._resume()
 
     # ------------------------------------------------------------------ the components' state, as attributes
+    #: What the server believes of each claim (``flwr_adaptive.strategies.trust``; set later as ``trust=``).
+    trust = TrustSetting()
     weighting = FollowedSetting(
         "aggregation", "weighting", "The weighting in use: normalized, samples or data-size.", checked_weighting
     )

@@ -79,7 +79,7 @@ from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.node_wait import wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.screening import record_sizes, size_reason
-from flwr_adaptive.strategies.trust import CostTrust, resolve_trust
+from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
 
@@ -142,6 +142,10 @@ class FedAsyncStrategy(HistoryMixin):
         times every job by the server's wall clock, so no claim is weighed there.
     """
 
+    #: What the server believes of each claimed duration (``flwr_adaptive.strategies.trust``; ``None``
+    #: believes every claim; set later as ``trust=``).
+    trust = TrustSetting()
+
     #: Seconds between two ``pull_messages`` polls that returned nothing (``order="arrival"``).
     poll_interval_s: float = 0.2
 
@@ -184,9 +188,7 @@ class FedAsyncStrategy(HistoryMixin):
         self.wait_s = float(wait_s)
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows: list[dict[str, Any]] = []
-        #: What the server believes of each claimed duration (``flwr_adaptive.strategies.trust``);
-        #: ``None`` believes every claim.
-        self.trust: CostTrust | None = resolve_trust(trust)
+        self.trust = trust
 
     # ------------------------------------------------------------------ Flower-like surface
     def summary(self) -> None:

@@ -68,7 +68,7 @@ import numpy as np
 from flwr_adaptive._logging import logger
 from flwr_adaptive.strategies.reports import ClientReport
 
-__all__ = ["CostTrust", "resolve_trust"]
+__all__ = ["CostTrust", "TrustSetting", "resolve_trust"]
 
 
 @dataclass
@@ -359,3 +359,24 @@ def resolve_trust(trust: CostTrust | bool) -> CostTrust | None:
         f"trust must be True (the default rules), False (believe every claim) or "
         f"flwr_adaptive.strategies.CostTrust(...) to tune them, got {trust!r}"
     )
+
+
+class TrustSetting:
+    """A strategy's ``trust`` attribute, at construction or set later: resolved by :func:`resolve_trust`
+    (``None`` as ``False``: every claim believed; anything else refused with the fix, the setting left as it
+    was), its warnings naming nodes by the strategy's ``who`` when it has one."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_resolved"
+
+    def __get__(self, instance: object, owner: type | None = None) -> CostTrust | None:
+        if instance is None:
+            return self  # type: ignore[return-value]
+        return instance.__dict__.get(self.slot)
+
+    def __set__(self, instance: object, value: CostTrust | bool | None) -> None:
+        trust = resolve_trust(False if value is None else value)
+        who = getattr(instance, "who", None)
+        if trust is not None and callable(who):
+            trust.who = who  # warnings name the partition the operator configured (HFL: the rank)
+        instance.__dict__[self.slot] = trust
