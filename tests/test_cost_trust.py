@@ -225,3 +225,25 @@ def test_a_fast_majority_is_held_only_up_to_max_group_of_the_nodes(caplog):
     assert [round(energy[n].energy_j, 4) for n in range(1, 10)] == [1.0] * 3 + [0.5095] * 3 + [0.017, 0.018, 0.019]
     assert any("claims 0.00014 s per sample" in t for t in time_lines), time_lines
     assert any("claims 0.00014 J per sample" in t for t in energy_lines), energy_lines
+
+
+def test_a_trust_copied_by_replace_keeps_no_strikes_or_warnings_of_the_one_it_was_copied_from(caplog):
+    import dataclasses
+    import logging
+
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: a tuned trust that has judged a liar (one warning said, one strike held), then copied with one
+    # setting changed for a second strategy
+    claims = [_claim(1, 8.0), _claim(2, 9.0), _claim(3, 8.5), _claim(4, 0.2)]
+    observed = {1: 13.0, 2: 14.0, 3: 13.5, 4: 14.0}
+    first = CostTrust(max_drop=math.inf)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        first.believe(1, claims, observed)
+        second = dataclasses.replace(first, absurd_range=32.0)
+        caplog.clear()
+        # Execute: the copy judges the same round
+        second.believe(1, claims, observed)
+    # Assert: its own state (the copy warns about the node too; one strike each, not two on a shared ledger)
+    assert any("node 4 claims" in r.getMessage() for r in caplog.records)
+    assert first._strikes[4] == 1.0 and second._strikes[4] == 1.0 and second._strikes is not first._strikes

@@ -118,8 +118,9 @@ class CostTrust:
     #: How a warning names a node: the strategies set their own (``"partition 3 (node <id>)"``;
     #: HFL's ranks ``"partition 0, rank 1"``), the node id without one.
     who: Callable[[Hashable], str] = field(init=False, repr=False, compare=False)
-    _strikes: dict[Hashable, float] = field(default_factory=dict, repr=False)
-    _said: set[tuple[str, Hashable]] = field(default_factory=set, repr=False)
+    # per-strategy state, not settings: a copy by dataclasses.replace starts its own
+    _strikes: dict[Hashable, float] = field(default_factory=dict, init=False, repr=False)
+    _said: set[tuple[str, Hashable]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.who = _node_label
