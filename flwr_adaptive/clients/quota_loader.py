@@ -28,6 +28,9 @@ size on the strategy, or ``drop_last=False``).
 
 Cost
 ----
+Persistent workers (``persistent_workers=True``) are kept between the epochs of one training call
+and started again in the next (they hold the selection of the call that started them).
+
 One DataLoader per ``quota_data`` call; a loader built before the call builds one more per
 iteration in a round with a reference quota (its workers then start per iteration, even with
 ``persistent_workers``).
@@ -115,7 +118,16 @@ class QuotaLoader(DataLoader):
 
     def __iter__(self) -> Any:
         other = self._other()
-        return super().__iter__() if other is None else iter(other)
+        if other is not None:
+            return iter(other)
+        window = current_window()
+        if self._iterator is not None and getattr(self, "_workers_window", None) is not window:
+            # persistent workers read the selection of the call that started them (a forked worker's copy of
+            # the window, a spawned one's pickled indices): not kept into another call
+            stale, self._iterator = self._iterator, None
+            getattr(stale, "_shutdown_workers", lambda: None)()
+        self._workers_window = window
+        return super().__iter__()
 
     def __len__(self) -> int:
         other = self._other()
