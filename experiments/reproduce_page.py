@@ -79,12 +79,20 @@ def machine_line() -> str:
             f"load average at start {load:.1f}")
 
 
+#: What the command writes into the repository (``--out docs``): a change there is its own output, not a change of
+#: the code that produced the figures.
+OUTPUTS = ("docs/results.md", "docs/results")
+
+
 def git_commit() -> str:
+    """The commit the figures come from, ``"(with uncommitted changes)"`` when tracked files other than
+    :data:`OUTPUTS` differ from it (a part regenerated after another would otherwise call its own commit dirty)."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in OUTPUTS)], cwd=REPO, capture_output=True,
+                               text=True).stdout.strip()
         return sha + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
