@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 ALPHAS = (0.3, 0.1)
 FLOORS = (0.25, 0.5, 0.75)  # floor on a quota as a share of the equal split (budget / nodes)
@@ -31,9 +32,6 @@ MIN_ENERGY_CAPS = (2.0, 4.0)
 #: 100 samples (4 steps; the floor learns B ≤ 33 from it); a floor of 4 steps is then the equal share for everyone,
 #: the Equal split itself, and 3 steps (99 samples) nearly so.
 STEP_FLOORS = (2, 3)
-#: ``CostTrust``'s default plausible range: ``absurd_range`` set to it is the rule before the edge (every claim below
-#: the range taken at the others' median).
-PLAUSIBLE_RANGE = 4.0
 
 
 @dataclass(frozen=True)
@@ -124,10 +122,11 @@ def _rows() -> dict[str, Row]:
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
     if cap and batch_shrinking_option() and edge_option():  # the default with the trust rule before the edge, or off
         shrink = ((cap, 8.0), ("scale_batch_size", "shrink"))
+        before_edge = _trust_before_edge()
         rows["time-norm-cap8-shrink-trust-median"] = Row(
             "time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, every implausible cost claim "
-            f"at the median (`CostTrust(absurd_range={PLAUSIBLE_RANGE:g})`)", norm,
-            options=(*shrink, ("trust", _cost_trust(absurd_range=PLAUSIBLE_RANGE))))
+            f"at the median (`CostTrust(absurd_range={before_edge.absurd_range:g})`)", norm,
+            options=(*shrink, ("trust", before_edge)))
         rows["time-norm-cap8-shrink-trust-off"] = Row(
             "time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, cost trust off (`trust=False`)",
             norm, options=(*shrink, ("trust", False)))
@@ -170,10 +169,12 @@ def edge_option() -> bool:
     return "absurd_range" in {f.name for f in dataclasses.fields(CostTrust)}
 
 
-def _cost_trust(**rules: float) -> object:
+def _trust_before_edge() -> Any:
+    """The default ``CostTrust`` with ``absurd_range`` at its ``plausible_range``: the rule before the edge (every
+    claim below the range taken at the others' median)."""
     from flwr_adaptive.strategies import CostTrust
 
-    return CostTrust(**rules)
+    return CostTrust(absurd_range=CostTrust().plausible_range)
 
 
 def batch_shrinking_option() -> bool:

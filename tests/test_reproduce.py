@@ -363,35 +363,37 @@ def test_baselines_part_is_rendered_once_after_the_section_and_replaced_not_dupl
         assert reproduce.REUSED[key] + reproduce.REUSED[f"{key} (to equal time)"] == len(s)
 
 
-def test_the_batch_scaling_part_follows_the_baselines_part_and_runs_nothing_the_main_part_ran(quick):
-    from experiments.noniid_parts import PARTS, QUICK_BATCH_SCALING_ROWS
+def _quick_part(out, name, after, rows):
+    """Part ``name`` of the quick page: rendered once, after part ``after`` and before Files, with one CSV line per
+    row of ``rows``, scenario and seed (2 × 2); returns its block, its CSV and that CSV merged with the main part's."""
+    from experiments.noniid_parts import PARTS
 
-    out, _, _ = quick
-    base, part = PARTS["baselines"], PARTS["batch-scaling"]
+    before, part = PARTS[after], PARTS[name]
     page = (out / "results.md").read_text()
     assert page.count(part.start) == 1 and page.count(part.end) == 1
-    assert page.index(base.end) < page.index(part.start) < page.index(part.end) < page.index("## Files")
-    block = page.split(part.start)[1].split(part.end)[0]
-    assert "### Batch sizes with the normalised rule (weather)" in block and "slow nodes' batches shrunk" in block
+    assert page.index(before.end) < page.index(part.start) < page.index(part.end) < page.index("## Files")
     s = pd.read_csv(out / "results" / part.csv)
-    assert sorted(set(s["row"])) == sorted(QUICK_BATCH_SCALING_ROWS) and len(s) == len(QUICK_BATCH_SCALING_ROWS) * 2 * 2
+    assert sorted(set(s["row"])) == sorted(rows) and len(s) == len(rows) * 2 * 2
     main = pd.read_csv(out / "results" / "noniid.csv")
     merged = s.merge(main, on=["task", "scenario", "alpha", "seed", "row"], suffixes=("", "_main"))
+    return page.split(part.start)[1].split(part.end)[0], s, merged
+
+
+def test_the_batch_scaling_part_follows_the_baselines_part_and_runs_nothing_the_main_part_ran(quick):
+    from experiments.noniid_parts import QUICK_BATCH_SCALING_ROWS
+
+    out, _, _ = quick
+    block, s, merged = _quick_part(out, "batch-scaling", "baselines", QUICK_BATCH_SCALING_ROWS)
+    assert "### Batch sizes with the normalised rule (weather)" in block and "slow nodes' batches shrunk" in block
     assert len(merged) == len(s) and (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
 
 
 def test_the_trust_part_follows_the_batch_scaling_part_and_reuses_the_rows_it_shares(quick):
-    from experiments.noniid_parts import PARTS, QUICK_TRUST_ROWS
+    from experiments.noniid_parts import QUICK_TRUST_ROWS
 
     out, _, _ = quick
-    scale, part = PARTS["batch-scaling"], PARTS["trust"]
-    page = (out / "results.md").read_text()
-    assert page.index(scale.end) < page.index(part.start) < page.index(part.end) < page.index("## Files")
-    block = page.split(part.start)[1].split(part.end)[0]
-    assert "### Cost trust on honest fleets (weather)" in block and "every implausible cost claim at the median" in block
-    s = pd.read_csv(out / "results" / part.csv)
-    assert sorted(set(s["row"])) == sorted(QUICK_TRUST_ROWS) and len(s) == len(QUICK_TRUST_ROWS) * 2 * 2
-    main = pd.read_csv(out / "results" / "noniid.csv")
-    merged = s.merge(main, on=["task", "scenario", "alpha", "seed", "row"], suffixes=("", "_main"))
+    block, _, merged = _quick_part(out, "trust", "batch-scaling", QUICK_TRUST_ROWS)
+    assert "### Cost trust on honest fleets (weather)" in block
+    assert "every implausible cost claim at the median" in block
     assert set(merged["row"]) == set(QUICK_TRUST_ROWS) - {"time-norm-cap8-shrink-trust-median"}
     assert (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
