@@ -60,25 +60,23 @@ def test_flwr_run_comparison_works_offline_from_a_clean_clone_and_leaves_nothing
     assert re.search(r"^Equal\s+2\s", text, re.M) and re.search(r"^Time-only \(paper\)\s+2\s", text, re.M)
     assert json.loads((out / "summary-time-paper.json").read_text())["config"]["paper"] is True
     assert "VIRTUAL clock" in text
-    # Time-only's split shortens the rounds: round 1 is the equal split for both, round 2 follows
-    # the measured costs (virtual clock). Summed over the 2 rounds it measured 0.91 and 0.97 of
-    # Equal's in two runs here (round 1, equal for both, dilutes it), so the check is "below
-    # Equal's", not a tighter figure
+    # Time-only's round 2 follows round 1's measured costs: a node measured clearly faster per
+    # sample gets more of the budget, and the budget is kept. Asserted on the split, not on the
+    # summed makespan: that sum (2 rounds of ~0.15 virtual s, compute measured on this shared
+    # machine, round 1 equal for both) measured 0.84-0.97 of Equal's here and 1.06-1.27 in 4 of 6
+    # CI runs under load; the makespan gain itself is checked on deterministic costs elsewhere.
     import pandas as pd
 
-    table = pd.read_csv(out / "comparison.csv").set_index("policy")
-    ratio = table.loc["Time-only (paper)", "makespan vs first"]
-    if ratio >= 1.0:
-        # The virtual clock is built from compute measured on this shared machine, and round 2
-        # adapts on round 1's one noisy report each: this stop's CI saw 1.06 and 1.27 in 2 of 4
-        # runs under load. One fresh comparison (the same command) decides; both must not fail.
-        again = tmp_path / "again"
-        retry = subprocess.run([*cmd[:-1], str(again)], cwd=clone, env=env, capture_output=True, text=True,
-                               timeout=400)
-        assert retry.returncode == 0, retry.stdout[-3000:] + retry.stderr[-3000:]
-        table = pd.read_csv(again / "comparison.csv").set_index("policy")
-        ratio = table.loc["Time-only (paper)", "makespan vs first"]
-    assert ratio < 1.0, table
+    clients = pd.read_csv(out / "history-time-paper-clients.csv")
+    first = clients[clients["round"] == 1].set_index("partition_id")
+    second = clients[clients["round"] == 2].set_index("partition_id")
+    per_sample = first["time_s"] / first["samples"]
+    assert (first["quota"] == 100).all() and second["quota"].sum() == 500, clients
+    assert second["quota"].max() > second["quota"].min(), clients
+    for a in per_sample.index:
+        for b in per_sample.index:
+            if per_sample[a] * 1.25 < per_sample[b]:  # a measured more than 25 % faster per sample
+                assert second.loc[a, "quota"] > second.loc[b, "quota"], (a, b, clients)
     assert re.search(r"This command: [0-9.]+ s wall clock; peak resident memory .* [0-9.]+ GB", text)
     assert "processes left running: 0" in text
     seen = json.loads((out / "processes.json").read_text())
