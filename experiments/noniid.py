@@ -88,6 +88,7 @@ from experiments.noniid_rows import (
     implicit_steps,
     normalised_weighting,
     rescale_cap_option,
+    strategy_defaults,
 )
 from experiments.reproduce_runs import REUSED, run_units, scenario_profiles, unit_path
 
@@ -114,8 +115,12 @@ def spec_of(name: str, task: str, profiles: tuple, seed: int, alpha: float, roun
     floor = max(1, int(math.ceil(row.floor * budget / len(profiles)))) if row.floor else 1
     # A row on the strategies' default weighting is another run when that default changes: the name says which.
     steps = implicit_steps(row)  # a default step floor (min-energy's with private data) makes a row another run too
+    # So is a normalised row on the strategies' default objective once that is not the data size it was.
+    objective = None
+    if "objective" not in dict(row.options) and (row.weighting or default_weighting()) == normalised_weighting():
+        objective = strategy_defaults().get("objective", "data-size")
     label = f"a{alpha:g}-{name}" + (f"-w{default_weighting()}" if row.weighting is None else "") \
-        + (f"-steps{steps}" if steps else "")
+        + (f"-steps{steps}" if steps else "") + (f"-o{objective}" if objective not in (None, "data-size") else "")
     reference = name == "equal-fedavg"
     return RunSpec(row.policy, task, profiles, seed=seed, rounds=rounds if reference else cap * rounds, budget=budget,
                    clock=clock, per_sample_s=per_sample_s, label=label if reference else f"{label}-eqtime",

@@ -55,6 +55,11 @@ TRUST_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-tr
 #: Its quick form: the main part's quick rows' reference and default, and the rule before the edge.
 QUICK_TRUST_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-trust-median")
 TRUST_TASKS = BATCH_SCALING_TASKS
+#: The default with the normalised rule's two objectives (its data weights p_i: the claimed data size, capped; or
+#: at most the round's equal share of the budget), against Equal + FedAvg.
+OBJECTIVE_ROWS = ("equal-fedavg", "time-norm-cap8-shrink-datasize", "time-norm-cap8-shrink-eqsplit")
+QUICK_OBJECTIVE_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-eqsplit")
+OBJECTIVE_TASKS = BATCH_SCALING_TASKS
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,14 @@ PARTS = {
                   "the wide fleet's 3.0–5.7× (seeds 0–4), and a group of the fastest is judged against the median of "
                   "the slower rest, so the wide fleet's fastest nodes are held back by any rule; trust off bounds "
                   "what the rules cost"),
+    "objective": Part("objective", "<!-- noniid-objective:start -->", "<!-- noniid-objective:end -->",
+                      "noniid-objective.csv", OBJECTIVE_ROWS, QUICK_OBJECTIVE_ROWS, OBJECTIVE_TASKS,
+                      "The normalised rule's objective",
+                      "for the default (Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk) with each "
+                      "`objective`, the data weights p_i of the objective the rule keeps: `\"data-size\"` (each node's "
+                      "claimed data size, capped at 2× the round's median claim: the pooled data's objective) and "
+                      "`\"equal-split\"` (the claimed size, at most the round's equal share of the budget: the "
+                      "objective Equal + FedAvg optimises, every node weighted by what the equal split trains of it)"),
 }
 
 

@@ -130,6 +130,12 @@ def _rows() -> dict[str, Row]:
         rows["time-norm-cap8-shrink-trust-off"] = Row(
             "time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, cost trust off (`trust=False`)",
             norm, options=(*shrink, ("trust", False)))
+    if cap and batch_shrinking_option() and objective_option():  # the default with each objective of the rule
+        shrink = ((cap, 8.0), ("scale_batch_size", "shrink"))
+        for objective, tag in (("data-size", "datasize"), ("equal-split", "eqsplit")):
+            rows[f"time-norm-cap8-shrink-{tag}"] = Row(
+                "time", f"Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, {objective} objective", norm,
+                options=(*shrink, ("objective", objective)))
     if batch_shrinking_option():  # the rows measured before "shrink" was the default keep the user's batch size
         for name, row in rows.items():
             if row.policy in _SCALING_POLICIES and "scale_batch_size" not in dict(row.options):
@@ -177,6 +183,15 @@ def _trust_before_edge() -> Any:
     return CostTrust(absurd_range=CostTrust().plausible_range)
 
 
+def objective_option() -> bool:
+    """Whether ``AdaptiveStrategy`` takes ``objective`` (the normalised rule's data weights; the rows exist then)."""
+    import inspect
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    return "objective" in inspect.signature(AdaptiveStrategy.__init__).parameters
+
+
 def batch_shrinking_option() -> bool:
     """Whether ``scale_batch_size`` takes ``"shrink"`` (only the slow nodes' batches shrink; the row exists then)."""
     try:
@@ -205,13 +220,14 @@ def implicit_steps(row: Row) -> int:
 
 def strategy_defaults() -> dict:
     """``AdaptiveStrategy``'s defaults of the options the rows set (``max_rescale``, ``min_local_steps``,
-    ``scale_batch_size``; ``min_local_steps=None``: the policy's own default, :func:`implicit_steps`)."""
+    ``scale_batch_size``, ``objective``; ``min_local_steps=None``: the policy's own default, :func:`implicit_steps`)."""
     import inspect
 
     from flwr_adaptive.strategies import AdaptiveStrategy
 
     params = inspect.signature(AdaptiveStrategy.__init__).parameters
-    return {n: params[n].default for n in ("max_rescale", "min_local_steps", "scale_batch_size") if n in params}
+    names = ("max_rescale", "min_local_steps", "scale_batch_size", "objective")
+    return {n: params[n].default for n in names if n in params}
 
 
 ROWS = _rows()
@@ -244,6 +260,7 @@ def settings_of(row: Row) -> tuple:
     opts = {**strategy_defaults(), **dict(row.options)}
     if w != normalised_weighting():
         opts.pop("max_rescale", None)
+        opts.pop("objective", None)
     if "scale_batch_size" in opts:
         if row.policy in _SCALING_POLICIES:
             from flwr_adaptive.strategies.round_quotas import resolve_scale_batch_size

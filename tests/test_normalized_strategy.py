@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import adaptive_support as sup
 from adaptive_support import FakeGrid
@@ -407,3 +409,97 @@ def test_the_default_cap_binds_on_a_one_step_node_next_to_ten_step_ones():
     got = message_round(strategy, X, list(zip(CAPPED_KWS, CAPPED_MODELS)))
     assert strategy.last_scales[100] == 8.0
     np.testing.assert_allclose(got[0], _capped_expected(8.0), rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- objective
+def test_the_equal_split_objective_weighs_each_node_at_most_its_equal_share():
+    # Prepare: budget 300 over 3 nodes (equal share 100), data sizes 50, 300 and 200, equal steps
+    models = [[np.array([0.5, 1.5])], [np.array([-1.0, 2.0])], [np.array([3.0, 0.25])]]
+    kws = [dict(steps=5, data_size=n) for n in (50, 300, 200)]
+    # Execute
+    pooled = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal"), X, list(zip(kws, models)))
+    split = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="equal-split"), X,
+                          list(zip(kws, models)))
+    # Assert: the data weights are min(size, 100) = 50, 100, 100 (what the equal split trains of each
+    # node); "data-size" keeps the sizes
+    average = [m[0] for m in models]
+    np.testing.assert_allclose(split[0], np.average(average, axis=0, weights=[50, 100, 100]), rtol=1e-15)
+    np.testing.assert_allclose(pooled[0], np.average(average, axis=0, weights=[50, 300, 200]), rtol=1e-15)
+
+
+def test_the_equal_split_objective_is_equal_fedavg_when_every_node_trains_its_share():
+    # Prepare: every node holds more than its share and takes the same steps for it
+    models = [[np.array([0.5, 1.5])], [np.array([-1.0, 2.0])], [np.array([3.0, 0.25])]]
+    kws = [dict(steps=4, data_size=n) for n in (800, 3000, 200)]
+    fedavg = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", weighting="samples")
+    normalised = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="equal-split")
+    # Execute / Assert: Equal + FedAvg's result to within float rounding
+    np.testing.assert_allclose(message_round(normalised, X, list(zip(kws, models)))[0],
+                               message_round(fedavg, X, list(zip(kws, models)))[0], rtol=1e-14)
+
+
+@pytest.mark.parametrize("lie", [2**53 - 1, 10 * 1000])
+def test_with_the_equal_split_objective_a_huge_claim_gets_no_more_than_a_fair_weight(lie, caplog):
+    # Prepare: the liar's model is 1, the others' 0; everyone holds more than the share (100)
+    per_node = [(dict(steps=3, data_size=1000), [np.zeros(2)]) for _ in range(4)]
+    per_node.append((dict(steps=3, data_size=lie), [np.ones(2)]))
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal", objective="equal-split")
+    # Execute
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = message_round(strategy, [np.zeros(2)], per_node)
+    # Assert: exactly the fair 1/5, and no warning: a claim above the share is not a reason to warn
+    assert got[0][0] == pytest.approx(0.2)
+    assert not [line for line in sup.adaptive_lines(caplog) if "aggregation weight is capped" in line]
+
+
+def test_the_equal_split_objective_bounds_an_operator_size_too_and_follows_the_round_budget():
+    per_node = [(dict(steps=3, data_size=1000), [np.zeros(1)]) for _ in range(4)]
+    per_node.append((dict(steps=3, data_size=5000), [np.ones(1)]))
+    strategy = AdaptiveStrategy(_fedavg(5), budget_per_node=40, policy="equal", objective="equal-split")
+    strategy.data_sizes = {4: 5000, 0: 10}
+    got = message_round(strategy, [np.zeros(1)], per_node)
+    # the operator's 5000 is bounded by the share 40 (budget_per_node × 5 nodes / 5); partition 0 by its 10
+    assert got[0][0] == pytest.approx(40 / (10 + 3 * 40 + 40))
+    assert strategy.aggregation.equal_share == 40 and strategy.last_weights == {100: 10, 101: 40, 102: 40, 103: 40,
+                                                                                104: 40}
+
+
+def test_the_objective_is_checked_when_set_later_and_reaches_the_legacy_api():
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
+
+    from test_strategy_core import _Manager
+
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300)
+    with pytest.raises(ValueError, match="objective must be one of .*'equal-split'"):
+        strategy.objective = "equal"
+    assert strategy.objective == "data-size"
+    legacy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300, policy="equal",
+                                    objective="equal-split")
+    pairs = legacy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
+    models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]
+    ok = Status(Code.OK, "")
+    results = [(proxy, FitRes(ok, ndarrays_to_parameters(m), 1, telemetry(100, i, steps=4, data_size=n)))
+               for i, ((proxy, _), m, n) in enumerate(zip(pairs, models, (50, 300, 200)))]
+    params, _ = legacy.aggregate_fit(1, results, [])
+    np.testing.assert_allclose(parameters_to_ndarrays(params)[0],
+                               np.average([m[0] for m in models], axis=0, weights=[50, 100, 100]), rtol=1e-14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(claims=st.lists(st.integers(1, 2**53 - 1), min_size=1, max_size=12), budget=st.integers(1, 5000),
+       cap=st.sampled_from([None, 2.0]))
+def test_an_equal_split_weight_never_exceeds_the_equal_share_nor_the_claim(claims, budget, cap):
+    from flwr_adaptive.strategies.normalization import AggregationWeights
+    from flwr_adaptive.strategies.reports import ClientReport
+
+    weights = AggregationWeights("normalized", lambda *a: None)
+    weights.objective, weights.weight_cap = "equal-split", cap
+    weights.equal_share = max(1, budget // len(claims))
+    reports = [ClientReport(node_id=i, partition_id=i, quota=weights.equal_share, samples=1, time_s=1.0, cpu_time_s=1.0,
+                            wall_time_s=1.0, energy_j=None, data_size=c, capped=False, idle_w=None,
+                            virtual_clock=True) for i, c in enumerate(claims)]
+    got = weights.weights(1, reports)
+    assert all(1 <= got[i] <= max(1, min(c, weights.equal_share)) for i, c in enumerate(claims))
+    if cap is None:  # nothing else bounds it: each weight is exactly its claim up to the share
+        assert all(got[i] == min(c, weights.equal_share) for i, c in enumerate(claims))

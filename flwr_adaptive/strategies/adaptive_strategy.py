@@ -64,7 +64,7 @@ from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
-from flwr_adaptive.strategies.normalization import check_rescale_applies
+from flwr_adaptive.strategies.normalization import OBJECTIVES, check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
@@ -129,6 +129,13 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         non-IID sweep's choice (docs/results.md): it keeps a slow owner of a class whose factor
         stays below it and bounds the 1-2-step nodes of a wide fleet. ``None``: FedNova's
         factors, unbounded.
+    objective : str (default: "data-size")
+        With ``weighting="normalized"``: the data weights p_i of the objective the rule keeps.
+        ``"data-size"``: each node's claimed data size (capped, see ``weighting``): the pooled
+        data's objective. ``"equal-split"``: its claimed size, at most the round's equal share of
+        the budget (``budget // nodes trained``): the objective FedAvg optimises when every node
+        trains its equal share, as under ``policy="equal"``, so that moving quota does not change
+        it; no claim then weighs more than a fair share.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -214,6 +221,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         paper: bool = False,
         weighting: str | None = None,
         max_rescale: float | None = MAX_RESCALE,
+        objective: str = OBJECTIVES[0],
         allow_cycling: bool = False,
         min_quota: int = 1,
         min_local_steps: int | None = None,
@@ -258,6 +266,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.history_path = checked_history_path(history_path)
         check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
+        self.objective = objective
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).
         self.scale_batch_size = scale_batch_size  # resolved, and equal_steps set, by ScaleBatchSize

@@ -76,6 +76,7 @@ from flwr_adaptive.strategies.history import RunHistory
 from flwr_adaptive.strategies.normalization import (
     WEIGHTINGS,
     AggregationWeights,
+    checked_objective,
     checked_weighting,
     claimed_steps,
     default_weighting,
@@ -210,6 +211,9 @@ class AdaptiveCore:
     data_sizes = Delegated("aggregation", "data_sizes", "``{partition id: data size}`` the operator knows.")
     step_tolerance = Delegated("aggregation", "step_tolerance", "Claimed steps per sample kept within this factor.")
     max_rescale = Delegated("aggregation", "max_rescale", "Largest factor a normalised update is scaled by, or None.")
+    objective = Delegated(
+        "aggregation", "objective", "The normalised rule's data weights (OBJECTIVES).", check=checked_objective
+    )
     min_local_steps = FollowedSetting(
         "step_floor", "steps", "Local steps every trained node gets at least (0: no floor).", checked_floor
     )
@@ -413,8 +417,10 @@ class AdaptiveCore:
 
     # ------------------------------------------------------------------ round bookkeeping
     def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
-        """Remember what was assigned (the API classes call this from configure_*)."""
+        """Remember what was assigned (the API classes call this from configure_*), and the round's
+        equal share of the budget (the bound of the ``"equal-split"`` objective)."""
         self._assigned = dict(quotas)
+        self.aggregation.equal_share = max(1, self.budget // len(quotas)) if quotas else None
 
     def predicted_makespan_s(self) -> float | None:
         """Seconds this round is expected to take: the slowest assigned node's predicted compute

@@ -5,7 +5,8 @@ Contract
 ``weight_cap = Delegated("aggregation", "weight_cap")`` in a class body makes
 ``strategy.weight_cap`` read and write ``strategy.aggregation.weight_cap``: the settings and tables
 users and subclasses reach stay attributes of the strategy while their state is owned by the
-component that uses it (:mod:`flwr_adaptive.strategies.core`). ``writable=False``: read only.
+component that uses it (:mod:`flwr_adaptive.strategies.core`). ``writable=False``: read only;
+``check``: a value is passed through ``check(value)`` (which raises on a bad one) before it is set.
 
 Cost
 ----
@@ -14,6 +15,7 @@ One extra attribute lookup per access.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Delegated"]
@@ -22,10 +24,19 @@ __all__ = ["Delegated"]
 class Delegated:
     """A data descriptor forwarding one attribute to ``instance.<component>.<name>``."""
 
-    def __init__(self, component: str, name: str, doc: str | None = None, *, writable: bool = True) -> None:
+    def __init__(
+        self,
+        component: str,
+        name: str,
+        doc: str | None = None,
+        *,
+        writable: bool = True,
+        check: Callable[[Any], Any] | None = None,
+    ) -> None:
         self.component = component
         self.name = name
         self.writable = writable
+        self.validate = check
         self.__doc__ = doc or f"``self.{component}.{name}``."
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
@@ -36,4 +47,6 @@ class Delegated:
     def __set__(self, instance: Any, value: Any) -> None:
         if not self.writable:
             raise AttributeError(f"{self.name!r} is read only (it is {self.component}.{self.name})")
+        if self.validate is not None:
+            value = self.validate(value)
         setattr(getattr(instance, self.component), self.name, value)

@@ -63,10 +63,32 @@ from flwr_adaptive.normalized_averaging import (
 )
 from flwr_adaptive.strategies.reports import ClientReport
 
-__all__ = ["AggregationWeights", "WEIGHTINGS", "check_rescale_applies", "checked_weighting", "default_weighting"]
+__all__ = [
+    "OBJECTIVES",
+    "WEIGHTINGS",
+    "AggregationWeights",
+    "check_rescale_applies",
+    "checked_objective",
+    "checked_weighting",
+    "default_weighting",
+]
 
 #: The aggregation weightings; the first is the default with private data (``allow_cycling=False``).
 WEIGHTINGS = ("normalized", "samples", "data-size")
+
+#: The objectives of the normalised rule (its data weights p_i); the first is the default.
+OBJECTIVES = ("data-size", "equal-split")
+
+
+def checked_objective(objective: str) -> str:
+    """``objective`` if it is one of :data:`OBJECTIVES`, else a ValueError with the choices."""
+    if objective not in OBJECTIVES:
+        raise ValueError(
+            f"objective must be one of {OBJECTIVES}, got {objective!r}: 'equal-split' weighs each node at most "
+            "its equal share of the round's budget (the objective of FedAvg under the equal split), "
+            "'data-size' by its claimed data size"
+        )
+    return objective
 
 
 def default_weighting(weighting: str | None, allow_cycling: bool) -> str:
@@ -160,6 +182,12 @@ class AggregationWeights:
         self.step_reference: int | None = None
         #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
         self.max_rescale: float | None = MAX_RESCALE
+        #: The normalised rule's data weights p_i (:data:`OBJECTIVES`): ``"equal-split"`` bounds each at
+        #: ``equal_share``, ``"data-size"`` leaves the capped claim.
+        self.objective: str = OBJECTIVES[0]
+        #: This round's equal share of the budget (``budget // nodes sent a quota``), set by the round's
+        #: ``begin_round``; ``None`` before the first round or where no budget is split (silos).
+        self.equal_share: int | None = None
         #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
         self.last_scales: dict[Hashable, float] = {}
         #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
@@ -183,12 +211,15 @@ class AggregationWeights:
                 claims.append(r.samples)
             else:
                 claims.append(r.data_size)
-        bounded, clipped = capped_weights(claims, self.weight_cap)
+        share = self.share_bound()
+        # The equal share first: the median cap then judges what is left (a claim above the share is
+        # honest data the equal split would not have trained either, not a reason to warn).
+        bounded, clipped = capped_weights([min(c, share) for c in claims], self.weight_cap)
         sizes = self.data_sizes or {}
         for i, r in enumerate(reports):
             known = sizes.get(r.partition_id) if r.partition_id is not None else None
             if known is not None:  # the operator's size is the bound: no median cap, never above it
-                bounded[i], clipped[i] = min(float(claims[i]), float(known)), False
+                bounded[i], clipped[i] = min(float(claims[i]), float(known), share), False
         for r, claim, w, was in zip(reports, claims, bounded, clipped):
             if was:
                 self._warn_once(
@@ -205,6 +236,12 @@ class AggregationWeights:
                 )
         self.last_weights = {r.node_id: max(int(math.floor(w)), 1) for r, w in zip(reports, bounded)}
         return dict(self.last_weights)
+
+    def share_bound(self) -> float:
+        """The bound ``"equal-split"`` puts on a normalised data weight this round (else ``inf``)."""
+        if self.weighting == "normalized" and self.objective == "equal-split" and self.equal_share is not None:
+            return float(self.equal_share)
+        return math.inf
 
     def update_scales(
         self,
