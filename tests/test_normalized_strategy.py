@@ -503,3 +503,22 @@ def test_an_equal_split_weight_never_exceeds_the_equal_share_nor_the_claim(claim
     assert all(1 <= got[i] <= max(1, min(c, weights.equal_share)) for i, c in enumerate(claims))
     if cap is None:  # nothing else bounds it: each weight is exactly its claim up to the share
         assert all(got[i] == min(c, weights.equal_share) for i, c in enumerate(claims))
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: AdaptiveStrategy(budget=10, **kw),
+    lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw),
+    lambda **kw: build_strategy("time", budget=10, **kw),
+    lambda **kw: build_strategy("static", budget=10, **kw),
+    lambda **kw: build_strategy("oort", budget=10, **kw),
+], ids=["message", "legacy", "build-time", "build-static", "build-oort"])
+def test_the_objective_reaches_every_budget_splitting_strategy_and_is_checked(make):
+    assert make().objective == "data-size"
+    assert make(objective="equal-split").aggregation.objective == "equal-split"
+    with pytest.raises(ValueError, match="objective must be one of"):
+        make(objective="pooled")
+
+
+def test_fedasync_refuses_an_objective_rather_than_ignoring_it():
+    with pytest.raises(ValueError, match="objective does not apply to policy 'fedasync'"):
+        build_strategy("fedasync", budget=10, objective="equal-split")

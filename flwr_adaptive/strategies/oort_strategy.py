@@ -56,6 +56,7 @@ from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.oort_selector import OortSelector, statistical_utility
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.core import log
+from flwr_adaptive.strategies.normalization import OBJECTIVES
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust
 
@@ -90,6 +91,8 @@ class OortStrategy(AdaptiveStrategy):
     max_rescale : float or None (default: 8.0)
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
         ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
+    objective : str (default: "data-size")
+        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -123,6 +126,7 @@ class OortStrategy(AdaptiveStrategy):
         seed: int = 0,
         weighting: str | None = None,
         max_rescale: float | None = MAX_RESCALE,
+        objective: str = OBJECTIVES[0],
         allow_cycling: bool = False,
         min_quota: int = 1,
         trust: CostTrust | bool = True,
@@ -142,6 +146,7 @@ class OortStrategy(AdaptiveStrategy):
             policy="equal",
             weighting=weighting,
             max_rescale=max_rescale,
+            objective=objective,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
             scale_batch_size=False,  # a baseline: the user's batch size

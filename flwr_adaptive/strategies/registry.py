@@ -35,6 +35,7 @@ from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
+from flwr_adaptive.strategies.normalization import OBJECTIVES
 from flwr_adaptive.strategies.oort_strategy import DEFAULT_FRACTION, OORT, OortStrategy
 from flwr_adaptive.strategies.static_profiling_strategy import STATIC, StaticProfilingStrategy
 from flwr_adaptive.strategies.trust import CostTrust
@@ -71,6 +72,7 @@ _UNUSED = {
         "paper",
         "weighting",
         "max_rescale",
+        "objective",
         "min_quota",
         "min_local_steps",
         "scale_batch_size",
@@ -112,6 +114,7 @@ def build_strategy(
     paper: bool = False,
     weighting: str | None = None,
     max_rescale: float | None = MAX_RESCALE,
+    objective: str = OBJECTIVES[0],
     allow_cycling: bool = False,
     min_quota: int = 1,
     min_local_steps: int | None = None,
@@ -157,7 +160,8 @@ def build_strategy(
     paper : bool (default: False)
         The paper's estimation and deadband for ``time`` / ``low-energy`` / ``energy`` /
         ``min-energy`` (see :class:`~flwr_adaptive.strategies.AdaptiveStrategy`).
-    smoothing, weighting, max_rescale, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir, context
+    smoothing, weighting, max_rescale, objective, allow_cycling, min_quota, forget_after, cost_clip, trust, state_dir,
+    context
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`; each baseline takes the
         ones that apply to it (FedAsync only ``allow_cycling``, Oort no cost options, Static no
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
@@ -181,6 +185,7 @@ def build_strategy(
         "paper": paper is not False,
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
         "max_rescale": max_rescale != MAX_RESCALE,
+        "objective": objective != OBJECTIVES[0],
         "min_quota": min_quota != 1,
         "min_local_steps": min_local_steps not in (None, 0),
         "scale_batch_size": scale_batch_size is not None and scale_batch_size is not False,
@@ -216,6 +221,7 @@ def build_strategy(
         budget_per_node=budget_per_node,
         weighting=weighting,
         max_rescale=max_rescale,
+        objective=objective,
         allow_cycling=allow_cycling,
         min_quota=min_quota,
         trust=trust,

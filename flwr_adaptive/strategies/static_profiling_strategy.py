@@ -32,6 +32,7 @@ from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.static_profiling_controller import StaticProfilingController
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
+from flwr_adaptive.strategies.normalization import OBJECTIVES
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.trust import CostTrust
 
@@ -68,6 +69,8 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     max_rescale : float or None (default: 8.0)
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
         ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
+    objective : str (default: "data-size")
+        As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
@@ -103,6 +106,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         deadband: float | None = None,
         weighting: str | None = None,
         max_rescale: float | None = MAX_RESCALE,
+        objective: str = OBJECTIVES[0],
         allow_cycling: bool = False,
         min_quota: int = 1,
         cost_clip: float = 100.0,
@@ -128,6 +132,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
             deadband=deadband,
             weighting=weighting,
             max_rescale=max_rescale,
+            objective=objective,
             allow_cycling=allow_cycling,
             min_quota=min_quota,
             scale_batch_size=False,  # a baseline: the user's batch size
