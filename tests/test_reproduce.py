@@ -299,7 +299,8 @@ def test_every_row_runs_to_equals_time_or_its_target_and_reports_finals_at_equal
     args = parse_args(["--quick"])
     # every part's runs (the baselines part's CSV holds the rows that are not in the main part's)
     s = pd.concat([pd.read_csv(out / "results" / name)
-                   for name in ("noniid.csv", "noniid-baselines.csv", "noniid-batch-scaling.csv", "noniid-trust.csv")])
+                   for name in ("noniid.csv", "noniid-baselines.csv", "noniid-batch-scaling.csv", "noniid-trust.csv",
+                                "noniid-objective.csv")])
     R, cap = args.noniid_rounds["weather"], args.noniid_round_cap * args.noniid_rounds["weather"]
     eq = s[s["row"] == "equal-fedavg"]
     other = s[s["row"] != "equal-fedavg"]
@@ -397,3 +398,17 @@ def test_the_trust_part_follows_the_batch_scaling_part_and_reuses_the_rows_it_sh
     assert "every implausible cost claim at the median" in block
     assert set(merged["row"]) == set(QUICK_TRUST_ROWS) - {"time-norm-cap8-shrink-trust-median"}
     assert (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
+
+
+def test_the_objective_part_follows_the_trust_part_and_reuses_the_rows_it_shares(quick):
+    from experiments.noniid_parts import QUICK_OBJECTIVE_ROWS
+
+    out, _, _ = quick
+    block, s, merged = _quick_part(out, "objective", "trust", QUICK_OBJECTIVE_ROWS)
+    assert "### The normalised rule's objective (weather)" in block and "equal-split objective" in block
+    assert set(merged["row"]) == set(QUICK_OBJECTIVE_ROWS) - {"time-norm-cap8-shrink-eqsplit"}
+    assert (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
+    # the equal-split row is another run: its aggregation differs wherever a node holds more than its share
+    split = s[s["row"] == "time-norm-cap8-shrink-eqsplit"].set_index(["task", "scenario", "seed"])
+    default = s[s["row"] == "time-norm-cap8-shrink"].set_index(["task", "scenario", "seed"])
+    assert (split["final_metric"] != default.loc[split.index, "final_metric"]).any()
