@@ -55,10 +55,10 @@ TRUST_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-tr
 #: Its quick form: the main part's quick rows' reference and default, and the rule before the edge.
 QUICK_TRUST_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-trust-median")
 TRUST_TASKS = BATCH_SCALING_TASKS
-#: The default with the normalised rule's two objectives (its data weights p_i: the claimed data size, capped; or
-#: at most the round's equal share of the budget), against Equal + FedAvg.
-OBJECTIVE_ROWS = ("equal-fedavg", "time-norm-cap8-shrink-datasize", "time-norm-cap8-shrink-eqsplit")
-QUICK_OBJECTIVE_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-eqsplit")
+#: The default (its objective "equal-split": data weights at most the round's equal share of the budget) and the
+#: same on the objective before it ("data-size": the claimed data size, capped), against Equal + FedAvg.
+OBJECTIVE_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-datasize")
+QUICK_OBJECTIVE_ROWS = OBJECTIVE_ROWS
 OBJECTIVE_TASKS = BATCH_SCALING_TASKS
 
 
@@ -106,10 +106,11 @@ PARTS = {
                       "noniid-objective.csv", OBJECTIVE_ROWS, QUICK_OBJECTIVE_ROWS, OBJECTIVE_TASKS,
                       "The normalised rule's objective",
                       "for the default (Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk) with each "
-                      "`objective`, the data weights p_i of the objective the rule keeps: `\"data-size\"` (each node's "
-                      "claimed data size, capped at 2× the round's median claim: the pooled data's objective) and "
-                      "`\"equal-split\"` (the claimed size, at most the round's equal share of the budget: the "
-                      "objective Equal + FedAvg optimises, every node weighted by what the equal split trains of it)"),
+                      "`objective`, the data weights p_i of the objective the rule keeps: `\"equal-split\"`, the "
+                      "default (each node's claimed data size, at most the round's equal share of the budget: the "
+                      "objective Equal + FedAvg optimises, every node weighted by what the equal split trains of it), "
+                      "and `\"data-size\"`, the default before it (the claimed size, capped at 2× the round's median "
+                      "claim: the pooled data's objective)"),
 }
 
 

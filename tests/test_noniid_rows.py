@@ -56,8 +56,8 @@ def test_a_default_step_floor_makes_the_default_weighting_rows_other_runs(monkey
     defaults = noniid_rows.strategy_defaults()
     monkeypatch.setattr(noniid_rows, "strategy_defaults", lambda: {**defaults, "min_local_steps": 2})
     floored = noniid.spec_of("time-floor0.5", "weather", (1.0,) * 11, 0, 0.3, 10, 1100, "modelled", 1e-5, "testbed")
-    assert base.label == "a0.3-time-floor0.5-wnormalized-eqtime"
-    assert floored.label == "a0.3-time-floor0.5-wnormalized-steps2-eqtime"
+    assert base.label == "a0.3-time-floor0.5-wnormalized-oequal-split-eqtime"
+    assert floored.label == "a0.3-time-floor0.5-wnormalized-steps2-oequal-split-eqtime"
 
 
 def test_min_energys_default_floor_makes_its_rows_other_runs_and_the_nofloor_row_the_old_default():
@@ -68,10 +68,13 @@ def test_min_energys_default_floor_makes_its_rows_other_runs_and_the_nofloor_row
 
     # Assert: their labels say the floor (a run cached before it is not reused), the no-floor row's does not;
     # Time-only's rows keep their labels; the default min-energy row is the normalised one with the floor
-    assert label("min-energy-normalised") == "a0.3-min-energy-normalised-steps1-eqtime"
+    # (the normalised rows also say the default objective, "equal-split" since it replaced the data size)
+    assert label("min-energy-normalised") == "a0.3-min-energy-normalised-steps1-oequal-split-eqtime"
     assert label("min-energy-data-size") == "a0.3-min-energy-data-size-steps1-eqtime"
-    assert label("min-energy-norm-nofloor") == "a0.3-min-energy-norm-nofloor-eqtime"
-    assert label("time-norm-cap8") == "a0.3-time-norm-cap8-eqtime"
+    assert label("min-energy-norm-nofloor") == "a0.3-min-energy-norm-nofloor-oequal-split-eqtime"
+    assert label("time-norm-cap8") == "a0.3-time-norm-cap8-oequal-split-eqtime"
+    assert label("time-norm-cap8-shrink-datasize") == "a0.3-time-norm-cap8-shrink-datasize-eqtime"
+    assert label("time-samples") == "a0.3-time-samples-eqtime"
     assert default_row("min-energy") == "min-energy-normalised"
     built = {n: build_strategy("min-energy", budget=10, weighting=ROWS[n].weighting, **dict(ROWS[n].options))
              for n in ("min-energy-normalised", "min-energy-norm-nofloor")}

@@ -89,7 +89,7 @@ def test_message_api_aggregates_fednova_steps_for_sgd_momentum_and_proximal_clie
     models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]
     kws = [dict(steps=2, data_size=100), dict(steps=6, data_size=300, momentum=0.9),
            dict(steps=4, data_size=200, lr=0.1, mu=1.0)]
-    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="data-size")
     strategy.step_tolerance = 10.0  # the claims here are hand-picked, not a round's plausible spread
     # Execute
     got = message_round(strategy, X, list(zip(kws, models)))
@@ -104,7 +104,7 @@ def test_message_api_aggregates_fednova_steps_for_sgd_momentum_and_proximal_clie
 def test_equal_steps_give_the_data_weighted_fedavg_exactly():
     models = [[np.array([0.5, 1.5])], [np.array([-1.0, 2.0])], [np.array([3.0, 0.25])]]
     kws = [dict(steps=5, data_size=n) for n in (100, 300, 200)]
-    got = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal"), X, list(zip(kws, models)))
+    got = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="data-size"), X, list(zip(kws, models)))
     np.testing.assert_allclose(got[0], np.average([m[0] for m in models], axis=0, weights=[100, 300, 200]),
                                rtol=1e-15)
 
@@ -123,11 +123,12 @@ def test_integer_arrays_are_passed_through_unscaled():
 
 
 @pytest.mark.parametrize("lie", [2**53 - 1, 10 * 1000])
-def test_one_node_of_five_claiming_a_huge_data_size_gets_at_most_twice_its_fair_weight(lie, caplog):
+def test_with_the_data_size_objective_one_node_of_five_claiming_a_huge_size_gets_at_most_twice_its_fair_weight(
+        lie, caplog):
     # Prepare: the liar's model is 1, the others' 0, all with the same steps: the aggregate is its share
     per_node = [(dict(steps=3, data_size=1000), [np.zeros(2)]) for _ in range(4)]
     per_node.append((dict(steps=3, data_size=lie), [np.ones(2)]))
-    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal")
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal", objective="data-size")
     # Execute
     with caplog.at_level("WARNING", logger="flwr"):
         got = message_round(strategy, [np.zeros(2)], per_node)
@@ -196,7 +197,7 @@ def test_legacy_api_aggregates_the_same_fednova_step():
 
     from test_strategy_core import _Manager
 
-    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300, policy="equal")
+    strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300, policy="equal", objective="data-size")
     strategy.step_tolerance = 10.0
     pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
     models = [[np.array([0.0, -1.0])], [np.array([-3.0, 4.0])], [np.array([2.0, -2.5])]]
@@ -228,7 +229,7 @@ def test_fedadam_applies_its_server_logic_to_the_fednova_step():
 def test_client_history_shows_each_updates_weight_and_scale():
     per_node = [(dict(steps=2, data_size=100), [np.zeros(1)]), (dict(steps=6, data_size=300), [np.zeros(1)]),
                 (dict(steps=4, data_size=200), [np.zeros(1)])]
-    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="data-size")
     strategy.step_tolerance = 10.0
     message_round(strategy, [np.zeros(1)], per_node)
     rows = strategy.client_history.sort_values("partition_id")
@@ -301,8 +302,8 @@ def test_sizes_the_operator_configured_bound_a_claim_instead_of_the_median_cap()
     # clip it; with the operator's sizes it keeps 5000 and a claim above its size is lowered
     per_node = [(dict(steps=3, data_size=1000), [np.zeros(1)]) for _ in range(4)]
     per_node.append((dict(steps=3, data_size=5000), [np.ones(1)]))
-    capped = message_round(AdaptiveStrategy(_fedavg(5), budget=500, policy="equal"), [np.zeros(1)], per_node)
-    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal")
+    capped = message_round(AdaptiveStrategy(_fedavg(5), budget=500, policy="equal", objective="data-size"), [np.zeros(1)], per_node)
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal", objective="data-size")
     strategy.data_sizes = {4: 5000}
     known = message_round(strategy, [np.zeros(1)], per_node)
     strategy.data_sizes = {4: 5000, 0: 10}  # partition 0 claims 1000 but the operator knows 10
@@ -417,7 +418,7 @@ def test_the_equal_split_objective_weighs_each_node_at_most_its_equal_share():
     models = [[np.array([0.5, 1.5])], [np.array([-1.0, 2.0])], [np.array([3.0, 0.25])]]
     kws = [dict(steps=5, data_size=n) for n in (50, 300, 200)]
     # Execute
-    pooled = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal"), X, list(zip(kws, models)))
+    pooled = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="data-size"), X, list(zip(kws, models)))
     split = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="equal-split"), X,
                           list(zip(kws, models)))
     # Assert: the data weights are min(size, 100) = 50, 100, 100 (what the equal split trains of each
@@ -473,7 +474,7 @@ def test_the_objective_is_checked_when_set_later_and_reaches_the_legacy_api():
     strategy = AdaptiveStrategy(_fedavg(3), budget=300)
     with pytest.raises(ValueError, match="objective must be one of .*'equal-split'"):
         strategy.objective = "equal"
-    assert strategy.objective == "data-size"
+    assert strategy.objective == "equal-split"
     legacy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300, policy="equal",
                                     objective="equal-split")
     pairs = legacy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
@@ -513,12 +514,12 @@ def test_an_equal_split_weight_never_exceeds_the_equal_share_nor_the_claim(claim
     lambda **kw: build_strategy("oort", budget=10, **kw),
 ], ids=["message", "legacy", "build-time", "build-static", "build-oort"])
 def test_the_objective_reaches_every_budget_splitting_strategy_and_is_checked(make):
-    assert make().objective == "data-size"
-    assert make(objective="equal-split").aggregation.objective == "equal-split"
+    assert make().objective == "equal-split"  # the default: the objective of the equal split
+    assert make(objective="data-size").aggregation.objective == "data-size"
     with pytest.raises(ValueError, match="objective must be one of"):
         make(objective="pooled")
 
 
 def test_fedasync_refuses_an_objective_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="objective does not apply to policy 'fedasync'"):
-        build_strategy("fedasync", budget=10, objective="equal-split")
+        build_strategy("fedasync", budget=10, objective="data-size")

@@ -405,10 +405,10 @@ def test_the_objective_part_follows_the_trust_part_and_reuses_the_rows_it_shares
 
     out, _, _ = quick
     block, s, merged = _quick_part(out, "objective", "trust", QUICK_OBJECTIVE_ROWS)
-    assert "### The normalised rule's objective (weather)" in block and "equal-split objective" in block
-    assert set(merged["row"]) == set(QUICK_OBJECTIVE_ROWS) - {"time-norm-cap8-shrink-eqsplit"}
+    assert "### The normalised rule's objective (weather)" in block and "data-size objective" in block
+    assert set(merged["row"]) == set(QUICK_OBJECTIVE_ROWS) - {"time-norm-cap8-shrink-datasize"}
     assert (merged["time_ratio"].fillna(-1) == merged["time_ratio_main"].fillna(-1)).all()
-    # the equal-split row is another run: its aggregation differs wherever a node holds more than its share
-    split = s[s["row"] == "time-norm-cap8-shrink-eqsplit"].set_index(["task", "scenario", "seed"])
+    # the data-size row is another run: its aggregation differs wherever a node holds more than its share
+    pooled = s[s["row"] == "time-norm-cap8-shrink-datasize"].set_index(["task", "scenario", "seed"])
     default = s[s["row"] == "time-norm-cap8-shrink"].set_index(["task", "scenario", "seed"])
-    assert (split["final_metric"] != default.loc[split.index, "final_metric"]).any()
+    assert (pooled["final_metric"] != default.loc[pooled.index, "final_metric"]).any()

@@ -96,7 +96,7 @@ def test_the_baselines_part_takes_its_own_rows_tasks_and_first_alpha_unless_they
     assert named.noniid_rows == ["equal-fedavg", "static"] and named.noniid_tasks == ["weather"]
     assert quick.noniid_rows == list(QUICK_BASELINE_ROWS) and quick.noniid_tasks == ["weather"]
     assert part_args(main, "main") is main and main.noniid_alphas == [0.3, 0.1] and main.noniid_measured_seeds == 5
-    assert reproduce.noniid_parts(main) == ["main", "baselines", "batch-scaling", "trust"]
+    assert reproduce.noniid_parts(main) == ["main", "baselines", "batch-scaling", "trust", "objective"]
     assert reproduce.noniid_parts(reproduce.parse_args(["--noniid-part", "baselines"])) == ["baselines"]
 
 

@@ -106,11 +106,12 @@ def test_legacy_state_is_keyed_by_partition_id(legacy_run):
     assert tau == {pid: sup.COST_S * s for pid, s in enumerate(sup.SLOWDOWNS)}
 
 
-def test_legacy_default_is_the_normalised_rule_with_data_weights(legacy_run):
+def test_legacy_default_is_the_normalised_rule_with_the_equal_splits_weights(legacy_run):
     # The clients take no torch optimizer step (no local-steps): every round uses their samples in
-    # place of steps, so an update is rescaled by (mean samples) / its samples, weights are data sizes
+    # place of steps, so an update is rescaled by (mean samples) / its samples; the weights are the
+    # equal split's, min(data size 2000, budget 1200 // 6 nodes = 200)
     rows = legacy_run.client_history
-    assert legacy_run.weighting == "normalized"
-    assert (rows["agg_weight"] == 2000).all()
+    assert legacy_run.weighting == "normalized" and legacy_run.objective == "equal-split"
+    assert (rows["agg_weight"] == 200).all()
     for _, rnd in rows.groupby("round"):
         np.testing.assert_allclose(rnd["agg_scale"], rnd["samples"].mean() / rnd["samples"], rtol=1e-12)

@@ -274,6 +274,12 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         """
         return [self.steps] * len(reports)
 
+    def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
+        """The base's bookkeeping without an equal share: no sample moves between silos, so their
+        data weights stay their (capped) claimed sizes whatever ``objective`` says."""
+        super().begin_round(server_round, quotas)
+        self.aggregation.equal_share = None
+
     def silo_budget(self, silo: Hashable) -> int:
         """Samples per round of ``silo`` (its partition id, or ``"node-<id>"`` when unknown): ``budget``."""
         return self.budget

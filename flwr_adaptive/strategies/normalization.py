@@ -77,7 +77,7 @@ __all__ = [
 WEIGHTINGS = ("normalized", "samples", "data-size")
 
 #: The objectives of the normalised rule (its data weights p_i); the first is the default.
-OBJECTIVES = ("data-size", "equal-split")
+OBJECTIVES = ("equal-split", "data-size")
 
 
 def checked_objective(objective: str) -> str:

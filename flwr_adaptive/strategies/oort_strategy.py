@@ -91,7 +91,7 @@ class OortStrategy(AdaptiveStrategy):
     max_rescale : float or None (default: 8.0)
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
         ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
-    objective : str (default: "data-size")
+    objective : str (default: "equal-split")
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`.
     allow_cycling : bool (default: False)
         Let a client whose quota exceeds its local data cycle through it again; when False each
