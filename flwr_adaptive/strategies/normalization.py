@@ -13,7 +13,9 @@ round and on the kept replies only:
   ``"samples"``     samples processed this round (bounded by the quota the server sent);
   ``"data-size"``   the local data size the client claims, **capped**;
   ``"normalized"``  the same capped data weight p_i (FedNova's data share), used with the
-                    rescaling below.
+                    rescaling below; with ``objective="equal-split"`` (the default) at most
+                    the round's ``equal_share`` of the budget (set by ``begin_round``): the
+                    objective of FedAvg under the equal split, which no claim can exceed.
 
   The cap (``weight_cap``, default 2): a claim above ``weight_cap ×`` the median claim of the
   round's kept replies (at least 3) is clipped to it, with one warning naming the node and its
