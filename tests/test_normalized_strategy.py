@@ -421,11 +421,53 @@ def test_the_equal_split_objective_weighs_each_node_at_most_its_equal_share():
     pooled = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="data-size"), X, list(zip(kws, models)))
     split = message_round(AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", objective="equal-split"), X,
                           list(zip(kws, models)))
-    # Assert: the data weights are min(size, 100) = 50, 100, 100 (what the equal split trains of each
-    # node); "data-size" keeps the sizes
+    # Assert: in round 1 (sizes not yet known) the data weights are min(size, 100) = 50, 100, 100,
+    # what the equal split trains of each node; "data-size" keeps the sizes
     average = [m[0] for m in models]
     np.testing.assert_allclose(split[0], np.average(average, axis=0, weights=[50, 100, 100]), rtol=1e-15)
     np.testing.assert_allclose(pooled[0], np.average(average, axis=0, weights=[50, 300, 200]), rtol=1e-15)
+
+
+def test_the_equal_split_objective_follows_the_equal_split_once_the_data_sizes_are_known():
+    # Prepare: from round 2 the equal split knows the sizes 50, 300, 200 and gives the small node's
+    # unused share to the others: quotas 50, 125, 125, FedAvg's weights under it
+    models = [[np.array([0.5, 1.5])], [np.array([-1.0, 2.0])], [np.array([3.0, 0.25])]]
+    kws = [dict(steps=4, data_size=n) for n in (50, 300, 200)]
+    split = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
+    fedavg = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", weighting="samples")
+    for rnd in (1, 2):
+        got = message_round(split, X, list(zip(kws, models)), rnd=rnd)
+        message_round(fedavg, X, list(zip(kws, models)), rnd=rnd)
+    # Assert: the same weights as Equal + FedAvg, the level the split filled to
+    assert split.aggregation.equal_share == 125
+    assert split.last_weights == fedavg.last_weights == {100: 50, 101: 125, 102: 125}
+    np.testing.assert_allclose(got[0], np.average([m[0] for m in models], axis=0, weights=[50, 125, 125]),
+                               rtol=1e-14)
+
+
+def test_the_equal_split_level_by_hand():
+    from flwr_adaptive.strategies.normalization import equal_split_level
+
+    assert equal_split_level(300, [50, 300, 200]) == 125  # 50 + 125 + 125
+    assert equal_split_level(300, [None, None, None]) == 100  # nothing capped: budget // nodes
+    assert equal_split_level(300, [50, None, None]) == 125
+    assert equal_split_level(1000, [50, 60, 70]) == 70  # every node trains all its data
+    assert equal_split_level(10, []) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(caps=st.lists(st.one_of(st.none(), st.integers(1, 5000)), min_size=1, max_size=12), budget=st.integers(1, 20000))
+def test_the_equal_split_level_fills_the_budget_as_the_equal_split_does(caps, budget):
+    from flwr_adaptive.strategies.normalization import equal_split_level
+
+    level = equal_split_level(budget, caps)
+    trained = sum(level if c is None else min(c, level) for c in caps)
+    total = sum(c for c in caps if c is not None) if all(c is not None for c in caps) else None
+    if total is not None and total <= budget:  # every node capped: each trains all its data
+        assert trained == total
+    else:  # the budget is spent, up to the integer remainder the split hands out one by one
+        uncapped = sum(1 for c in caps if c is None or c > level)
+        assert trained <= budget and budget - trained < max(uncapped, 1) or level == 1
 
 
 def test_the_equal_split_objective_is_equal_fedavg_when_every_node_trains_its_share():
@@ -523,3 +565,16 @@ def test_the_objective_reaches_every_budget_splitting_strategy_and_is_checked(ma
 def test_fedasync_refuses_an_objective_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="objective does not apply to policy 'fedasync'"):
         build_strategy("fedasync", budget=10, objective="data-size")
+
+
+def test_an_objective_where_nothing_weighs_by_it_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="objective='data-size' has no effect with weighting='samples'"):
+        AdaptiveStrategy(budget=10, weighting="samples", objective="data-size")
+    with pytest.raises(ValueError, match="pass weighting='normalized' or leave objective out"):
+        LegacyAdaptiveStrategy(budget=10, allow_cycling=True, objective="data-size")
+    assert AdaptiveStrategy(budget=10, weighting="data-size").weighting == "data-size"  # the default is fine
+
+
+def test_the_hierarchical_strategy_says_it_keeps_its_silos_data_sizes():
+    strategy = HierarchicalAdaptiveStrategy(budget=10, steps=2)
+    assert strategy.objective == "data-size"

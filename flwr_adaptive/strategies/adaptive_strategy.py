@@ -64,7 +64,7 @@ from flwr_adaptive.strategies.delegation import Delegated
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_replies
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed, wait_for_nodes
-from flwr_adaptive.strategies.normalization import OBJECTIVES, check_rescale_applies
+from flwr_adaptive.strategies.normalization import OBJECTIVES, check_objective_applies, check_rescale_applies
 from flwr_adaptive.strategies.records import rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
@@ -131,9 +131,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         factors, unbounded.
     objective : str (default: "equal-split")
         With ``weighting="normalized"``: the data weights p_i of the objective the rule keeps.
-        ``"equal-split"``: each node's claimed data size, at most the round's equal share of the
-        budget (``budget // nodes trained``): the objective FedAvg optimises when every node
-        trains its equal share (``policy="equal"``), so moving quota does not change the
+        ``"equal-split"``: each node's claimed data size, at most what the equal split would train
+        of it this round (the budget evenly, a small node's unused share to the others): the
+        objective FedAvg optimises under ``policy="equal"``, so moving quota does not change the
         objective the equal split had, and no claim weighs more than a fair share. On
         label-skewed data it kept the worst class within 3 points of Equal's at the same time,
         where ``"data-size"`` fell up to 8.8 below (docs/results.md, "The normalised rule's
@@ -269,6 +269,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.history_path = checked_history_path(history_path)
         check_rescale_applies(max_rescale, self.weighting)
         self.max_rescale = max_rescale
+        check_objective_applies(objective, self.weighting)
         self.objective = objective
         self.min_local_steps = min_local_steps
         #: Send the round's reference quota so that clients scale their batch size (``round_quotas``).

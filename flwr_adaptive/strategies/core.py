@@ -80,6 +80,7 @@ from flwr_adaptive.strategies.normalization import (
     checked_weighting,
     claimed_steps,
     default_weighting,
+    equal_split_level,
 )
 from flwr_adaptive.strategies.observation import HeldReasons, ServerOverheads
 from flwr_adaptive.strategies.observe_round import believed_reports, check_resumed, observe_round
@@ -417,10 +418,16 @@ class AdaptiveCore:
 
     # ------------------------------------------------------------------ round bookkeeping
     def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
-        """Remember what was assigned (the API classes call this from configure_*), and the round's
-        equal share of the budget (the bound of the ``"equal-split"`` objective)."""
+        """Remember what was assigned (the API classes call this from configure_*), and what the
+        equal split would train of a node this round (the bound of the ``"equal-split"`` objective)."""
         self._assigned = dict(quotas)
-        self.aggregation.equal_share = max(1, self.budget // len(quotas)) if quotas else None
+        if self.allow_cycling:
+            caps: list[int | None] = [None] * len(quotas)
+        elif sum(quotas.values()) < self.budget:  # every node was sent all its data: the quotas are the caps
+            caps = [int(q) for q in quotas.values()]
+        else:
+            caps = [self.bounds.caps.get(self._round_keys.get(n)) for n in quotas]
+        self.aggregation.equal_share = equal_split_level(self.budget, caps)
 
     def predicted_makespan_s(self) -> float | None:
         """Seconds this round is expected to take: the slowest assigned node's predicted compute

@@ -227,6 +227,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
             state_dir=state_dir,
             context=context,
         )
+        self.aggregation.objective = "data-size"  # silos own their data: no equal split to keep (begin_round)
         from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
         wrapped: Any = self.strategy  # train_metrics_aggr_fn is FedAvg's (and its subclasses'), not Strategy's

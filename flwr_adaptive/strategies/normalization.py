@@ -14,8 +14,9 @@ round and on the kept replies only:
   ``"data-size"``   the local data size the client claims, **capped**;
   ``"normalized"``  the same capped data weight p_i (FedNova's data share), used with the
                     rescaling below; with ``objective="equal-split"`` (the default) at most
-                    the round's ``equal_share`` of the budget (set by ``begin_round``): the
-                    objective of FedAvg under the equal split, which no claim can exceed.
+                    the round's ``equal_share`` (set by ``begin_round``: what the equal split
+                    trains of a node, :func:`equal_split_level`): the objective of FedAvg under
+                    the equal split, which no claim can exceed.
 
   The cap (``weight_cap``, default 2): a claim above ``weight_cap ×`` the median claim of the
   round's kept replies (at least 3) is clipped to it, with one warning naming the node and its
@@ -69,8 +70,10 @@ __all__ = [
     "OBJECTIVES",
     "WEIGHTINGS",
     "AggregationWeights",
+    "check_objective_applies",
     "check_rescale_applies",
     "checked_objective",
+    "equal_split_level",
     "checked_weighting",
     "default_weighting",
 ]
@@ -82,12 +85,33 @@ WEIGHTINGS = ("normalized", "samples", "data-size")
 OBJECTIVES = ("equal-split", "data-size")
 
 
+def equal_split_level(budget: int, caps: Sequence[int | None]) -> int | None:
+    """What the equal split trains of a node at most: the level L with Σ_i min(cap_i, L) = min(budget, Σ caps).
+
+    ``caps``: each node's local data size when quotas are capped at it (``None``: not capped).
+    ``policy="equal"`` gives node i ``min(cap_i, L)``: the budget evenly, a small node's unused share
+    to the others (water-filling); every node capped (the budget exceeds their data): the largest
+    cap. ``None`` for no nodes. Integer: the remainder the split hands out one by one is left out.
+    """
+    if not caps:
+        return None
+    known = sorted(int(c) for c in caps if c is not None)
+    remaining, left = int(budget), len(caps)
+    for c in known:
+        if c * left > remaining:
+            break
+        remaining, left = remaining - c, left - 1
+    if left == 0:
+        return max(known)
+    return max(1, remaining // left)
+
+
 def checked_objective(objective: str) -> str:
     """``objective`` if it is one of :data:`OBJECTIVES`, else a ValueError with the choices."""
     if objective not in OBJECTIVES:
         raise ValueError(
             f"objective must be one of {OBJECTIVES}, got {objective!r}: 'equal-split' weighs each node at most "
-            "its equal share of the round's budget (the objective of FedAvg under the equal split), "
+            "what the equal split trains of it (the objective of FedAvg under the equal split), "
             "'data-size' by its claimed data size"
         )
     return objective
@@ -146,6 +170,20 @@ def check_rescale_applies(max_rescale: float | None, weighting: str) -> None:
         )
 
 
+def check_objective_applies(objective: str, weighting: str) -> None:
+    """Refuse an ``objective`` other than the default where no data weight is chosen by it.
+
+    Only ``weighting="normalized"`` weighs by an objective's data weights; with ``"samples"`` or
+    ``"data-size"`` the setting would be accepted and do nothing.
+    """
+    if weighting != "normalized" and checked_objective(objective) != OBJECTIVES[0]:
+        raise ValueError(
+            f"objective={objective!r} has no effect with weighting={weighting!r}: only weighting='normalized' "
+            "keeps an objective ('data-size' weighting already weighs by the claimed sizes); pass "
+            "weighting='normalized' or leave objective out"
+        )
+
+
 def trained_at_least(report: ClientReport) -> int:
     """The samples a reply's step claim is judged by: its claim, but at least ``min(quota, data size)``
     when it says both (what ``quota_data`` selects without cycling), so that claiming fewer samples
@@ -187,8 +225,9 @@ class AggregationWeights:
         #: The normalised rule's data weights p_i (:data:`OBJECTIVES`): ``"equal-split"`` bounds each at
         #: ``equal_share``, ``"data-size"`` leaves the capped claim.
         self.objective: str = OBJECTIVES[0]
-        #: This round's equal share of the budget (``budget // nodes sent a quota``), set by the round's
-        #: ``begin_round``; ``None`` before the first round or where no budget is split (silos).
+        #: This round's equal share: what the equal split would train of a node at most
+        #: (:func:`equal_split_level`), set by the round's ``begin_round``; ``None`` before the first
+        #: round or where no budget is split (silos).
         self.equal_share: int | None = None
         #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
         self.last_scales: dict[Hashable, float] = {}
