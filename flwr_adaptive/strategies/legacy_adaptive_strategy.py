@@ -136,8 +136,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         of it this round (the budget evenly, a small node's unused share to the others): the
         objective FedAvg optimises under ``policy="equal"``, so moving quota does not change the
         objective the equal split had, and no claim weighs more than a fair share. On
-        label-skewed data it kept the worst class within 3 points of Equal's at the same time,
-        where ``"data-size"`` fell up to 8.8 below (docs/results.md, "The normalised rule's
+        label-skewed data it kept the worst class at or above Equal's at the same time in every
+        seed, where ``"data-size"`` fell up to 8.8 points below (docs/results.md, "The normalised rule's
         objective"). ``"data-size"``: the claimed size, capped (see ``weighting``): the pooled
         data's objective, which weighs a node with more data more than the equal split did.
     allow_cycling : bool (default: False)
