@@ -12,7 +12,8 @@ measured clock) and renders them with the main part's table code (:func:`part_se
 ``batch-scaling`` does the same for the batch-size options of Time-only with the normalised rule
 (:data:`BATCH_SCALING_ROWS` on :data:`BATCH_SCALING_TASKS`: the default ``scale_batch_size="shrink"``
 against the user's batch size and equal steps); ``trust`` for the cost-trust rules on honest fleets
-(:data:`TRUST_ROWS`: the default with its rules, with the rule before the edge and with trust off).
+(:data:`TRUST_ROWS`: the default with its rules, with the rule before the edge and with trust off); ``objective``
+for the normalised rule's objectives (:data:`OBJECTIVE_ROWS`: the default, ``"equal-split"``, and ``"data-size"``).
 :func:`part_args` turns the command's arguments into one part's; :func:`splice_part` puts a
 part's lines into the page, replacing that part only.
 
@@ -55,7 +56,7 @@ TRUST_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-tr
 #: Its quick form: the main part's quick rows' reference and default, and the rule before the edge.
 QUICK_TRUST_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-trust-median")
 TRUST_TASKS = BATCH_SCALING_TASKS
-#: The default (its objective "equal-split": data weights at most the round's equal share of the budget) and the
+#: The default (its objective "equal-split": data weights at most what the equal split trains of a node) and the
 #: same on the objective before it ("data-size": the claimed data size, capped), against Equal + FedAvg.
 OBJECTIVE_ROWS = ("equal-fedavg", "time-norm-cap8-shrink", "time-norm-cap8-shrink-datasize")
 QUICK_OBJECTIVE_ROWS = OBJECTIVE_ROWS
@@ -107,8 +108,8 @@ PARTS = {
                       "The normalised rule's objective",
                       "for the default (Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk) with each "
                       "`objective`, the data weights p_i of the objective the rule keeps: `\"equal-split\"`, the "
-                      "default (each node's claimed data size, at most the round's equal share of the budget: the "
-                      "objective Equal + FedAvg optimises, every node weighted by what the equal split trains of it), "
+                      "default (each node's claimed data size, at most what the equal split trains of it: the "
+                      "objective Equal + FedAvg optimises), "
                       "and `\"data-size\"`, the default before it (the claimed size, capped at 2× the round's median "
                       "claim: the pooled data's objective)"),
 }

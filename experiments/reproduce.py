@@ -193,7 +193,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-noniid", action="store_true", help="no non-IID section")
     ap.add_argument("--only-noniid", action="store_true",
                     help="run only the non-IID section and replace it in the existing <out>/results.md")
-    ap.add_argument("--noniid-part", default="all", choices=("all", "main", "baselines", "batch-scaling", "trust", "objective"),
+    ap.add_argument("--noniid-part", default="all",
+                    choices=("all", "main", "baselines", "batch-scaling", "trust", "objective"),
                     help="with --only-noniid: the part of the non-IID section to run and replace (each part has its "
                     "own markers and CSV; 'all': every part)")
     ap.add_argument("--noniid-finished-only", action="store_true",
