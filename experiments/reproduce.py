@@ -214,6 +214,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--noniid-measured-seeds", type=int, default=5,
                     help="paired seeds of the non-IID measured-clock runs (0: none)")
     ap.add_argument("--noniid-measured-task", default="mnist", help="task of the non-IID measured-clock runs")
+    ap.add_argument("--noniid-measured-rows", default=None,
+                    help="comma-separated rows of the measured-clock runs, among --noniid-rows (default: "
+                    "experiments.noniid.MEASURED_ROWS among them)")
     ap.add_argument("--out", default=str(REPO / "docs"), help="folder of results.md (plots go to <out>/results/)")
     ap.add_argument("--work", default=str(REPO / "results" / "reproduce"),
                     help="folder of finished runs; a rerun reuses them (same settings) unless --fresh")
@@ -294,7 +297,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             or args.noniid_round_cap < 1:
         ap.error("--noniid-seeds must be >= 2, --noniid-rounds >= 1, --noniid-round-cap >= 1 and "
                  "--noniid-measured-seeds >= 0")
-    args.noniid_measured_rows = [r for r in noniid.MEASURED_ROWS if r in args.noniid_rows] or ["equal-fedavg"]
+    if args.noniid_measured_rows is None:
+        args.noniid_measured_rows = [r for r in noniid.MEASURED_ROWS if r in args.noniid_rows] or ["equal-fedavg"]
+    else:
+        measured = [r.strip() for r in args.noniid_measured_rows.split(",") if r.strip()]
+        if "equal-fedavg" not in measured or any(r not in args.noniid_rows for r in measured):
+            ap.error(f"--noniid-measured-rows must hold 'equal-fedavg' and rows of --noniid-rows only, got {measured}")
+        args.noniid_measured_rows = measured
     if args.clock != "modelled":
         args.noniid_measured_seeds = 0  # every non-IID table is the same clock already
     args.noniid = not args.skip_noniid

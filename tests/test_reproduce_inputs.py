@@ -68,6 +68,19 @@ def test_hfl_and_measured_options_are_checked_early():
     assert args.hfl_policies == ["equal", "time", "min-energy"]
 
 
+def test_the_measured_rows_default_to_measured_rows_and_are_checked_when_named():
+    from experiments import noniid, reproduce
+
+    rows = "equal-fedavg,time-norm-cap8-shrink,time-norm-cap8-eqsteps"
+    assert reproduce.parse_args(["--noniid-rows", rows]).noniid_measured_rows == [
+        r for r in noniid.MEASURED_ROWS if r in rows.split(",")]
+    named = reproduce.parse_args(["--noniid-rows", rows, "--noniid-measured-rows", rows])
+    assert named.noniid_measured_rows == rows.split(",")
+    for bad in ("time-norm-cap8-shrink", "equal-fedavg,time-samples"):  # no reference; a row not run
+        with pytest.raises(SystemExit):
+            reproduce.parse_args(["--noniid-rows", rows, "--noniid-measured-rows", bad])
+
+
 def test_the_finished_only_page_with_no_finished_run_stops_with_the_fix(tmp_path):
     from experiments import reproduce
 

@@ -36,7 +36,7 @@ class Delegated:
         self.component = component
         self.name = name
         self.writable = writable
-        self.validate = check
+        self.validate = check  # not ``self.check``: FollowedSetting's own check takes (instance, value)
         self.__doc__ = doc or f"``self.{component}.{name}``."
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:

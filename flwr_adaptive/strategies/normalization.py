@@ -73,9 +73,9 @@ __all__ = [
     "check_objective_applies",
     "check_rescale_applies",
     "checked_objective",
-    "equal_split_level",
     "checked_weighting",
     "default_weighting",
+    "equal_split_level",
 ]
 
 #: The aggregation weightings; the first is the default with private data (``allow_cycling=False``).
