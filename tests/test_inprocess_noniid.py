@@ -1,7 +1,8 @@
 """The in-process runner's non-IID parts (``experiments.inprocess``): a run budgeted by time stops at
-the first round past it or at its target, Dirichlet partitions are skewed, disjoint and cover the
-data, the per-group metrics recombine to the holdout, proximal training is plain training at
-mu = 0 and stays nearer the global model otherwise."""
+the first round past it or at its target, a run is the same whether it is its process's first or
+not, Dirichlet partitions are skewed, disjoint and cover the data, the per-group metrics recombine
+to the holdout, proximal training is plain training at mu = 0 and stays nearer the global model
+otherwise."""
 
 from __future__ import annotations
 
@@ -43,6 +44,28 @@ def test_a_budgeted_run_stops_at_the_first_round_past_its_time_or_at_its_target(
         dataclasses.replace(base, min_rounds=4)
     with pytest.raises(ValueError, match="time_budget_s"):
         dataclasses.replace(base, time_budget_s=0.0)
+
+
+def test_a_run_is_the_same_as_the_process_first_run_and_after_another():
+    # Prepare: a process that has made no wrapped training call yet (a fresh reproduce worker), Time-only on the
+    # modelled clock without training, whose round-2 split rests on every node's round-1 cost
+    from experiments.inprocess import RunSpec, run_pma
+    from experiments.reproduce import scenario_profiles
+    from flwr_adaptive.clients import telemetry
+
+    spec = RunSpec("time", "weather", scenario_profiles("testbed", 0), rounds=3, budget=440, per_sample_s=1e-3,
+                   train=False)
+    saved = list(telemetry._WARM)
+    telemetry._WARM.clear()
+    try:
+        # Act: the same run first in the process and again after it
+        first, second = run_pma(spec).clients, run_pma(spec).clients
+    finally:
+        telemetry._WARM[:] = saved
+    # Assert: no node of the first run was taken as a cold start (unobserved), so every round's split is the same
+    assert (first["status"] != "cold-start").all()
+    assert first["quota"].tolist() == second["quota"].tolist()
+    assert first["quota"].nunique() > 1  # the split moved: the round-1 costs were observed
 
 
 def test_dirichlet_partitions_are_skewed_disjoint_and_cover_the_training_data():
