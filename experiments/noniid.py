@@ -76,6 +76,7 @@ from experiments.noniid_rows import (
     ALPHAS,
     FLOORS,
     LATER_ALPHA_ROWS,
+    MAIN_ROWS,
     MEASURED_ROWS,
     PROX_MU,
     QUICK_ROWS,
@@ -96,7 +97,7 @@ __all__ = ["Row", "ROWS", "FLOORS", "RESCALE_CAPS", "normalised_weighting", "def
            "available_rows", "plan", "budgeted", "summarise", "target_checks", "floor_table", "section",
            "MARK_START", "MARK_END", "ACC_SLACK", "MSE_SLACK", "WORST_LIMIT", "TARGET_RATIO", "run_table",
            "floor_rows", "plot_floor", "splice", "ALPHAS", "PROX_MU", "QUICK_ROWS", "MEASURED_ROWS",
-           "LATER_ALPHA_ROWS", "default_row", "ROUND_CAP", "spec_of", "reference_key", "rows_at", "run"]
+           "LATER_ALPHA_ROWS", "MAIN_ROWS", "default_row", "ROUND_CAP", "spec_of", "reference_key", "rows_at", "run"]
 
 
 ROUND_CAP = 4  # a budgeted run's round cap: this many times Equal + FedAvg's rounds

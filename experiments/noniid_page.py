@@ -168,7 +168,8 @@ def _rounds_cell(g: pd.DataFrame) -> str:
 
 #: The floor rows of each weighting, in the order of the floor's table and plot: (setting, row).
 FLOOR_FAMILIES = {
-    "normalised, rescale ≤ 8": (("none", "time-norm-cap8"), ("≥ 2 steps", "time-norm-cap8-steps2"),
+    "normalised, rescale ≤ 8": (("none", "time-norm-cap8"), ("shrunk batches (default)", "time-norm-cap8-shrink"),
+                                ("≥ 2 steps", "time-norm-cap8-steps2"),
                                 ("≥ 3 steps", "time-norm-cap8-steps3"), ("0.25 × equal", "time-floor0.25"),
                                 ("0.5 × equal", "time-floor0.5"), ("0.75 × equal", "time-floor0.75")),
     "samples": (("none", "time-samples"), ("≥ 2 steps", "time-samples-steps2"), ("≥ 3 steps", "time-samples-steps3"),
@@ -218,6 +219,8 @@ def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path, alpha: fl
                 ax.plot([p[1] for p in line], [p[2] for p in line], linestyle=style, marker=marker, color=f"C{k}",
                         label=f"{task}, {scenario}" if kind == "steps" else None)
             for lab, x, y, _ in pts:
+                if lab != "none" and "steps" not in lab and "equal" not in lab:  # on no line: a floor of its own
+                    ax.plot([x], [y], marker="*", markersize=9, color=f"C{k}")
                 ax.annotate(lab, (x, y), fontsize=6, color=f"C{k}", xytext=(3, 3), textcoords="offset points")
         for limit, style in ((0.60, ":"), (0.35, "-.")):
             ax.axvline(limit, color="grey", linestyle=style, linewidth=0.8)
@@ -226,7 +229,7 @@ def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path, alpha: fl
         ax.set(xlabel="time to target × Equal + FedAvg (median of the seeds reached; targets 0.60 testbed, 0.35 wide)",
                ylabel="worst group − Equal's, same time (worst seed)",
                title=f"Time-only + {family}, α = {alpha:g} (virtual clock)\n"
-                     "solid: step floors, dotted: share floors; weather: Δ in % of its error")
+                     "solid: step floors, dotted: share floors, star: shrunk batches; weather: Δ in % of its error")
         ax.xaxis.label.set_size(7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
@@ -279,9 +282,8 @@ def section(args: Any, summary: pd.DataFrame, measured: pd.DataFrame, metric_of:
           + "; every other row runs until its cumulative virtual time reaches Equal + FedAvg's total time of the "
           f"same (task, scenario, α, seed), at least as many rounds and at most {args.noniid_round_cap}× as many, "
           "and stops early at the first evaluation (from Equal's last round on) that reaches the target, which "
-          "gives the same time and energy to target as going on. This fixes a measurement of the earlier page, "
-          "not the target: there every row ran Equal's rounds, so a row whose rounds are 0.3–0.5× as long had to "
-          "reach the target in 0.3–0.5× the time or was counted as not reached. *Final* figures are still at "
+          "gives the same time and energy to target as going on (a row whose rounds are 0.3–0.5× as long as "
+          "Equal's is not held to Equal's rounds). *Final* figures are still at "
           "equal rounds (each run's round R, R being Equal + FedAvg's); *time / energy to target* come from the "
           "longer run; a run that hits its round cap before Equal's time without reaching the target is counted "
           "as not reached and marked *cap*.",
@@ -311,7 +313,7 @@ def section(args: Any, summary: pd.DataFrame, measured: pd.DataFrame, metric_of:
     candidates = [n for n in rows if n != default and n.startswith("time-") and ROWS[n].inner == "fedavg"
                   and ROWS[n].weighting is not None]
     if candidates:
-        L += ["### The same targets for the other Time-only settings (candidates for the default)", ""]
+        L += ["### The same targets for the other Time-only settings", ""]
         for name in candidates:
             L += [f"**{ROWS[name].label}**", ""] + _targets_table(summary, name, args.noniid_alphas[:1]) + [""]
     # ---- headline: time to target × Equal per row, task and scenario at the first α; a table per task, scenario, α
@@ -332,7 +334,10 @@ def section(args: Any, summary: pd.DataFrame, measured: pd.DataFrame, metric_of:
               "worse), both over the seeds that reached the target (the Targets tables count a target as met only "
               "when every seed reached it). A floor costs time (the slow nodes' larger quotas set the makespan) and "
               "buys local steps for the nodes the split keeps small, whose normalised updates are otherwise scaled up "
-              "from few steps and whose samples otherwise weigh little.",
+              "from few steps and whose samples otherwise weigh little. *Shrunk batches* is the default's own floor "
+              "(`scale_batch_size=\"shrink\"`): a node whose quota falls below the equal share trains the equal "
+              "split's steps in smaller batches: more steps, no more samples (no more time on the modelled clock, "
+              "which charges samples; smaller batches cost a real device somewhat more per sample).",
               ""]
         for family, settings in fams.items():
             header, body = floor_table(summary, settings, alpha0)

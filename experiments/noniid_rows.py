@@ -7,8 +7,9 @@ floor, cycling, further strategy options), built from what the installed strateg
 on a weighting they lack (:func:`normalised_weighting`) is left out by :func:`available_rows`, the
 rescale-cap rows exist once ``AdaptiveStrategy`` takes such an option (:func:`rescale_cap_option`),
 and :func:`default_row` names the row on the weighting a user gets by default
-(:func:`default_weighting`). :data:`QUICK_ROWS`, :data:`MEASURED_ROWS` and :data:`LATER_ALPHA_ROWS`
-are the rows of the quick form, of the measured clock and of the second and later α.
+(:func:`default_weighting`). :data:`MAIN_ROWS`, :data:`QUICK_ROWS`, :data:`MEASURED_ROWS` and
+:data:`LATER_ALPHA_ROWS` are the rows of the main part, of the quick form, of the measured clock and of
+the second and later α.
 
 Cost
 ----
@@ -233,12 +234,17 @@ ROWS = _rows()
 #: "none"), one baseline of each kind.
 QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shrink", "time-norm-cap8",
               "time-norm-cap8-steps2", "pyramid", "time-fedprox")
+#: The main part's rows (``--noniid-rows main``, the default): the reference, Equal on the normalised rule, Time-only
+#: as a user gets it (the default) and before the slow nodes' batches shrank, Time-only on FedAvg's and the data
+#: size's weights, Min-energy as a user gets it, the PyramidFL-style baseline, and the floors on a quota (steps, a
+#: share of the equal split) on the normalised rule and on samples. The other parts run the other rows.
+MAIN_ROWS = ("equal-fedavg", "equal-norm", "time-norm-cap8-shrink", "time-norm-cap8", "time-samples", "time-data-size",
+             "min-energy-normalised", "pyramid", "time-norm-cap8-steps2", "time-floor0.5", "time-samples-steps2",
+             "time-samples-floor0.5")
 MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8-shrink")
-#: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal
-#: rules, Time-only's weightings (the normalised one with its rescale capped at 8 too, with and without the slow
-#: nodes' batches shrunk: the default and the one before it) and the PyramidFL-style baseline.
-LATER_ALPHA_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-data-size", "time-normalised",
-                    "time-norm-cap8", "time-norm-cap8-shrink", "pyramid")
+#: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal rules, Time-only
+#: as a user gets it and on FedAvg's weights, and the PyramidFL-style baseline.
+LATER_ALPHA_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shrink", "pyramid")
 
 
 def available_rows(names: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -210,7 +210,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="a non-IID run's round cap, as a multiple of Equal + FedAvg's rounds")
     ap.add_argument("--noniid-lr", default="sentiment=0.1",
                     help="local learning rate per task in the non-IID runs, task=lr,… (others: the task's default)")
-    ap.add_argument("--noniid-rows", default="all", help="comma-separated rows of experiments.noniid.ROWS, or 'all'")
+    ap.add_argument("--noniid-rows", default="main",
+                    help="comma-separated rows of experiments.noniid.ROWS, 'main' (the main part's rows, "
+                    "experiments.noniid.MAIN_ROWS; the other parts run their own) or 'all' (every row, in every part)")
     ap.add_argument("--noniid-measured-seeds", type=int, default=5,
                     help="paired seeds of the non-IID measured-clock runs (0: none)")
     ap.add_argument("--noniid-measured-task", default="mnist", help="task of the non-IID measured-clock runs")
@@ -223,7 +225,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--fresh", action="store_true", help="discard finished runs in --work first")
     args = ap.parse_args(argv)
     # A part of the non-IID section with rows and tasks of its own takes these two only when they are named.
-    args.noniid_rows_given, args.noniid_tasks_given = args.noniid_rows != "all", args.noniid_tasks is not None
+    args.noniid_rows_given, args.noniid_tasks_given = args.noniid_rows != "main", args.noniid_tasks is not None
     if args.quick:
         args.tasks, args.seeds, args.rounds = "weather", 2, 4
         args.skip_ddp = args.skip_hfl = True
@@ -231,7 +233,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.measured_policies = "equal,time,low-energy,energy"
         args.noniid_alphas, args.noniid_rounds, args.noniid_measured_task = "0.3", "4", "weather"
         args.noniid_measured_seeds = 2
-        if args.noniid_rows == "all":
+        if args.noniid_rows == "main":
             from experiments.noniid import QUICK_ROWS
 
             args.noniid_rows = ",".join(QUICK_ROWS)
@@ -275,8 +277,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.noniid_alphas = [float(a) for a in args.noniid_alphas.split(",") if a.strip()]
     except ValueError:
         ap.error(f"--noniid-alphas must be comma-separated numbers, got {args.noniid_alphas!r}")
-    asked = list(noniid.ROWS) if args.noniid_rows == "all" else [r.strip() for r in args.noniid_rows.split(",")
-                                                                    if r.strip()]
+    named = {"all": list(noniid.ROWS), "main": list(noniid.MAIN_ROWS)}
+    asked = named.get(args.noniid_rows) or [r.strip() for r in args.noniid_rows.split(",") if r.strip()]
     unknown = [r for r in asked if r not in noniid.ROWS] + [t for t in [*args.noniid_tasks, args.noniid_measured_task]
                                                            if t not in KNOWN_TASKS]
     if unknown:

@@ -81,6 +81,28 @@ def test_the_measured_rows_default_to_measured_rows_and_are_checked_when_named()
             reproduce.parse_args(["--noniid-rows", rows, "--noniid-measured-rows", bad])
 
 
+def test_the_main_part_runs_its_own_rows_by_default_and_every_row_on_all():
+    from experiments import noniid, reproduce
+    from experiments.noniid_page import floor_rows
+    from experiments.noniid_parts import part_args
+
+    default, every = reproduce.parse_args([]), reproduce.parse_args(["--noniid-rows", "all"])
+    quick = reproduce.parse_args(["--quick"])
+    # the main part's rows: the reference, Time-only and Min-energy as a user gets them, each floor family with its
+    # "none" row; the other parts keep their own rows unless rows are named ("all" names every row)
+    assert default.noniid_rows == list(noniid.MAIN_ROWS) and not default.noniid_rows_given
+    assert {"equal-fedavg", noniid.default_row("time"), noniid.default_row("min-energy")} <= set(default.noniid_rows)
+    assert set(floor_rows(default.noniid_rows)) == {"normalised, rescale ≤ 8", "samples"}
+    # the default's own floor (shrunk batches) is a column of the normalised rule's floor table, next to "none"
+    assert floor_rows(default.noniid_rows)["normalised, rescale ≤ 8"][:2] == [
+        ("none", "time-norm-cap8"), ("shrunk batches (default)", noniid.default_row("time"))]
+    assert set(noniid.LATER_ALPHA_ROWS) <= set(default.noniid_rows)
+    assert every.noniid_rows == list(noniid.ROWS) and every.noniid_rows_given
+    assert part_args(every, "trust").noniid_rows == list(noniid.ROWS)
+    assert part_args(default, "trust").noniid_rows != default.noniid_rows
+    assert quick.noniid_rows == list(noniid.QUICK_ROWS)
+
+
 def test_the_finished_only_page_with_no_finished_run_stops_with_the_fix(tmp_path):
     from experiments import reproduce
 
