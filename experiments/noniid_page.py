@@ -177,12 +177,18 @@ FLOOR_FAMILIES = {
 }
 
 
+def _own_floor(setting: str) -> bool:
+    """Whether a floor setting is neither "none" nor a step or share floor (the default's shrunk batches)."""
+    return setting != "none" and "steps" not in setting and "equal" not in setting
+
+
 def floor_rows(rows: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-    """``{weighting: [(setting, row)]}`` of :data:`FLOOR_FAMILIES` that ran, for a weighting with a floor row."""
+    """``{weighting: [(setting, row)]}`` of :data:`FLOOR_FAMILIES` that ran, for a weighting with "none" and a step
+    or share floor row."""
     out = {}
     for family, settings in FLOOR_FAMILIES.items():
         ran = [(lab, n) for lab, n in settings if n in rows]
-        if len(ran) >= 2 and ran[0][0] == "none":
+        if ran and ran[0][0] == "none" and any(lab != "none" and not _own_floor(lab) for lab, _ in ran):
             out[family] = ran
     return out
 
@@ -206,7 +212,6 @@ def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path, alpha: fl
     s = summary[np.isclose(summary["alpha"], alpha)]
     fig, axes = plt.subplots(1, len(fams), figsize=(6.5 * len(fams), 4.8), squeeze=False)
     for ax, (family, settings) in zip(axes[0], fams.items()):
-        ax.title.set_size(9)
         for k, ((task, scenario), g) in enumerate(s.groupby(["task", "scenario"], sort=False)):
             pts = [(lab, *_floor_point(g[g["row"] == n])) for lab, n in settings if (g["row"] == n).any()]
             pts = [p for p in pts if math.isfinite(p[1]) and math.isfinite(p[2])]  # a setting no seed reached
@@ -219,17 +224,18 @@ def plot_floor(summary: pd.DataFrame, rows: Sequence[str], path: Path, alpha: fl
                 ax.plot([p[1] for p in line], [p[2] for p in line], linestyle=style, marker=marker, color=f"C{k}",
                         label=f"{task}, {scenario}" if kind == "steps" else None)
             for lab, x, y, _ in pts:
-                if lab != "none" and "steps" not in lab and "equal" not in lab:  # on no line: a floor of its own
+                if _own_floor(lab):  # on no line: a floor of its own
                     ax.plot([x], [y], marker="*", markersize=9, color=f"C{k}")
                 ax.annotate(lab, (x, y), fontsize=6, color=f"C{k}", xytext=(3, 3), textcoords="offset points")
         for limit, style in ((0.60, ":"), (0.35, "-.")):
             ax.axvline(limit, color="grey", linestyle=style, linewidth=0.8)
         ax.axhline(-WORST_LIMIT, color="red", linestyle=":", linewidth=0.8,
                    label=f"−{WORST_LIMIT:g} (the issue's limit)")
+        own = any(_own_floor(lab) for lab, _ in settings)
         ax.set(xlabel="time to target × Equal + FedAvg (median of the seeds reached; targets 0.60 testbed, 0.35 wide)",
-               ylabel="worst group − Equal's, same time (worst seed)",
-               title=f"Time-only + {family}, α = {alpha:g} (virtual clock)\n"
-                     "solid: step floors, dotted: share floors, star: shrunk batches; weather: Δ in % of its error")
+               ylabel="worst group − Equal's, same time (worst seed)")
+        ax.set_title(f"Time-only + {family}, α = {alpha:g} (virtual clock)\nsolid: step floors, dotted: share floors"
+                     + (", star: shrunk batches" if own else "") + "; weather: Δ in % of its error", fontsize=8)
         ax.xaxis.label.set_size(7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)

@@ -277,7 +277,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.noniid_alphas = [float(a) for a in args.noniid_alphas.split(",") if a.strip()]
     except ValueError:
         ap.error(f"--noniid-alphas must be comma-separated numbers, got {args.noniid_alphas!r}")
-    named = {"all": list(noniid.ROWS), "main": list(noniid.MAIN_ROWS)}
+    named = {"all": list(noniid.ROWS), "main": [r for r in noniid.MAIN_ROWS if r in noniid.ROWS]}
     asked = named.get(args.noniid_rows) or [r.strip() for r in args.noniid_rows.split(",") if r.strip()]
     unknown = [r for r in asked if r not in noniid.ROWS] + [t for t in [*args.noniid_tasks, args.noniid_measured_task]
                                                            if t not in KNOWN_TASKS]

@@ -68,6 +68,24 @@ def test_a_run_is_the_same_as_the_process_first_run_and_after_another():
     assert first["quota"].nunique() > 1  # the split moved: the round-1 costs were observed
 
 
+def test_a_measured_run_warms_its_task_up_before_it_starts_warm(monkeypatch):
+    # Prepare: record the untimed warm-up (torch's lazy set-up would otherwise be node 0's round-1 cost)
+    import dataclasses
+
+    from experiments import inprocess
+    from experiments.reproduce import scenario_profiles
+
+    warmed: list[str] = []
+    monkeypatch.setattr(inprocess, "_warm_up", warmed.append)
+    spec = inprocess.RunSpec("equal", "weather", scenario_profiles("testbed", 0), rounds=1, budget=110,
+                             per_sample_s=1e-3, train=False)
+    # Act: a modelled run, then the same on the measured clock
+    inprocess.run_pma(spec)
+    inprocess.run_pma(dataclasses.replace(spec, clock="measured", per_sample_s=None, train=True))
+    # Assert: only the measured run warmed its task up
+    assert warmed == ["weather"]
+
+
 def test_dirichlet_partitions_are_skewed_disjoint_and_cover_the_training_data():
     # Prepare: weather's label is the month of the target hour
     from experiments.inprocess import partitions

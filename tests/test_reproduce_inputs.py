@@ -126,7 +126,7 @@ def test_the_baselines_part_takes_its_own_rows_tasks_and_first_alpha_unless_they
     quick = part_args(reproduce.parse_args(["--quick"]), "baselines")
     main = reproduce.parse_args([])
     # Assert: its defaults, the named flags over them, the first α only, no measured clock; main is untouched
-    assert default.noniid_rows == list(BASELINE_ROWS) and default.noniid_tasks == ["mnist", "sentiment"]
+    assert default.noniid_rows == list(BASELINE_ROWS) and default.noniid_tasks == ["mnist", "sentiment", "weather"]
     assert default.noniid_alphas == [0.3] and default.noniid_measured_seeds == 0
     assert named.noniid_rows == ["equal-fedavg", "static"] and named.noniid_tasks == ["weather"]
     assert quick.noniid_rows == list(QUICK_BASELINE_ROWS) and quick.noniid_tasks == ["weather"]
