@@ -237,7 +237,8 @@ QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shri
 #: The main part's rows (``--noniid-rows main``, the default): the reference, Equal on the normalised rule, Time-only
 #: as a user gets it (the default) and before the slow nodes' batches shrank, Time-only on FedAvg's and the data
 #: size's weights, Min-energy as a user gets it, the PyramidFL-style baseline, and the floors on a quota (steps, a
-#: share of the equal split) on the normalised rule and on samples. The other parts run the other rows.
+#: share of the equal split) on the normalised rule and on samples. The other parts run rows of their own; a few rows
+#: (other rescale caps and floors) run only with ``--noniid-rows all``.
 MAIN_ROWS = ("equal-fedavg", "equal-norm", "time-norm-cap8-shrink", "time-norm-cap8", "time-samples", "time-data-size",
              "min-energy-normalised", "pyramid", "time-norm-cap8-steps2", "time-floor0.5", "time-samples-steps2",
              "time-samples-floor0.5")
