@@ -37,6 +37,7 @@ from experiments.noniid_rows import ROWS, available_rows, default_row
 #: The baselines the main part does not run (:data:`experiments.noniid_rows.MAIN_ROWS`), with the reference, the
 #: adaptive default and the main part's Min-energy and data-size rows (one invocation runs a run two parts plan once).
 BASELINE_ROWS = ("equal-fedavg", "fedasync", "min-energy-data-size", "min-energy-normalised", "min-energy-norm-nofloor",
+                 "min-energy-norm-shrink", "min-energy-norm-shrink-cap2",
                  "oort", "static", "time-fedprox", "time-data-size", "time-norm-cap8-shrink")
 #: The quick form's baselines part (the suite): the reference, the default, two baselines of the main part's quick
 #: rows (their runs are reused) and one that only this part runs.

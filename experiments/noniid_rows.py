@@ -89,6 +89,14 @@ def _rows() -> dict[str, Row]:
     if step_floor_option():  # min-energy's default floor of one batch with private data, switched off
         rows["min-energy-norm-nofloor"] = Row("min-energy", "Min-energy + normalised, no step floor", norm,
                                               options=(("min_local_steps", 0),))
+    if step_floor_option() and batch_shrinking_option():  # min-energy with shrunk batches in place of its step floor
+        rows["min-energy-norm-shrink"] = Row("min-energy", "Min-energy + normalised, no step floor, slow nodes' "
+                                             "batches shrunk", norm,
+                                             options=(("min_local_steps", 0), ("scale_batch_size", "shrink")))
+        if rescale_cap_option():
+            rows["min-energy-norm-shrink-cap2"] = Row(
+                "min-energy", "Min-energy + normalised, no step floor, slow nodes' batches shrunk, rescale ≤ 2", norm,
+                options=(("min_local_steps", 0), ("scale_batch_size", "shrink"), (rescale_cap_option(), 2.0)))
     rows["time-fedprox"] = Row("time", f"Time-only + FedProx (μ={PROX_MU:g})", None, inner="fedprox")
     rows["static"] = Row("static", "Static", None)
     rows["oort"] = Row("oort", "Oort-like", None)

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from experiments import noniid, noniid_rows
+from experiments import noniid, noniid_parts, noniid_rows
 from experiments.noniid_rows import ROWS, STEP_FLOORS, default_row, settings_of
 from flwr_adaptive.strategies import AdaptiveStrategy
 from flwr_adaptive.strategies.registry import build_strategy
@@ -80,6 +80,23 @@ def test_min_energys_default_floor_makes_its_rows_other_runs_and_the_nofloor_row
              for n in ("min-energy-normalised", "min-energy-norm-nofloor")}
     assert built["min-energy-normalised"].min_local_steps == 1
     assert built["min-energy-norm-nofloor"].min_local_steps == 0
+
+
+def test_min_energys_shrink_row_trades_its_step_floor_for_shrunk_batches():
+    # Prepare: the row that gives min-energy the Time-only default's floor (the equal split's steps in smaller
+    # batches) instead of its own one-batch step floor, as a user would configure it
+    row = ROWS["min-energy-norm-shrink"]
+
+    # Act
+    strategy = build_strategy(row.policy, budget=10, weighting=row.weighting, **dict(row.options))
+
+    # Assert: no step floor, slow nodes' batches shrunk, the normalised rule; another run than the default's
+    assert (strategy.weighting, strategy.min_local_steps, strategy.scale_batch_size) == ("normalized", 0, "shrink")
+    assert settings_of(row) != settings_of(ROWS[default_row("min-energy")])
+    assert "min-energy-norm-shrink" in noniid_parts.BASELINE_ROWS
+    capped = ROWS["min-energy-norm-shrink-cap2"]
+    strategy = build_strategy(capped.policy, budget=10, weighting=capped.weighting, **dict(capped.options))
+    assert (strategy.min_local_steps, strategy.scale_batch_size, strategy.max_rescale) == (0, "shrink", 2.0)
 
 
 @pytest.mark.parametrize("cap", noniid_rows.MIN_ENERGY_CAPS)
