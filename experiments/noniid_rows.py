@@ -19,6 +19,7 @@ signature; :func:`default_weighting` builds one ``AdaptiveStrategy``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +28,7 @@ ALPHAS = (0.3, 0.1)
 FLOORS = (0.25, 0.5, 0.75)  # floor on a quota as a share of the equal split (budget / nodes)
 PROX_MU = 0.1
 RESCALE_CAPS = (4.0, 8.0, 16.0)  # caps on the normalised rule's rescaling factor (rows when the strategies offer one)
-#: Lower caps for min-energy, whose split parks its energy-hungry nodes at its floor (one batch by default).
+#: Lower caps for min-energy with its former default floor of one batch, where its split parks its energy-hungry nodes.
 MIN_ENERGY_CAPS = (2.0, 4.0)
 #: ``min_local_steps`` of the step-floor rows. With 1100 samples over 11 nodes and batches of 32, Equal gives every node
 #: 100 samples (4 steps; the floor learns B ≤ 33 from it); a floor of 4 steps is then the equal share for everyone,
@@ -86,17 +87,19 @@ def _rows() -> dict[str, Row]:
     for policy, name in (("time", "Time-only"), ("min-energy", "Min-energy")):
         for w, wl in (("samples", "samples"), ("data-size", "data-size"), (norm, "normalised")):
             rows[f"{policy}-{wl}"] = Row(policy, f"{name} + {wl}", w)
-    if step_floor_option():  # min-energy's default floor of one batch with private data, switched off
-        rows["min-energy-norm-nofloor"] = Row("min-energy", "Min-energy + normalised, no step floor", norm,
-                                              options=(("min_local_steps", 0),))
+    cap = rescale_cap_option()
+    if step_floor_option():  # min-energy's former default floor of one batch with private data, switched off
+        rows["min-energy-norm-nofloor"] = Row(
+            "min-energy", "Min-energy + normalised, no step floor" + (", rescale ≤ 8" if cap else ""), norm,
+            options=(("min_local_steps", 0), *(((cap, 8.0),) if cap else ())))
     if step_floor_option() and batch_shrinking_option():  # min-energy with shrunk batches in place of its step floor
-        rows["min-energy-norm-shrink"] = Row("min-energy", "Min-energy + normalised, no step floor, slow nodes' "
-                                             "batches shrunk", norm,
-                                             options=(("min_local_steps", 0), ("scale_batch_size", "shrink")))
-        if rescale_cap_option():
+        rows["min-energy-norm-shrink"] = Row(
+            "min-energy", "Min-energy + normalised, no step floor, slow nodes' batches shrunk, rescale ≤ 8", norm,
+            options=(("min_local_steps", 0), ("scale_batch_size", "shrink"), *(((cap, 8.0),) if cap else ())))
+        if cap:
             rows["min-energy-norm-shrink-cap2"] = Row(
                 "min-energy", "Min-energy + normalised, no step floor, slow nodes' batches shrunk, rescale ≤ 2", norm,
-                options=(("min_local_steps", 0), ("scale_batch_size", "shrink"), (rescale_cap_option(), 2.0)))
+                options=(("min_local_steps", 0), ("scale_batch_size", "shrink"), (cap, 2.0)))
     rows["time-fedprox"] = Row("time", f"Time-only + FedProx (μ={PROX_MU:g})", None, inner="fedprox")
     rows["static"] = Row("static", "Static", None)
     rows["oort"] = Row("oort", "Oort-like", None)
@@ -104,8 +107,7 @@ def _rows() -> dict[str, Row]:
     rows["pyramid"] = Row("pyramid", "PyramidFL-style", "samples", cycling=True)
     for f in FLOORS:
         rows[f"time-floor{f:g}"] = Row("time", f"Time-only, floor {f:g} × equal", None, floor=f)
-    cap = rescale_cap_option()
-    for c in MIN_ENERGY_CAPS if cap else ():  # min-energy with its default floor and a lower rescale cap
+    for c in MIN_ENERGY_CAPS if cap else ():  # min-energy with its former default floor and a lower rescale cap
         rows[f"min-energy-norm-cap{c:g}"] = Row("min-energy", f"Min-energy + normalised, rescale ≤ {c:g}", norm,
                                                 options=((cap, c),))
     for c in RESCALE_CAPS if cap else ():
@@ -113,7 +115,7 @@ def _rows() -> dict[str, Row]:
                                           options=((cap, c),))
     if cap:  # the normalised rule's runs without options ran before the cap existed: FedNova's factors, unbounded
         rows["time-normalised"] = Row("time", "Time-only + normalised, rescale unbounded (FedNova)", norm,
-                                      options=((cap, None),))
+                                      options=((cap, math.inf),))
     if cap and step_floor_option():
         for k in STEP_FLOORS:
             rows[f"time-norm-cap8-steps{k}"] = Row("time", f"Time-only + normalised, rescale ≤ 8, ≥ {k} steps", norm,
@@ -127,7 +129,7 @@ def _rows() -> dict[str, Row]:
             rows["time-norm-cap8-shrink"] = Row("time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk",
                                                 norm, options=((cap, 8.0), ("scale_batch_size", "shrink")))
             rows["time-norm-shrink"] = Row("time", "Time-only + normalised, rescale unbounded, slow nodes' batches "
-                                           "shrunk", norm, options=((cap, None), ("scale_batch_size", "shrink")))
+                                           "shrunk", norm, options=((cap, math.inf), ("scale_batch_size", "shrink")))
     rows["time-samples-floor0.5"] = Row("time", "Time-only + samples, floor 0.5 × equal", "samples", floor=0.5)
     if cap and batch_shrinking_option() and edge_option():  # the default with the trust rule before the edge, or off
         shrink = ((cap, 8.0), ("scale_batch_size", "shrink"))
@@ -143,6 +145,14 @@ def _rows() -> dict[str, Row]:
         rows["time-norm-cap8-shrink-datasize"] = Row(
             "time", "Time-only + normalised, rescale ≤ 8, slow nodes' batches shrunk, data-size objective", norm,
             options=((cap, 8.0), ("scale_batch_size", "shrink"), ("objective", "data-size")))
+    if step_floor_option():  # the rows measured while min-energy's default was one batch (and a cap of 8) keep them
+        for name, row in rows.items():
+            if row.policy == "min-energy" and "min_local_steps" not in dict(row.options):
+                opts = dict(row.options)
+                label = f"{row.label}, ≥ 1 step"
+                if cap and row.weighting == norm and cap not in opts:
+                    opts[cap], label = 8.0, f"{label}, rescale ≤ 8"
+                rows[name] = replace(row, label=label, options=(("min_local_steps", 1), *opts.items()))
     if batch_shrinking_option():  # the rows measured before "shrink" was the default keep the user's batch size
         for name, row in rows.items():
             if row.policy in _SCALING_POLICIES and "scale_batch_size" not in dict(row.options):
@@ -248,7 +258,7 @@ QUICK_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shri
 #: share of the equal split) on the normalised rule and on samples. The other parts run rows of their own; a few rows
 #: (other rescale caps and floors) run only with ``--noniid-rows all``.
 MAIN_ROWS = ("equal-fedavg", "equal-norm", "time-norm-cap8-shrink", "time-norm-cap8", "time-samples", "time-data-size",
-             "min-energy-normalised", "pyramid", "time-norm-cap8-steps2", "time-floor0.5", "time-samples-steps2",
+             "min-energy-norm-shrink-cap2", "pyramid", "time-norm-cap8-steps2", "time-floor0.5", "time-samples-steps2",
              "time-samples-floor0.5")
 MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8-shrink")
 #: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal rules, Time-only
@@ -271,6 +281,10 @@ def settings_of(row: Row) -> tuple:
     filled in with the strategies' defaults, the options the rows set (``max_rescale`` only where it applies)."""
     w = row.weighting or default_weighting()
     opts = {**strategy_defaults(), **dict(row.options)}
+    if opts.get("min_local_steps", 0) is None:
+        opts["min_local_steps"] = implicit_steps(row)
+    if "max_rescale" in opts and opts["max_rescale"] is None:
+        opts["max_rescale"] = _default_max_rescale(row)
     if w != normalised_weighting():
         opts.pop("max_rescale", None)
         opts.pop("objective", None)
@@ -284,6 +298,13 @@ def settings_of(row: Row) -> tuple:
         else:
             opts.pop("scale_batch_size")
     return row.policy, row.inner, row.cycling, row.floor, w, tuple(sorted(opts.items()))
+
+
+def _default_max_rescale(row: Row) -> float:
+    """The cap a run of ``row`` gets without naming one: the strategies' default for its policy and data setting."""
+    from flwr_adaptive.strategies.normalization import default_max_rescale
+
+    return default_max_rescale(None, row.policy, row.cycling)
 
 
 def default_row(policy: str = "time") -> str:

@@ -97,7 +97,8 @@ __all__ = [
 WEIGHT_CAP = 2.0
 #: Default tolerance of a claimed step count per sample around the round's median.
 STEP_TOLERANCE = 2.0
-#: The strategies' default ``max_rescale`` (``None`` would be FedNova's factors, unbounded). 8, from the
+#: The strategies' default ``max_rescale`` (but min-energy's with private data, 2; ``None`` or ``math.inf``
+#: here are FedNova's factors, unbounded). 8, from the
 #: non-IID sweep (docs/results.md, "Private, label-skewed data"): it bounds the factors of nodes held
 #: at one or two momentum steps in a wide fleet (~20-35×; MNIST wide reaches the target sooner) and
 #: stays above the factor of a single slow data owner whose class would be lost below it

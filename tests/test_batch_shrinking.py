@@ -93,14 +93,14 @@ def test_the_default_shrinks_with_the_normalised_rule_only(make):
         assert make(budget=10, **off).scale_batch_size is False  # no rule corrects a fast node's extra steps
     # a step floor learns each node's batch size from its replies: shrunk batches would lower it, so no default shrink
     assert make(budget=10, min_local_steps=2).scale_batch_size is False
-    assert make(budget=10, policy="min-energy").scale_batch_size is False  # its default floor of one batch
+    assert make(budget=10, policy="min-energy").scale_batch_size == "shrink"  # no floor by default, min-energy too
+    assert make(budget=10, policy="min-energy", min_local_steps=1).scale_batch_size is False
     # asked for, the combination is refused with the fix: scaled batches would lower the floor round by round
     for scale in ("shrink", True):
         with pytest.raises(ValueError, match="does not combine with min_local_steps=2.*Pass min_local_steps=0"):
             make(budget=10, min_local_steps=2, scale_batch_size=scale)
         with pytest.raises(ValueError, match="does not combine with min_local_steps=1"):
-            make(budget=10, policy="min-energy", scale_batch_size=scale)
-    assert make(budget=10, policy="min-energy", min_local_steps=0, scale_batch_size="shrink").scale_batch_size == "shrink"
+            make(budget=10, policy="min-energy", min_local_steps=1, scale_batch_size=scale)
 
 
 def test_a_step_floor_learnt_from_shrunk_batches_decays():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_the_default_row_runs_the_strategies_defaults():
 
 def test_the_unbounded_normalised_row_is_not_the_default():
     # its runs were made before the cap existed: it says so and sets it, so it is never read as the default
-    assert dict(ROWS["time-normalised"].options) == {"max_rescale": None, "scale_batch_size": False}
+    assert dict(ROWS["time-normalised"].options) == {"max_rescale": math.inf, "scale_batch_size": False}
     assert settings_of(ROWS["time-normalised"]) != settings_of(ROWS[default_row("time")])
 
 
@@ -60,31 +61,39 @@ def test_a_default_step_floor_makes_the_default_weighting_rows_other_runs(monkey
     assert floored.label == "a0.3-time-floor0.5-wnormalized-steps2-oequal-split-eqtime"
 
 
-def test_min_energys_default_floor_makes_its_rows_other_runs_and_the_nofloor_row_the_old_default():
-    # Prepare: min-energy's rows without a step floor of their own get the strategies' default floor with
-    # private data (one batch); the no-floor row switches it off
+def test_min_energys_rows_measured_under_its_former_default_keep_its_floor_and_cap():
+    # Prepare: min-energy's default with private data was a floor of one batch and the cap of 8; it is now shrunk
+    # batches and a cap of 2. The rows measured before keep the old settings (and say them), the default row is
+    # the shrunk-batch row with the cap of 2
     def label(name):
         return noniid.spec_of(name, "mnist", (1.0,) * 11, 0, 0.3, 20, 1100, "modelled", 1e-4, "testbed").label
 
-    # Assert: their labels say the floor (a run cached before it is not reused), the no-floor row's does not;
-    # Time-only's rows keep their labels; the default min-energy row is the normalised one with the floor
-    # (the normalised rows also say the default objective, "equal-split" since it replaced the data size)
-    assert label("min-energy-normalised") == "a0.3-min-energy-normalised-steps1-oequal-split-eqtime"
-    assert label("min-energy-data-size") == "a0.3-min-energy-data-size-steps1-eqtime"
-    assert label("min-energy-norm-nofloor") == "a0.3-min-energy-norm-nofloor-oequal-split-eqtime"
-    assert label("time-norm-cap8") == "a0.3-time-norm-cap8-oequal-split-eqtime"
-    assert label("time-norm-cap8-shrink-datasize") == "a0.3-time-norm-cap8-shrink-datasize-eqtime"
-    assert label("time-samples") == "a0.3-time-samples-eqtime"
-    assert default_row("min-energy") == "min-energy-normalised"
     built = {n: build_strategy("min-energy", budget=10, weighting=ROWS[n].weighting, **dict(ROWS[n].options))
-             for n in ("min-energy-normalised", "min-energy-norm-nofloor")}
-    assert built["min-energy-normalised"].min_local_steps == 1
-    assert built["min-energy-norm-nofloor"].min_local_steps == 0
+             for n in ("min-energy-normalised", "min-energy-data-size", "min-energy-norm-nofloor",
+                       "min-energy-norm-shrink")}
+    plain = build_strategy("min-energy", budget=10)
+
+    # Assert: the old rows' strategies have the floor (or none, the no-floor rows) and the cap of 8, their labels
+    # say it; the default row is what a user gets; Time-only's labels are unchanged
+    assert (built["min-energy-normalised"].min_local_steps, built["min-energy-normalised"].max_rescale) == (1, 8.0)
+    assert built["min-energy-data-size"].min_local_steps == 1
+    assert (built["min-energy-norm-nofloor"].min_local_steps, built["min-energy-norm-nofloor"].max_rescale) == (0, 8.0)
+    assert built["min-energy-norm-shrink"].max_rescale == 8.0
+    assert ROWS["min-energy-normalised"].label == "Min-energy + normalised, ≥ 1 step, rescale ≤ 8"
+    assert ROWS["min-energy-data-size"].label == "Min-energy + data-size, ≥ 1 step"
+    assert default_row("min-energy") == "min-energy-norm-shrink-cap2"
+    default = build_strategy("min-energy", budget=10, weighting=ROWS["min-energy-norm-shrink-cap2"].weighting,
+                             **dict(ROWS["min-energy-norm-shrink-cap2"].options))
+    assert (default.min_local_steps, default.scale_batch_size, default.max_rescale) == (
+        plain.min_local_steps, plain.scale_batch_size, plain.max_rescale) == (0, "shrink", 2.0)
+    assert "min-energy-norm-shrink-cap2" in noniid_rows.MAIN_ROWS
+    assert label("time-norm-cap8") == "a0.3-time-norm-cap8-oequal-split-eqtime"
+    assert label("time-samples") == "a0.3-time-samples-eqtime"
 
 
 def test_min_energys_shrink_row_trades_its_step_floor_for_shrunk_batches():
     # Prepare: the row that gives min-energy the Time-only default's floor (the equal split's steps in smaller
-    # batches) instead of its own one-batch step floor, as a user would configure it
+    # batches) instead of its former one-batch step floor, at the former cap of 8
     row = ROWS["min-energy-norm-shrink"]
 
     # Act
@@ -100,7 +109,7 @@ def test_min_energys_shrink_row_trades_its_step_floor_for_shrunk_batches():
 
 
 @pytest.mark.parametrize("cap", noniid_rows.MIN_ENERGY_CAPS)
-def test_min_energys_lower_cap_rows_keep_its_default_floor_and_set_their_cap(cap):
+def test_min_energys_lower_cap_rows_keep_its_former_floor_and_set_their_cap(cap):
     row = ROWS[f"min-energy-norm-cap{cap:g}"]
     strategy = build_strategy(row.policy, budget=10, weighting=row.weighting, **dict(row.options))
     assert (strategy.weighting, strategy.max_rescale, strategy.min_local_steps) == ("normalized", cap, 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from adaptive_support import FakeGrid
 from flwr_adaptive import keys
 from flwr_adaptive.normalized_averaging import MAX_RESCALE, fednova_update, local_work
 from flwr_adaptive.strategies import AdaptiveStrategy, HierarchicalAdaptiveStrategy, LegacyAdaptiveStrategy
+from flwr_adaptive.strategies.normalization import MIN_ENERGY_MAX_RESCALE, default_max_rescale
 from flwr_adaptive.strategies.registry import build_strategy
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
@@ -77,10 +80,11 @@ def test_default_weighting_follows_the_data_setting():
 @pytest.mark.parametrize("options", [{"weighting": "samples"}, {"weighting": "data-size"}, {"allow_cycling": True}])
 def test_a_rescale_cap_where_nothing_is_rescaled_is_refused_with_the_fix(cls, options):
     # Only the normalised rule rescales updates: a cap beside another weighting would do nothing
-    for cap in (4.0, None):
+    for cap in (4.0, math.inf):
         with pytest.raises(ValueError, match="has no effect with weighting=.*pass weighting='normalized'"):
             cls(budget=10, max_rescale=cap, **options)
     assert cls(budget=10, **options).max_rescale == MAX_RESCALE  # the default stays accepted
+    assert cls(budget=10, max_rescale=MAX_RESCALE, **options).max_rescale == MAX_RESCALE  # named, as the default
     assert cls(budget=10, max_rescale=4.0).max_rescale == 4.0
 
 
@@ -359,7 +363,7 @@ def test_legacy_api_caps_the_factor_the_same_way():
     assert max(strategy.last_scales.values()) == 3.0
 
 
-@pytest.mark.parametrize("cap", [None, 1.2])
+@pytest.mark.parametrize("cap", [math.inf, 1.2])
 def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     from flwr.app import ArrayRecord, ConfigRecord
     from test_hfl import hierarchical, silo_reply
@@ -376,7 +380,7 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     # Assert: every silo moved by 1; the aggregate is Σ p_i·scale_i·1 with silo 0's scale capped
     work = local_work([10, 10, 10], [0.0, 0.9, 0.9])
     tau_eff = work.mean()
-    want0 = tau_eff / 10 if cap is None else cap
+    want0 = min(tau_eff / 10, cap)
     assert strategy.max_rescale == cap
     assert strategy.last_scales[1000] == pytest.approx(want0, rel=1e-12)
     np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], [(want0 + 2 * tau_eff / work[1]) / 3] * 2, rtol=1e-12)
@@ -391,8 +395,9 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     lambda **kw: build_strategy("oort", budget=10, **kw),
 ], ids=["message", "legacy", "hfl", "build-time", "build-static", "build-oort"])
 def test_max_rescale_reaches_every_strategy_and_is_checked(make):
-    assert make().max_rescale == MAX_RESCALE == 8.0  # the one default of every strategy (the sweep's choice)
-    assert make(max_rescale=None).max_rescale is None  # FedNova's factors, unbounded
+    assert make().max_rescale == MAX_RESCALE == 8.0  # the default of every policy but min-energy (the sweep's choice)
+    assert make(max_rescale=None).max_rescale == MAX_RESCALE  # None: the policy's default
+    assert make(max_rescale=math.inf).max_rescale == math.inf  # FedNova's factors, unbounded
     assert make(max_rescale=4).max_rescale == 4.0
     with pytest.raises(ValueError, match="max_rescale must be >= 1"):
         make(max_rescale=0.5)
@@ -578,3 +583,38 @@ def test_an_objective_where_nothing_weighs_by_it_is_refused_with_the_fix():
 def test_the_hierarchical_strategy_says_it_keeps_its_silos_data_sizes():
     strategy = HierarchicalAdaptiveStrategy(budget=10, steps=2)
     assert strategy.objective == "data-size"
+
+
+@pytest.mark.parametrize("cls", [AdaptiveStrategy, LegacyAdaptiveStrategy])
+def test_min_energy_with_private_data_defaults_to_shrunk_batches_and_a_rescale_cap_of_2(cls):
+    # the split parks its energy-hungry nodes at a few samples: they shrink their batches (no step floor) and
+    # their updates are extrapolated at most 2x; a user's own setting is kept, shared data keeps the samples rule
+    plain = cls(budget=10, policy="min-energy")
+    assert (plain.weighting, plain.min_local_steps, plain.scale_batch_size) == ("normalized", 0, "shrink")
+    assert plain.max_rescale == MIN_ENERGY_MAX_RESCALE == 2.0
+    assert cls(budget=10, policy="min-energy", max_rescale=8).max_rescale == 8.0
+    assert cls(budget=10, policy="min-energy", min_local_steps=1).scale_batch_size is False  # a floor: user's batch
+    shared = cls(budget=10, policy="min-energy", allow_cycling=True)
+    assert (shared.weighting, shared.max_rescale) == ("samples", MAX_RESCALE)
+    # min-energy's own default beside a weighting that rescales nothing is accepted, set later too; a cap named
+    # there is refused
+    plain.weighting = "samples"
+    assert cls(budget=10, policy="min-energy", weighting="data-size").weighting == "data-size"
+    with pytest.raises(ValueError, match="max_rescale=8 has no effect with weighting='samples'"):
+        cls(budget=10, policy="min-energy", weighting="samples", max_rescale=8)
+
+
+def test_the_hierarchical_strategy_keeps_the_cap_of_8_for_min_energy():
+    # silos run the steps sent: no node is parked at a few samples' steps, so min-energy's lower cap does not apply
+    assert HierarchicalAdaptiveStrategy(budget=10, steps=2, policy="min-energy").max_rescale == MAX_RESCALE
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["equal", "time", "low-energy", "energy", "min-energy"]), st.booleans(),
+       st.one_of(st.none(), st.floats(1.0, 1e6), st.just(math.inf)))
+def test_property_only_min_energy_with_private_data_gets_the_lower_default_cap(policy, cycling, value):
+    got = default_max_rescale(value, policy, cycling)
+    if value is not None:
+        assert got == value  # a cap the user names is kept, whatever the policy
+    else:
+        assert got == (MIN_ENERGY_MAX_RESCALE if policy == "min-energy" and not cycling else MAX_RESCALE)

@@ -13,7 +13,7 @@ from test_normalized_strategy import reply, telemetry
 
 from flwr_adaptive.strategies import AdaptiveStrategy, HierarchicalAdaptiveStrategy, LegacyAdaptiveStrategy
 from flwr_adaptive.strategies.registry import build_strategy
-from flwr_adaptive.strategies.step_floor import MIN_ENERGY_STEPS, StepFloor, default_min_local_steps
+from flwr_adaptive.strategies.step_floor import StepFloor, default_min_local_steps
 
 pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
 
@@ -170,8 +170,8 @@ def _BUILD_MIN_ENERGY(**kw):
     _BUILD_MIN_ENERGY,
 ], ids=["message", "legacy", "build-time", "build-min-energy"])
 def test_min_local_steps_reaches_the_strategies_and_is_checked(make):
-    # no floor by default, except min-energy's one batch with private data (the strategies' default)
-    assert make().min_local_steps == (1 if make is _BUILD_MIN_ENERGY else 0)
+    # no floor by default, min-energy included (its parked nodes shrink their batches instead)
+    assert make().min_local_steps == 0
     assert make(allow_cycling=True).min_local_steps == 0  # data shared in a trusted domain: no default floor
     assert make(min_local_steps=0).min_local_steps == 0
     assert make(min_local_steps=4).min_local_steps == 4
@@ -194,7 +194,7 @@ def test_hfl_silos_run_the_steps_sent_so_a_floor_above_them_is_refused():
         HierarchicalAdaptiveStrategy(budget=10, steps=4, min_local_steps=-1)
 
 
-# ----------------------------------------------------------------------------- min-energy's default floor
+# ----------------------------------------------------------------------------- min-energy's floor
 def _energy_quotas(strategy, api, rounds=3, watts=(10.0, 1.0, 1.0)):
     """Quotas of each round, all nodes equally fast (1 ms a sample), node 0 drawing 10 W, the others 1 W."""
     from flwr_adaptive import keys
@@ -230,7 +230,7 @@ def _energy_quotas(strategy, api, rounds=3, watts=(10.0, 1.0, 1.0)):
 
 
 @pytest.mark.parametrize("api", ["message", "legacy"])
-def test_min_energy_with_private_data_keeps_its_energy_hungry_node_at_one_batch_by_default(api):
+def test_min_energy_keeps_its_energy_hungry_node_at_one_batch_with_a_floor_of_one_step(api):
     # Prepare: budget 300 over 3 equally fast nodes, node 0 drawing 10x the others' watts; no limit on the
     # round's length (slack=inf), so the least-energy split parks node 0 at min_quota (1 sample)
     def make(**kw):
@@ -244,25 +244,22 @@ def test_min_energy_with_private_data_keeps_its_energy_hungry_node_at_one_batch_
                                 trust=False, **kw)
 
     # Execute
-    default, off, shared = (_energy_quotas(make(**kw), api)
-                            for kw in ({}, {"min_local_steps": 0}, {"allow_cycling": True}))
+    floored, default, shared = (_energy_quotas(make(**kw), api)
+                                for kw in ({"min_local_steps": 1}, {}, {"allow_cycling": True}))
 
-    # Assert, hand-computed: round 1 is equal (100 samples in 4 steps: 25 <= B <= 33). Without a floor (and
-    # with shared data, allow_cycling=True) node 0 gets 1 sample. By default (private data) its floor is one
-    # batch, 1 x 33 = 33 in round 2; those 33 samples in 2 steps narrow B to [25, 32], so round 3 gets 32.
-    assert default[0] == off[0] == shared[0] == [100, 100, 100]
-    assert [default[1][0], default[2][0]] == [33, 32]
-    assert [off[1][0], off[2][0]] == [shared[1][0], shared[2][0]] == [1, 1]
+    # Assert, hand-computed: round 1 is equal (100 samples in 4 steps: 25 <= B <= 33). By default (no floor,
+    # private data or shared) node 0 gets 1 sample. With a floor of one step it gets one batch, 1 x 33 = 33 in
+    # round 2; those 33 samples in 2 steps narrow B to [25, 32], so round 3 gets 32.
+    assert floored[0] == default[0] == shared[0] == [100, 100, 100]
+    assert [floored[1][0], floored[2][0]] == [33, 32]
+    assert [default[1][0], default[2][0]] == [shared[1][0], shared[2][0]] == [1, 1]
     for rnd in range(3):
-        assert sum(default[rnd]) == sum(off[rnd]) == sum(shared[rnd]) == 300
+        assert sum(floored[rnd]) == sum(default[rnd]) == sum(shared[rnd]) == 300
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(["equal", "time", "low-energy", "energy", "min-energy"]), st.booleans(),
        st.one_of(st.none(), st.integers(0, 50)))
-def test_property_only_min_energy_with_private_data_gets_a_default_floor(policy, cycling, value):
+def test_property_no_policy_gets_a_default_floor(policy, cycling, value):
     got = default_min_local_steps(value, policy, cycling)
-    if value is not None:
-        assert got == value  # a floor the user names is kept, whatever the policy
-    else:
-        assert got == (MIN_ENERGY_STEPS if policy == "min-energy" and not cycling else 0)
+    assert got == (0 if value is None else value)  # a floor the user names is kept, whatever the policy

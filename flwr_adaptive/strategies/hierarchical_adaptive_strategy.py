@@ -63,7 +63,6 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
 from flwr_adaptive.controller import AllocationController
-from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.reports import ClientReport
@@ -122,10 +121,11 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         sends, so with one optimizer on every silo the rescaling is 1 and the rule is the
         data-weighted average whatever the silo budgets), ``"samples"`` (each silo's budget: a
         silo with a larger budget weighs more) or ``"data-size"``.
-    max_rescale : float or None (default: 8.0)
+    max_rescale : float, optional
         The largest factor a silo model's change is scaled by, as for ``AdaptiveStrategy``
-        (``None``: unbounded). Every silo runs the ``steps`` sent, so only silos whose local
-        optimizers differ (momentum, proximal term) are rescaled at all.
+        (``None``: 8, whatever the policy; ``math.inf``: unbounded). Every silo runs the
+        ``steps`` sent, so only silos whose local optimizers differ (momentum, proximal term)
+        are rescaled at all.
     forget_after : int (default: 3)
         A participant that has not reported for this many of its rounds is treated as new.
     cost_clip : float (default: 100.0)
@@ -169,7 +169,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         paper: bool = False,
         smoothing: float = 0.5,
         weighting: str | None = None,
-        max_rescale: float | None = MAX_RESCALE,
+        max_rescale: float | None = None,
         forget_after: int = 3,
         cost_clip: float = 100.0,
         trust: CostTrust | bool = True,

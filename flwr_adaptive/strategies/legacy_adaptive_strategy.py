@@ -53,12 +53,17 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg, Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import MAX_RESCALE, check_max_rescale, rescale_update
+from flwr_adaptive.normalized_averaging import rescale_update
 from flwr_adaptive.strategies.core import AdaptiveCore, log
 from flwr_adaptive.strategies.evaluate_screening import kept_evaluate_results
 from flwr_adaptive.strategies.history import checked_history_path
 from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManagerNodes, nodes_needed, wait_for_nodes
-from flwr_adaptive.strategies.normalization import OBJECTIVES, check_objective_applies, check_rescale_applies
+from flwr_adaptive.strategies.normalization import (
+    OBJECTIVES,
+    check_objective_applies,
+    check_rescale_applies,
+    default_max_rescale,
+)
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
@@ -120,16 +125,18 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         rescaling). Default (``None``): ``"normalized"`` when ``allow_cycling=False`` (private
         data), ``"samples"`` when ``allow_cycling=True`` (data shared in a trusted domain).
         Claimed data sizes are capped at ``weight_cap`` (2) × the round's median claim.
-    max_rescale : float or None (default: 8.0)
+    max_rescale : float, optional
         With ``weighting="normalized"``: the largest factor a node's model change is scaled by
         (>= 1). FedNova scales a node that took few local steps up to the round's mean local work
         (momentum 0.9: one step next to ten-step nodes is scaled about 35×), and its minibatch
         noise with it; the cap bounds that, and the node's share of the objective becomes
         ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` instead of its data share p_i (between FedNova
-        and data-size FedAvg; ``flwr_adaptive.normalized_averaging``). The default 8 is the
+        and data-size FedAvg; ``flwr_adaptive.normalized_averaging``). ``None`` (default): 8, the
         non-IID sweep's choice (docs/results.md): it keeps a slow owner of a class whose factor
-        stays below it and bounds the 1-2-step nodes of a wide fleet. ``None``: FedNova's
-        factors, unbounded.
+        stays below it and bounds the 1-2-step nodes of a wide fleet; 2 for
+        ``policy="min-energy"`` with ``allow_cycling=False``, whose split parks its energy-hungry
+        nodes at a few samples (``flwr_adaptive.strategies.normalization.default_max_rescale``).
+        ``math.inf``: FedNova's factors, unbounded.
     objective : str (default: "equal-split")
         With ``weighting="normalized"``: the data weights p_i of the objective the rule keeps.
         ``"equal-split"``: each node's claimed data size, at most what the equal split would train
@@ -154,16 +161,14 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         split then never holds a slow node at one or two steps while the others take ten, which
         would leave its update extrapolated (``"normalized"``) or its data under-weighted
         (``"samples"``). 0: no floor (``flwr_adaptive.strategies.step_floor``). ``None``
-        (default): 0, except ``policy="min-energy"`` with ``allow_cycling=False``, which gets 1
-        (at least one full batch: the min-energy split would otherwise park its most
-        energy-hungry nodes at ``min_quota``, a few samples whose update the normalised rule
-        rescales with their owner's whole data share).
+        (default): 0 for every policy (the nodes a split holds below the equal share shrink their
+        batches instead, ``scale_batch_size``).
     scale_batch_size : bool, "shrink" or None (default: None)
         ``None``: ``"shrink"`` with the normalised weighting (the default with private data) and
         no step floor, else ``False`` (a floor learns each node's batch size from its replies, so
-        shrunk batches would lower it: min-energy's default floor keeps the user's batch size;
-        ``True`` or ``"shrink"`` with a floor is refused). ``None`` is resolved again when
-        ``weighting`` or ``min_local_steps`` is set on the strategy later; an explicit value is kept.
+        shrunk batches would lower it: ``True`` or ``"shrink"`` with a floor is refused). ``None``
+        is resolved again when ``weighting`` or ``min_local_steps`` is set on the strategy later;
+        an explicit value is kept.
         ``False``: no reference quota is sent.
         ``True``: send every node the round's reference quota (``keys.REFERENCE_QUOTA``: the
         equal share, budget // nodes trained, or of the samples trained when the budget exceeds
@@ -217,7 +222,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         slack: float | None = None,
         paper: bool = False,
         weighting: str | None = None,
-        max_rescale: float | None = MAX_RESCALE,
+        max_rescale: float | None = None,
         objective: str = OBJECTIVES[0],
         allow_cycling: bool = False,
         min_quota: int = 1,
@@ -237,7 +242,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
-        max_rescale = check_max_rescale(max_rescale)  # checked first, set once the components exist
+        rescale = default_max_rescale(max_rescale, policy, allow_cycling)  # checked first, set later
         min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
         AdaptiveCore.__init__(
             self,
@@ -258,8 +263,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
             context=context,
         )
         self.history_path = checked_history_path(history_path)
-        check_rescale_applies(max_rescale, self.weighting)
-        self.max_rescale = max_rescale
+        check_rescale_applies(max_rescale, self.weighting, default_max_rescale(None, policy, allow_cycling))
+        self.max_rescale = rescale
         check_objective_applies(objective, self.weighting)
         self.objective = objective
         self.min_local_steps = min_local_steps

@@ -36,7 +36,8 @@ round and on the kept replies only:
   not say its steps, the round uses every reply's **samples** in their place (right for one batch
   size and one pass over the quota; one warning): a mix of units would be wrong. Unknown momentum
   counts as plain SGD; a μ > 0 with an unknown learning
-  rate is left out (one warning each). ``max_rescale`` (default 8; ``None``: FedNova) clips every factor at
+  rate is left out (one warning each). ``max_rescale`` (default 8, 2 for min-energy with private data:
+  :func:`default_max_rescale`; ``math.inf``: FedNova) clips every factor at
   that value, so a client held at a step or two is not extrapolated to the round's τ_eff: the
   objective then weighs it ``∝ p_i·min(τ_eff, max_rescale·‖a_i‖₁)`` (derivation in
   :mod:`flwr_adaptive.normalized_averaging`).
@@ -60,6 +61,7 @@ from flwr_adaptive.normalized_averaging import (
     STEP_TOLERANCE,
     WEIGHT_CAP,
     capped_weights,
+    check_max_rescale,
     local_work,
     normalized_plan,
     plausible_steps,
@@ -71,9 +73,11 @@ __all__ = [
     "WEIGHTINGS",
     "AggregationWeights",
     "check_objective_applies",
+    "MIN_ENERGY_MAX_RESCALE",
     "check_rescale_applies",
     "checked_objective",
     "checked_weighting",
+    "default_max_rescale",
     "default_weighting",
     "equal_split_level",
 ]
@@ -144,8 +148,10 @@ def checked_weighting(strategy: Any, weighting: str | None) -> str:
     :func:`check_rescale_applies`)."""
     if weighting is None:
         weighting = getattr(strategy, "none_weighting", None)
-    resolved = default_weighting(weighting, bool(getattr(strategy, "allow_cycling", False)))
-    check_rescale_applies(getattr(strategy, "max_rescale", MAX_RESCALE), resolved)
+    cycling = bool(getattr(strategy, "allow_cycling", False))
+    resolved = default_weighting(weighting, cycling)
+    default = default_max_rescale(None, str(getattr(strategy, "policy", "")), cycling)
+    check_rescale_applies(getattr(strategy, "max_rescale", default), resolved, default)
     return resolved
 
 
@@ -156,18 +162,52 @@ def claimed_steps(reports: Sequence[ClientReport]) -> list[int] | None:
     return [int(r.steps) for r in reports]  # type: ignore[arg-type]
 
 
-def check_rescale_applies(max_rescale: float | None, weighting: str) -> None:
-    """Refuse a ``max_rescale`` other than the default where no update is rescaled.
+def check_rescale_applies(max_rescale: float | None, weighting: str, default: float | None = MAX_RESCALE) -> None:
+    """Refuse a ``max_rescale`` other than the default (``None`` or ``default``) where no update is rescaled.
 
     Only ``weighting="normalized"`` rescales updates; with ``"samples"`` or ``"data-size"`` (and
     ``allow_cycling=True``, whose default is ``"samples"``) a cap would be accepted and do nothing.
     """
-    if weighting != "normalized" and max_rescale != MAX_RESCALE:
+    if weighting != "normalized" and max_rescale not in (None, default):
         raise ValueError(
             f"max_rescale={max_rescale!r} has no effect with weighting={weighting!r}: only "
             "weighting='normalized' rescales updates (allow_cycling=True defaults to 'samples'); "
             "pass weighting='normalized' or leave max_rescale out"
         )
+
+
+#: ``max_rescale`` of ``policy="min-energy"`` with private data when the user names none. The
+#: min-energy split parks its energy-hungry nodes at ``min_quota``; with their batches shrunk
+#: (``scale_batch_size="shrink"``, the default without a step floor) they take the round's steps on
+#: a few samples each, and a cap of 2 keeps those noisy updates from being extrapolated 8× (every
+#: task, testbed and wide fleet, Dirichlet(0.3), 5 seeds: every seed reached Equal's accuracy, in
+#: 0.34-0.53× its time; the cap of 8 lost an MNIST wide-fleet seed and was slower in all other
+#: cells but one; docs/integration.md, "Min-energy with private data").
+MIN_ENERGY_MAX_RESCALE = 2.0
+
+
+def default_max_rescale(value: Any, policy: str, allow_cycling: bool) -> float:
+    """``max_rescale`` as used: ``value`` checked, or for ``None`` the policy's default.
+
+    Parameters
+    ----------
+    value : float or None
+        What the user passed: a number >= 1 (``math.inf``: FedNova's factors, unbounded);
+        ``None``: :data:`MIN_ENERGY_MAX_RESCALE` for ``policy="min-energy"`` with private data,
+        :data:`~flwr_adaptive.normalized_averaging.MAX_RESCALE` (8) otherwise.
+    policy : str
+        The strategy's policy.
+    allow_cycling : bool
+        ``False``: private data.
+
+    Raises
+    ------
+    ValueError
+        ``value`` is neither ``None`` nor a number >= 1.
+    """
+    if value is None:
+        return MIN_ENERGY_MAX_RESCALE if policy == "min-energy" and not allow_cycling else float(MAX_RESCALE)
+    return float(check_max_rescale(value))  # type: ignore[arg-type]
 
 
 def check_objective_applies(objective: str, weighting: str) -> None:
@@ -220,7 +260,7 @@ class AggregationWeights:
         #: This round's reference quota when only slow nodes shrink their batches (``scale_batch_size="shrink"``):
         #: a node's steps follow ``max(samples, reference)`` samples at the user's batch size. ``None``: not asked.
         self.step_reference: int | None = None
-        #: Largest factor a normalised update is scaled by (>= 1; ``None``: FedNova's, unbounded).
+        #: Largest factor a normalised update is scaled by (>= 1; ``math.inf`` or ``None``: FedNova's, unbounded).
         self.max_rescale: float | None = MAX_RESCALE
         #: The normalised rule's data weights p_i (:data:`OBJECTIVES`): ``"equal-split"`` bounds each at
         #: ``equal_share``, ``"data-size"`` leaves the capped claim.

@@ -52,7 +52,6 @@ from flwr.app import Context, Message
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive import keys
-from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.oort_selector import OortSelector, statistical_utility
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.core import log
@@ -88,9 +87,9 @@ class OortStrategy(AdaptiveStrategy):
     weighting : str, optional
         ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
         (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
-    max_rescale : float or None (default: 8.0)
+    max_rescale : float, optional
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
-        ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
+        ``AdaptiveStrategy`` (``None``: the policy's default, 8 here; ``math.inf``: FedNova's, unbounded).
     objective : str (default: "equal-split")
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`.
     allow_cycling : bool (default: False)
@@ -125,7 +124,7 @@ class OortStrategy(AdaptiveStrategy):
         selector: OortSelector | None = None,
         seed: int = 0,
         weighting: str | None = None,
-        max_rescale: float | None = MAX_RESCALE,
+        max_rescale: float | None = None,
         objective: str = OBJECTIVES[0],
         allow_cycling: bool = False,
         min_quota: int = 1,

@@ -32,7 +32,6 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
-from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.fedasync_strategy import FEDASYNC, FedAsyncStrategy
 from flwr_adaptive.strategies.normalization import OBJECTIVES
@@ -113,7 +112,7 @@ def build_strategy(
     slack: float | None = None,
     paper: bool = False,
     weighting: str | None = None,
-    max_rescale: float | None = MAX_RESCALE,
+    max_rescale: float | None = None,
     objective: str = OBJECTIVES[0],
     allow_cycling: bool = False,
     min_quota: int = 1,
@@ -167,7 +166,7 @@ def build_strategy(
         ``forget_after``, ``slack`` or ``paper``: its frozen split is the paper's per-sample one).
     min_local_steps : int, optional
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies
-        only: Static, Oort and FedAsync do not take it; ``None``: the policy's default there).
+        only: Static, Oort and FedAsync do not take it; ``None``: no floor).
     scale_batch_size : bool, "shrink" or None (default: None)
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy` (the controller policies only:
         Static and Oort-like train at the user's batch size, FedAsync too).
@@ -184,7 +183,7 @@ def build_strategy(
         "slack": slack is not None,
         "paper": paper is not False,
         "weighting": weighting not in (None, "samples"),  # FedAsync mixes by samples
-        "max_rescale": max_rescale != MAX_RESCALE,
+        "max_rescale": max_rescale is not None,
         "objective": objective != OBJECTIVES[0],
         "min_quota": min_quota != 1,
         "min_local_steps": min_local_steps not in (None, 0),

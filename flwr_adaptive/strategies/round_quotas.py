@@ -84,7 +84,7 @@ def resolve_scale_batch_size(value: object, weighting: str, min_local_steps: int
     """``scale_batch_size`` as the strategies use it: ``None`` (the default) is :data:`SHRINK` with the
     normalised weighting (the default with private data) and no step floor, ``False`` otherwise: with
     ``"samples"`` or ``"data-size"`` no rule corrects the fast nodes' extra steps, and a step floor
-    (``min_local_steps`` > 0, e.g. min-energy's default) learns each node's batch size from its replies,
+    (``min_local_steps`` > 0) learns each node's batch size from its replies,
     so a shrunk batch would lower the floor it sets. Any other value as :func:`check_scale_batch_size`;
     ``True`` or ``"shrink"`` with a step floor is refused with the fix (each shrunk reply lowers the
     node's learnt batch size, so the floor decays round by round: one batch of 32 fell to 1 sample
@@ -100,9 +100,9 @@ def check_floor_and_scaling(mode: bool | str, min_local_steps: int) -> None:
     """``ValueError`` with the fix when batches are scaled (``mode`` True or ``"shrink"``) under a step floor."""
     if mode is not False and min_local_steps:
         raise ValueError(
-            f"scale_batch_size={mode!r} does not combine with min_local_steps={min_local_steps} (policy "
-            f"'min-energy' with private data gets 1 by default): the step floor learns each node's batch size "
-            f"from its replies, which scaled batches lower round by round, so the floor would not hold. Pass "
+            f"scale_batch_size={mode!r} does not combine with min_local_steps={min_local_steps}: the step "
+            f"floor learns each node's batch size from its replies, which scaled batches lower round by "
+            f"round, so the floor would not hold. Pass "
             f"min_local_steps=0 to scale batches without a floor, or scale_batch_size=None (or False) to keep it"
         )
 

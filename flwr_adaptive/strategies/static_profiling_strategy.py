@@ -29,7 +29,6 @@ from flwr.app import Context
 from flwr.serverapp.strategy import Strategy
 
 from flwr_adaptive.controller import POLICIES
-from flwr_adaptive.normalized_averaging import MAX_RESCALE
 from flwr_adaptive.static_profiling_controller import StaticProfilingController
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.normalization import OBJECTIVES
@@ -66,9 +65,9 @@ class StaticProfilingStrategy(AdaptiveStrategy):
     weighting : str, optional
         ``"normalized"``, ``"samples"`` or ``"data-size"``, as for ``AdaptiveStrategy``. Default
         (``None``): ``"normalized"`` when ``allow_cycling=False``, ``"samples"`` when True.
-    max_rescale : float or None (default: 8.0)
+    max_rescale : float, optional
         With ``weighting="normalized"``: the largest factor a node's update is scaled by, as for
-        ``AdaptiveStrategy`` (``None``: FedNova's, unbounded).
+        ``AdaptiveStrategy`` (``None``: the policy's default; ``math.inf``: FedNova's, unbounded).
     objective : str (default: "equal-split")
         As for :class:`~flwr_adaptive.strategies.AdaptiveStrategy`.
     allow_cycling : bool (default: False)
@@ -105,7 +104,7 @@ class StaticProfilingStrategy(AdaptiveStrategy):
         smoothing: float = 0.5,
         deadband: float | None = None,
         weighting: str | None = None,
-        max_rescale: float | None = MAX_RESCALE,
+        max_rescale: float | None = None,
         objective: str = OBJECTIVES[0],
         allow_cycling: bool = False,
         min_quota: int = 1,
