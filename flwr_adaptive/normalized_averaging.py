@@ -103,7 +103,7 @@ STEP_TOLERANCE = 2.0
 #: at one or two momentum steps in a wide fleet (~20-35×; MNIST wide reaches the target sooner) and
 #: stays above the factor of a single slow data owner whose class would be lost below it
 #: (tests/test_noniid_e2e.py's case: 7.71; a cap of 4 loses that class).
-MAX_RESCALE: float | None = 8.0
+MAX_RESCALE: float = 8.0
 
 
 def _as_array(x: ArrayLike, name: str) -> np.ndarray:

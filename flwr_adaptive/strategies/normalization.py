@@ -206,7 +206,7 @@ def default_max_rescale(value: Any, policy: str, allow_cycling: bool) -> float:
         ``value`` is neither ``None`` nor a number >= 1.
     """
     if value is None:
-        return MIN_ENERGY_MAX_RESCALE if policy == "min-energy" and not allow_cycling else float(MAX_RESCALE)
+        return MIN_ENERGY_MAX_RESCALE if policy == "min-energy" and not allow_cycling else MAX_RESCALE
     return float(check_max_rescale(value))  # type: ignore[arg-type]
 
 
