@@ -263,3 +263,24 @@ def test_min_energy_keeps_its_energy_hungry_node_at_one_batch_with_a_floor_of_on
 def test_property_no_policy_gets_a_default_floor(policy, cycling, value):
     got = default_min_local_steps(value, policy, cycling)
     assert got == (0 if value is None else value)  # a floor the user names is kept, whatever the policy
+
+
+def test_min_energys_parked_node_shrinks_its_batches_to_the_equal_splits_steps_by_default():
+    # Prepare: the energy-hungry node of the test above, parked at 1 sample from round 2 on (private data, no floor)
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from flwr_adaptive import keys
+
+    strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="min-energy", slack=math.inf, deadband=0.0, trust=False)
+    assert _energy_quotas(strategy, "message", rounds=2)[1][0] == 1
+
+    # Execute: the third round's messages
+    msgs = list(strategy.configure_train(3, ArrayRecord(X), ConfigRecord(), FakeGrid([100, 101, 102])))
+
+    # Assert: the parked node is sent the equal share (300 // 3) as its reference quota, so quota_data reads its
+    # sample in a batch scaled to take the equal split's steps; the others, above it, are sent their own quotas
+    sent = {m.metadata.dst_node_id: (int(m.content["config"][keys.QUOTA]),
+                                     int(m.content["config"][keys.REFERENCE_QUOTA])) for m in msgs}
+    assert sent[100] == (1, 100)
+    assert all(reference == quota > 100 for quota, reference in (sent[101], sent[102]))
+    assert strategy.max_rescale == 2.0
