@@ -211,7 +211,7 @@ class AdaptiveCore:
     weight_cap = Delegated("aggregation", "weight_cap", "A claimed data size counts for at most this × the median.")
     data_sizes = Delegated("aggregation", "data_sizes", "``{partition id: data size}`` the operator knows.")
     step_tolerance = Delegated("aggregation", "step_tolerance", "Claimed steps per sample kept within this factor.")
-    max_rescale = Delegated("aggregation", "max_rescale", "Largest factor a normalised update is scaled by, or None.")
+    max_rescale = Delegated("aggregation", "max_rescale", "Largest normalised-update factor (inf, None: unbounded).")
     objective = Delegated(
         "aggregation", "objective", "The normalised rule's data weights (OBJECTIVES).", check=checked_objective
     )
