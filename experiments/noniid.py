@@ -86,9 +86,9 @@ from experiments.noniid_rows import (
     available_rows,
     default_row,
     default_weighting,
-    implicit_steps,
     normalised_weighting,
     rescale_cap_option,
+    step_floor_of,
     strategy_defaults,
 )
 from experiments.reproduce_runs import REUSED, run_units, scenario_profiles, unit_path
@@ -115,7 +115,10 @@ def spec_of(name: str, task: str, profiles: tuple, seed: int, alpha: float, roun
     row = ROWS[name]
     floor = max(1, int(math.ceil(row.floor * budget / len(profiles)))) if row.floor else 1
     # A row on the strategies' default weighting is another run when that default changes: the name says which.
-    steps = implicit_steps(row)  # a default step floor (min-energy's with private data) makes a row another run too
+    # A step floor makes a row another run too, whether the row names it or a default set it; labels have said it
+    # since min-energy's default had one (rows named "-steps{k}" say it already).
+    steps = step_floor_of(row)
+    steps = 0 if f"-steps{steps}" in name else steps
     # So is a normalised row on the strategies' default objective once that is not the data size it was.
     objective = None
     if "objective" not in dict(row.options) and (row.weighting or default_weighting()) == normalised_weighting():

@@ -220,9 +220,16 @@ def batch_shrinking_option() -> bool:
     return True
 
 
+def step_floor_of(row: Row) -> int:
+    """The step floor a run of ``row`` trains with: the row's own ``min_local_steps``, else :func:`implicit_steps`."""
+    own = dict(row.options).get("min_local_steps")
+    return implicit_steps(row) if own is None else int(own)
+
+
 def implicit_steps(row: Row) -> int:
     """The step floor a run of ``row`` gets without naming one: 0 when the row sets ``min_local_steps``, else the
-    strategies' default for its policy and data setting (``min-energy`` with private data has one)."""
+    strategies' default for its policy and data setting (none since 75ee1c0; min-energy with private data had one
+    batch before)."""
     if "min_local_steps" in dict(row.options):
         return 0
     steps = strategy_defaults().get("min_local_steps", 0)

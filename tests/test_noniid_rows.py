@@ -87,7 +87,13 @@ def test_min_energys_rows_measured_under_its_former_default_keep_its_floor_and_c
     assert (default.min_local_steps, default.scale_batch_size, default.max_rescale) == (
         plain.min_local_steps, plain.scale_batch_size, plain.max_rescale) == (0, "shrink", 2.0)
     assert "min-energy-norm-shrink-cap2" in noniid_rows.MAIN_ROWS
+    # the runs cached under these labels in a long-lived --work folder (commits 49925aa to 75ee1c0) are these runs,
+    # and not the no-floor runs made before them under the bare names
+    assert label("min-energy-normalised") == "a0.3-min-energy-normalised-steps1-oequal-split-eqtime"
+    assert label("min-energy-data-size") == "a0.3-min-energy-data-size-steps1-eqtime"
+    assert label("min-energy-norm-nofloor") == "a0.3-min-energy-norm-nofloor-oequal-split-eqtime"
     assert label("time-norm-cap8") == "a0.3-time-norm-cap8-oequal-split-eqtime"
+    assert label("time-norm-cap8-steps2") == "a0.3-time-norm-cap8-steps2-oequal-split-eqtime"
     assert label("time-samples") == "a0.3-time-samples-eqtime"
 
 
