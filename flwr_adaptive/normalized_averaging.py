@@ -180,14 +180,15 @@ def check_max_rescale(max_rescale: float | None) -> float | None:
         return None
     if isinstance(max_rescale, bool) or not isinstance(max_rescale, (int, float, np.integer, np.floating)):
         raise ValueError(
-            f"max_rescale must be a number >= 1 (the largest factor a client's update is scaled by) or None "
-            f"(FedNova's factors unbounded), got {type(max_rescale).__name__} {max_rescale!r}"
+            f"max_rescale must be a number >= 1 (the largest factor a client's update is scaled by; math.inf: "
+            f"FedNova's factors, unbounded), got {type(max_rescale).__name__} {max_rescale!r}"
         )
     c = float(max_rescale)
     if not c >= 1:  # NaN too
         raise ValueError(
-            f"max_rescale must be >= 1 or None, got {max_rescale!r}: below 1 it would shrink every update, "
-            "even in a round of equal work (a server learning rate, not a bound); pass e.g. max_rescale=4"
+            f"max_rescale must be >= 1 (math.inf: unbounded), got {max_rescale!r}: below 1 it would shrink "
+            "every update, even in a round of equal work (a server learning rate, not a bound); pass e.g. "
+            "max_rescale=4"
         )
     return c
 

@@ -403,6 +403,30 @@ def test_max_rescale_reaches_every_strategy_and_is_checked(make):
         make(max_rescale=0.5)
 
 
+@pytest.mark.parametrize("make", [
+    lambda **kw: AdaptiveStrategy(budget=10, **kw),
+    lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw),
+], ids=["message", "legacy"])
+def test_max_rescale_set_later_is_resolved_and_checked_as_at_construction(make):
+    # Prepare: a Time-only and a Min-energy strategy on private data, and one on shared data ("samples")
+    time, energy, shared = make(), make(policy="min-energy"), make(allow_cycling=True)
+
+    # Execute: the attribute set to None, to math.inf and to a bad value
+    time.max_rescale, energy.max_rescale = None, None
+    energy_default = energy.max_rescale
+    energy.max_rescale = math.inf
+
+    # Assert: None is the policy's default, not FedNova's unbounded factors; inf is unbounded; a bad value or a
+    # cap beside a weighting that rescales nothing is refused and leaves the setting as it was
+    assert (time.max_rescale, energy_default, energy.max_rescale) == (MAX_RESCALE, MIN_ENERGY_MAX_RESCALE, math.inf)
+    assert time.aggregation.max_rescale == MAX_RESCALE
+    with pytest.raises(ValueError, match=r"max_rescale must be >= 1 \(math.inf: unbounded\)"):
+        time.max_rescale = 0.5
+    with pytest.raises(ValueError, match="has no effect with weighting='samples'"):
+        shared.max_rescale = 3
+    assert (time.max_rescale, shared.max_rescale) == (MAX_RESCALE, MAX_RESCALE)
+
+
 def test_fedasync_refuses_max_rescale_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="max_rescale does not apply to policy 'fedasync'"):
         build_strategy("fedasync", budget=10, max_rescale=4)

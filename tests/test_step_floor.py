@@ -278,7 +278,8 @@ def test_min_energys_parked_node_shrinks_its_batches_to_the_equal_splits_steps_b
     msgs = list(strategy.configure_train(3, ArrayRecord(X), ConfigRecord(), FakeGrid([100, 101, 102])))
 
     # Assert: the parked node is sent the equal share (300 // 3) as its reference quota, so quota_data reads its
-    # sample in a batch scaled to take the equal split's steps; the others, above it, are sent their own quotas
+    # sample in a batch of one (one step: up to the equal split's steps, at most one per sample); the others, above
+    # it, are sent their own quotas
     sent = {m.metadata.dst_node_id: (int(m.content["config"][keys.QUOTA]),
                                      int(m.content["config"][keys.REFERENCE_QUOTA])) for m in msgs}
     assert sent[100] == (1, 100)

@@ -71,11 +71,12 @@ import numpy as np
 from flwr_adaptive._logging import logger
 from flwr_adaptive.controller import AllocationController, Report
 from flwr_adaptive.strategies import round_log
-from flwr_adaptive.strategies.delegation import Delegated
+from flwr_adaptive.strategies.delegation import CheckedSetting, Delegated
 from flwr_adaptive.strategies.history import RunHistory
 from flwr_adaptive.strategies.normalization import (
     WEIGHTINGS,
     AggregationWeights,
+    checked_max_rescale,
     checked_objective,
     checked_weighting,
     claimed_steps,
@@ -211,7 +212,12 @@ class AdaptiveCore:
     weight_cap = Delegated("aggregation", "weight_cap", "A claimed data size counts for at most this × the median.")
     data_sizes = Delegated("aggregation", "data_sizes", "``{partition id: data size}`` the operator knows.")
     step_tolerance = Delegated("aggregation", "step_tolerance", "Claimed steps per sample kept within this factor.")
-    max_rescale = Delegated("aggregation", "max_rescale", "Largest normalised-update factor (inf, None: unbounded).")
+    max_rescale = CheckedSetting(
+        "aggregation",
+        "max_rescale",
+        "Largest normalised-update factor (inf: unbounded; None: the policy's default).",
+        checked_max_rescale,
+    )
     objective = Delegated(
         "aggregation", "objective", "The normalised rule's data weights (OBJECTIVES).", check=checked_objective
     )

@@ -7,6 +7,8 @@ Contract
 users and subclasses reach stay attributes of the strategy while their state is owned by the
 component that uses it (:mod:`flwr_adaptive.strategies.core`). ``writable=False``: read only;
 ``check``: a value is passed through ``check(value)`` (which raises on a bad one) before it is set.
+:class:`CheckedSetting` is the same with ``check(strategy, value)``, for a setting whose check or
+default depends on the strategy's other settings.
 
 Cost
 ----
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Delegated"]
+__all__ = ["CheckedSetting", "Delegated"]
 
 
 class Delegated:
@@ -50,3 +52,14 @@ class Delegated:
         if self.validate is not None:
             value = self.validate(value)
         setattr(getattr(instance, self.component), self.name, value)
+
+
+class CheckedSetting(Delegated):
+    """A :class:`Delegated` setting checked, when set, by ``check(instance, value)``, whose result is stored."""
+
+    def __init__(self, component: str, name: str, doc: str, check: Callable[[Any, Any], Any]) -> None:
+        super().__init__(component, name, doc)
+        self.check_setting = check
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        super().__set__(instance, self.check_setting(instance, value))

@@ -75,6 +75,7 @@ __all__ = [
     "check_objective_applies",
     "MIN_ENERGY_MAX_RESCALE",
     "check_rescale_applies",
+    "checked_max_rescale",
     "checked_objective",
     "checked_weighting",
     "default_max_rescale",
@@ -176,13 +177,24 @@ def check_rescale_applies(max_rescale: float | None, weighting: str, default: fl
         )
 
 
+def checked_max_rescale(strategy: Any, value: Any) -> float:
+    """``max_rescale`` set on ``strategy`` after construction, resolved and checked as the constructor does:
+    ``None`` is the policy's default (:func:`default_max_rescale`; ``math.inf`` is unbounded), and a cap
+    beside a weighting that rescales nothing is refused (:func:`check_rescale_applies`)."""
+    policy, cycling = str(getattr(strategy, "policy", "")), bool(getattr(strategy, "allow_cycling", False))
+    resolved = default_max_rescale(value, policy, cycling)
+    check_rescale_applies(value, strategy.weighting, default_max_rescale(None, policy, cycling))
+    return resolved
+
+
 #: ``max_rescale`` of ``policy="min-energy"`` with private data when the user names none. The
 #: min-energy split parks its energy-hungry nodes at ``min_quota``; with their batches shrunk
-#: (``scale_batch_size="shrink"``, the default without a step floor) they take the round's steps on
-#: a few samples each, and a cap of 2 keeps those noisy updates from being extrapolated 8× (every
-#: task, testbed and wide fleet, Dirichlet(0.3), 5 seeds: every seed reached Equal's accuracy, in
-#: 0.34-0.53× its time; the cap of 8 lost an MNIST wide-fleet seed and was slower in all other
-#: cells but one; docs/integration.md, "Min-energy with private data").
+#: (``scale_batch_size="shrink"``, the default without a step floor) they take up to the round's
+#: steps on a few samples each (at most one per sample), and a cap of 2 keeps those noisy updates
+#: from being extrapolated 8× (every task, testbed and wide fleet, Dirichlet(0.3), 5 seeds: every
+#: seed reached Equal's accuracy, in 0.34-0.53× its time; the cap of 8 lost an MNIST wide-fleet
+#: seed and was slower in all other cells but one; docs/integration.md, "Min-energy with private
+#: data").
 MIN_ENERGY_MAX_RESCALE = 2.0
 
 

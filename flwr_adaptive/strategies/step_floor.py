@@ -25,8 +25,8 @@ The default (:func:`default_min_local_steps`): ``min_local_steps=None`` is 0 (no
 policy. Min-energy with private data had a floor of one batch here: its split parks the nodes of
 highest marginal energy at ``min_quota`` (one sample by default), and the normalised rule would
 rescale such a node's few-sample update with its owner's whole data share. Shrunk batches
-(``scale_batch_size="shrink"``, the default without a floor) do better: the parked node takes the
-round's reference steps on its few samples, and min-energy's lower rescale cap (2, see
+(``scale_batch_size="shrink"``, the default without a floor) do better: the parked node takes up to
+the round's reference steps on its few samples (at most one per sample), and min-energy's lower rescale cap (2, see
 :func:`flwr_adaptive.strategies.normalization.default_max_rescale`) bounds their noise. With the
 floor of one batch no seed of weather's wide fleet reached Equal's error (Dirichlet(0.3), 5
 seeds), with shrunk batches and the cap of 2 every seed of every cell measured did
