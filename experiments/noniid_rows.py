@@ -269,8 +269,9 @@ MAIN_ROWS = ("equal-fedavg", "equal-norm", "time-norm-cap8-shrink", "time-norm-c
              "time-samples-floor0.5")
 MEASURED_ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8-shrink")
 #: Rows run at the second and later α (the first α runs every asked row): the reference, both Equal rules, Time-only
-#: as a user gets it and on FedAvg's weights, and the PyramidFL-style baseline.
-LATER_ALPHA_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shrink", "pyramid")
+#: and Min-energy as a user gets them, Time-only on FedAvg's weights, and the PyramidFL-style baseline.
+LATER_ALPHA_ROWS = ("equal-fedavg", "equal-norm", "time-samples", "time-norm-cap8-shrink", "min-energy-norm-shrink-cap2",
+                    "pyramid")
 
 
 def available_rows(names: Sequence[str]) -> tuple[list[str], list[str]]:
