@@ -427,6 +427,26 @@ def test_max_rescale_set_later_is_resolved_and_checked_as_at_construction(make):
     assert (time.max_rescale, shared.max_rescale) == (MAX_RESCALE, MAX_RESCALE)
 
 
+@pytest.mark.parametrize("make", [
+    lambda **kw: AdaptiveStrategy(budget=10, policy="min-energy", **kw),
+    lambda **kw: LegacyAdaptiveStrategy(budget=10, policy="min-energy", **kw),
+], ids=["message", "legacy"])
+def test_a_weighting_set_later_judges_the_cap_the_user_gave_not_a_resolved_default(make):
+    # Prepare: Min-energy on private data resolves max_rescale=None to 2; the user then moves to shared data
+    default, given = make(), make(max_rescale=4)
+    default.allow_cycling = given.allow_cycling = True
+
+    # Execute: "samples", which rescales nothing, on both
+    default.weighting = "samples"
+
+    # Assert: no cap was asked for, so none is refused (2 was private data's default, no choice of the user); the cap
+    # the user did give is refused with the fix, and the weighting stays as it was
+    assert default.weighting == "samples"
+    with pytest.raises(ValueError, match="max_rescale=4 has no effect with weighting='samples'"):
+        given.weighting = "samples"
+    assert given.weighting == "normalized"
+
+
 def test_fedasync_refuses_max_rescale_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="max_rescale does not apply to policy 'fedasync'"):
         build_strategy("fedasync", budget=10, max_rescale=4)

@@ -66,7 +66,6 @@ from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, nodes_needed
 from flwr_adaptive.strategies.normalization import (
     OBJECTIVES,
     check_objective_applies,
-    check_rescale_applies,
     default_max_rescale,
 )
 from flwr_adaptive.strategies.records import rescaled_record, with_config
@@ -250,7 +249,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
                 "flwr_adaptive.strategies.LegacyAdaptiveStrategy"
             )
-        rescale = default_max_rescale(max_rescale, policy, allow_cycling)  # checked first, set later
+        default_max_rescale(max_rescale, policy, allow_cycling)  # a bad value fails before anything is built
         min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
         AdaptiveCore.__init__(
             self,
@@ -271,8 +270,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             context=context,
         )
         self.history_path = checked_history_path(history_path)
-        check_rescale_applies(max_rescale, self.weighting, default_max_rescale(None, policy, allow_cycling))
-        self.max_rescale = rescale
+        self.max_rescale = max_rescale  # resolved by the setting, which keeps the value given
         check_objective_applies(objective, self.weighting)
         self.objective = objective
         self.min_local_steps = min_local_steps

@@ -61,7 +61,6 @@ from flwr_adaptive.strategies.node_wait import DEFAULT_NODE_WAIT_S, ClientManage
 from flwr_adaptive.strategies.normalization import (
     OBJECTIVES,
     check_objective_applies,
-    check_rescale_applies,
     default_max_rescale,
 )
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
@@ -242,7 +241,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
-        rescale = default_max_rescale(max_rescale, policy, allow_cycling)  # checked first, set later
+        default_max_rescale(max_rescale, policy, allow_cycling)  # a bad value fails before anything is built
         min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
         AdaptiveCore.__init__(
             self,
@@ -263,8 +262,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
             context=context,
         )
         self.history_path = checked_history_path(history_path)
-        check_rescale_applies(max_rescale, self.weighting, default_max_rescale(None, policy, allow_cycling))
-        self.max_rescale = rescale
+        self.max_rescale = max_rescale  # resolved by the setting, which keeps the value given
         check_objective_applies(objective, self.weighting)
         self.objective = objective
         self.min_local_steps = min_local_steps

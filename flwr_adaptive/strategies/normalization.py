@@ -152,7 +152,8 @@ def checked_weighting(strategy: Any, weighting: str | None) -> str:
     cycling = bool(getattr(strategy, "allow_cycling", False))
     resolved = default_weighting(weighting, cycling)
     default = default_max_rescale(None, str(getattr(strategy, "policy", "")), cycling)
-    check_rescale_applies(getattr(strategy, "max_rescale", default), resolved, default)
+    # the cap as the user gave it: a default resolved for another data setting is no choice of theirs
+    check_rescale_applies(vars(strategy).get(_MAX_RESCALE_GIVEN), resolved, default)
     return resolved
 
 
@@ -177,13 +178,19 @@ def check_rescale_applies(max_rescale: float | None, weighting: str, default: fl
         )
 
 
+#: Where a strategy keeps ``max_rescale`` as the user gave it (``None``: the default), for later checks.
+_MAX_RESCALE_GIVEN = "_max_rescale_given"
+
+
 def checked_max_rescale(strategy: Any, value: Any) -> float:
-    """``max_rescale`` set on ``strategy`` after construction, resolved and checked as the constructor does:
-    ``None`` is the policy's default (:func:`default_max_rescale`; ``math.inf`` is unbounded), and a cap
-    beside a weighting that rescales nothing is refused (:func:`check_rescale_applies`)."""
+    """``max_rescale`` set on ``strategy``, resolved and checked: ``None`` is the policy's default
+    (:func:`default_max_rescale`; ``math.inf`` is unbounded), and a cap beside a weighting that rescales
+    nothing is refused (:func:`check_rescale_applies`). The value as given is kept for
+    :func:`checked_weighting`."""
     policy, cycling = str(getattr(strategy, "policy", "")), bool(getattr(strategy, "allow_cycling", False))
     resolved = default_max_rescale(value, policy, cycling)
     check_rescale_applies(value, strategy.weighting, default_max_rescale(None, policy, cycling))
+    vars(strategy)[_MAX_RESCALE_GIVEN] = value
     return resolved
 
 
