@@ -1,0 +1,102 @@
+"""What a round costs on the measured clock, per row: the slow nodes' CPU time per sample.
+
+``python -m experiments.measured_round_cost [--seeds 3] [--rounds 20] [--quick]`` runs Equal + FedAvg,
+Time-only + ``weighting="samples"`` and Time-only as a user gets it with private data (normalised,
+slow nodes' batches shrunk) on MNIST, the 11-device testbed, Dirichlet(0.3) label skew, for
+``rounds`` rounds on the **measured** clock (device time = the training thread's CPU seconds ×
+the emulated slowdown × jitter), and prints per row, median over seeds: the mean round × Equal's,
+the CPU milliseconds per trained sample of the three slowest devices and of all, and the round
+and time (× Equal's) at which the run first reaches Equal's final accuracy − 1 point.
+
+Why: on the modelled clock a device's time is its samples × its cost per sample, so a row's round
+is as short as its split makes it; on the measured clock each training call also pays costs per
+call and per optimizer step, which the emulated slowdown multiplies and no split removes. The
+shrunk batches give the slow devices more steps on their few samples, so they pay more of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+
+import pandas as pd
+
+ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8-shrink")
+SLOWEST = 3  # the devices whose CPU time per sample is shown
+FROM_ROUND = 5  # the rounds the costs are read from (the split has settled)
+
+
+def run_rows(seeds: int, rounds: int) -> dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]]:
+    """``{(row, seed): (per-round rows, per-client rows)}`` of :data:`ROWS`, ``rounds`` rounds each."""
+    from experiments.inprocess import calibrate, run_pma
+    from experiments.noniid import spec_of
+    from experiments.reproduce_runs import scenario_profiles
+
+    calibrate("mnist")  # warm-up: torch's lazy set-up is not a round's cost
+    runs = {}
+    for seed in range(seeds):
+        profiles = scenario_profiles("testbed", seed)
+        for name in ROWS:
+            spec = spec_of(name, "mnist", profiles, seed, 0.3, rounds, 1100, "measured", None, "testbed",
+                           kind="measured-round-cost")
+            result = run_pma(dataclasses.replace(spec, rounds=rounds, min_rounds=0))
+            runs[(name, seed)] = (result.rounds, result.clients)
+            print(f"[measured_round_cost] seed {seed} {name}: {len(result.rounds) - 1} rounds in "
+                  f"{result.wall_s:.1f} s (wall)", flush=True)
+    return runs
+
+
+def summarise(runs: dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]], slowest: int = SLOWEST,
+              from_round: int = FROM_ROUND) -> pd.DataFrame:
+    """One line per (row, seed); a device's slowdown is read as its time over its CPU time."""
+    lines = []
+    for (name, seed), (rounds, clients) in runs.items():
+        equal = runs[("equal-fedavg", seed)][0]
+        body, eq_body = rounds[rounds["round"] >= 1], equal[equal["round"] >= 1]
+        target = float(eq_body["accuracy"].iloc[-1]) - 0.01
+
+        def reached(frame: pd.DataFrame) -> pd.Series | None:
+            hit = frame[frame["accuracy"] >= target]
+            return hit.iloc[0] if len(hit) else None
+
+        hit, eq_hit = reached(body), reached(eq_body)
+        settled = clients[clients["round"] >= from_round]
+        per_node = settled.groupby("partition_id")[["samples", "time_s", "cpu_time_s"]].sum()
+        slow = per_node.assign(slowdown=per_node["time_s"] / per_node["cpu_time_s"]).nlargest(slowest, "slowdown")
+        lines.append({
+            "row": name, "seed": seed,
+            "round × Equal": body["makespan_s"].mean() / eq_body["makespan_s"].mean(),
+            f"CPU ms / sample, {slowest} slowest": 1e3 * slow["cpu_time_s"].sum() / slow["samples"].sum(),
+            "CPU ms / sample, all": 1e3 * per_node["cpu_time_s"].sum() / per_node["samples"].sum(),
+            "round at target": math.nan if hit is None else float(hit["round"]),
+            "time to target × Equal": math.nan if hit is None or eq_hit is None
+            else float(hit["virtual_time_s"]) / float(eq_hit["virtual_time_s"]),
+        })
+    return pd.DataFrame(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="1 seed, 6 rounds (for tests)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds, args.rounds = 1, FROM_ROUND + 1
+    if args.seeds < 1 or args.rounds <= FROM_ROUND:
+        ap.error(f"--seeds must be >= 1 and --rounds > {FROM_ROUND}, got {args.seeds} and {args.rounds}")
+    lines = summarise(run_rows(args.seeds, args.rounds))
+    table = lines.drop(columns="seed").groupby("row", sort=False).median()
+    print(f"== MNIST, testbed, Dirichlet(0.3), {args.seeds} seeds × {args.rounds} rounds, MEASURED clock "
+          f"(costs from round {FROM_ROUND}; median over seeds) ==")
+    print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+    reached = lines.groupby("row", sort=False)["round at target"].count()
+    print("seeds reaching Equal's final accuracy − 1 point within the rounds: "
+          + ", ".join(f"{row} {n}/{args.seeds}" for row, n in reached.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
