@@ -23,6 +23,8 @@ import sys
 
 import pandas as pd
 
+from experiments.noniid_figures import ACC_SLACK
+
 ROWS = ("equal-fedavg", "time-samples", "time-norm-cap8-shrink")
 SLOWEST = 3  # the devices whose CPU time per sample is shown
 FROM_ROUND = 5  # the rounds the costs are read from (the split has settled)
@@ -48,6 +50,12 @@ def run_rows(seeds: int, rounds: int) -> dict[tuple[str, int], tuple[pd.DataFram
     return runs
 
 
+def _first_at(rounds: pd.DataFrame, target: float) -> pd.Series | None:
+    """The first round whose accuracy reaches ``target``, or ``None``."""
+    hit = rounds[rounds["accuracy"] >= target]
+    return hit.iloc[0] if len(hit) else None
+
+
 def summarise(runs: dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]], slowest: int = SLOWEST,
               from_round: int = FROM_ROUND) -> pd.DataFrame:
     """One line per (row, seed); a device's slowdown is read as its time over its CPU time."""
@@ -55,13 +63,8 @@ def summarise(runs: dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]], sl
     for (name, seed), (rounds, clients) in runs.items():
         equal = runs[("equal-fedavg", seed)][0]
         body, eq_body = rounds[rounds["round"] >= 1], equal[equal["round"] >= 1]
-        target = float(eq_body["accuracy"].iloc[-1]) - 0.01
-
-        def reached(frame: pd.DataFrame) -> pd.Series | None:
-            hit = frame[frame["accuracy"] >= target]
-            return hit.iloc[0] if len(hit) else None
-
-        hit, eq_hit = reached(body), reached(eq_body)
+        target = float(eq_body["accuracy"].iloc[-1]) - ACC_SLACK
+        hit, eq_hit = _first_at(body, target), _first_at(eq_body, target)
         settled = clients[clients["round"] >= from_round]
         per_node = settled.groupby("partition_id")[["samples", "time_s", "cpu_time_s"]].sum()
         slow = per_node.assign(slowdown=per_node["time_s"] / per_node["cpu_time_s"]).nlargest(slowest, "slowdown")
