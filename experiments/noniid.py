@@ -118,7 +118,7 @@ def spec_of(name: str, task: str, profiles: tuple, seed: int, alpha: float, roun
     # A step floor makes a row another run too, whether the row names it or a default set it; labels have said it
     # since min-energy's default had one (rows named "-steps{k}" say it already).
     steps = step_floor_of(row)
-    steps = 0 if f"-steps{steps}" in name else steps
+    steps = 0 if f"steps{steps}" in name.split("-") else steps
     # So is a normalised row on the strategies' default objective once that is not the data size it was.
     objective = None
     if "objective" not in dict(row.options) and (row.weighting or default_weighting()) == normalised_weighting():

@@ -446,6 +446,15 @@ def test_a_weighting_set_later_judges_the_cap_the_user_gave_not_a_resolved_defau
         given.weighting = "samples"
     assert given.weighting == "normalized"
 
+    # Assert: the cap left to its default follows the data setting (shared data: 8; back to private: 2), the one
+    # the user gave stays
+    given.weighting = "normalized"
+    default.weighting = "normalized"
+    assert (default.max_rescale, given.max_rescale) == (MAX_RESCALE, 4.0)
+    default.allow_cycling = False
+    default.weighting = None
+    assert (default.weighting, default.max_rescale) == ("normalized", MIN_ENERGY_MAX_RESCALE)
+
 
 def test_fedasync_refuses_max_rescale_rather_than_ignoring_it():
     with pytest.raises(ValueError, match="max_rescale does not apply to policy 'fedasync'"):

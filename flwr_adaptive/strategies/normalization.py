@@ -146,14 +146,18 @@ def checked_weighting(strategy: Any, weighting: str | None) -> str:
     """``weighting`` set on ``strategy`` after construction, checked as the constructor checks it: ``None``
     is the strategy's ``none_weighting`` when it has one, else the default for its data setting; an unknown
     one, or one beside a ``max_rescale`` it ignores, is refused with the fix (:func:`default_weighting`,
-    :func:`check_rescale_applies`)."""
+    :func:`check_rescale_applies`). A ``max_rescale`` left to its default is resolved again for the
+    strategy's data setting now (``allow_cycling`` may have changed since)."""
     if weighting is None:
         weighting = getattr(strategy, "none_weighting", None)
     cycling = bool(getattr(strategy, "allow_cycling", False))
     resolved = default_weighting(weighting, cycling)
     default = default_max_rescale(None, str(getattr(strategy, "policy", "")), cycling)
     # the cap as the user gave it: a default resolved for another data setting is no choice of theirs
-    check_rescale_applies(vars(strategy).get(_MAX_RESCALE_GIVEN), resolved, default)
+    given = vars(strategy).get(_MAX_RESCALE_GIVEN)
+    check_rescale_applies(given, resolved, default)
+    if given is None and _MAX_RESCALE_GIVEN in vars(strategy):  # no cap asked for: the default follows the setting
+        strategy.aggregation.max_rescale = default
     return resolved
 
 
@@ -178,7 +182,8 @@ def check_rescale_applies(max_rescale: float | None, weighting: str, default: fl
         )
 
 
-#: Where a strategy keeps ``max_rescale`` as the user gave it (``None``: the default), for later checks.
+#: Where a strategy keeps ``max_rescale`` as the user gave it (``None``: the default), for later checks
+#: and for resolving the default again when the data setting changes (:func:`checked_weighting`).
 _MAX_RESCALE_GIVEN = "_max_rescale_given"
 
 
@@ -279,7 +284,8 @@ class AggregationWeights:
         #: This round's reference quota when only slow nodes shrink their batches (``scale_batch_size="shrink"``):
         #: a node's steps follow ``max(samples, reference)`` samples at the user's batch size. ``None``: not asked.
         self.step_reference: int | None = None
-        #: Largest factor a normalised update is scaled by (>= 1; ``math.inf`` or ``None``: FedNova's, unbounded).
+        #: Largest factor a normalised update is scaled by (>= 1; ``math.inf`` or ``None``: FedNova's, unbounded;
+        #: the strategies resolve their own ``None`` to the policy's default before it reaches this component).
         self.max_rescale: float | None = MAX_RESCALE
         #: The normalised rule's data weights p_i (:data:`OBJECTIVES`): ``"equal-split"`` bounds each at
         #: ``equal_share``, ``"data-size"`` leaves the capped claim.
