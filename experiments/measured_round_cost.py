@@ -5,10 +5,11 @@ Time-only + ``weighting="samples"`` and Time-only as a user gets it with private
 slow nodes' batches shrunk) on MNIST, the 11-device testbed, Dirichlet(0.3) label skew, for
 ``rounds`` rounds on the **measured** clock (device time = the training thread's CPU seconds ×
 the emulated slowdown × jitter), and prints per row, median over seeds: the mean round (rounds
-1 to ``rounds``) × Equal's, the CPU milliseconds per trained sample of the three slowest devices
-and of all (from round 5, once the split has settled), and the round and time (× Equal's) at which
-the run first reaches the same seed's Equal final accuracy − 1 point (median over the seeds that
-reached it; how many did is printed below the table).
+1 to ``rounds``) × Equal's, the three slowest devices' samples per training call and CPU
+milliseconds per trained sample, all devices' CPU milliseconds per sample (from round 5, once the
+split has settled), and the round and time (× Equal's) at which the run first reaches the same
+seed's Equal final accuracy − 1 point (median over the seeds that reached it; how many did is
+printed below the table).
 
 Why: on the modelled clock a device's time is its samples × its cost per sample, so a row's round
 is as short as its split makes it; on the measured clock each training call also pays costs per
@@ -68,11 +69,13 @@ def summarise(runs: dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]], sl
         target = float(eq_body["accuracy"].iloc[-1]) - ACC_SLACK
         hit, eq_hit = _first_at(body, target), _first_at(eq_body, target)
         settled = clients[clients["round"] >= from_round]
-        per_node = settled.groupby("partition_id")[["samples", "time_s", "cpu_time_s"]].sum()
+        per_node = settled.assign(calls=settled["samples"] > 0).groupby("partition_id")[
+            ["samples", "time_s", "cpu_time_s", "calls"]].sum()
         slow = per_node.assign(slowdown=per_node["time_s"] / per_node["cpu_time_s"]).nlargest(slowest, "slowdown")
         lines.append({
             "row": name, "seed": seed,
             "round × Equal": body["makespan_s"].mean() / eq_body["makespan_s"].mean(),
+            f"samples / call, {slowest} slowest": slow["samples"].sum() / slow["calls"].sum(),
             f"CPU ms / sample, {slowest} slowest": 1e3 * slow["cpu_time_s"].sum() / slow["samples"].sum(),
             "CPU ms / sample, all": 1e3 * per_node["cpu_time_s"].sum() / per_node["samples"].sum(),
             "round at target": math.nan if hit is None else float(hit["round"]),

@@ -41,6 +41,7 @@ def test_summarise_reads_the_slow_nodes_cpu_per_sample_and_the_time_to_equals_ac
     row = lines.set_index("row").loc["time-samples"]
     assert row["round × Equal"] == pytest.approx(0.5)
     assert row["CPU ms / sample, 1 slowest"] == pytest.approx(0.3)
+    assert row["samples / call, 1 slowest"] == pytest.approx(50.0)
     assert lines.set_index("row").loc["equal-fedavg", "CPU ms / sample, 1 slowest"] == pytest.approx(0.2)
     assert row["CPU ms / sample, all"] == pytest.approx(0.225)
     assert (row["round at target"], row["time to target × Equal"]) == (2.0, pytest.approx(1.0 / 3.0))
