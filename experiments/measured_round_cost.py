@@ -33,8 +33,12 @@ SLOWEST = 3  # the devices whose CPU time per sample is shown
 FROM_ROUND = 5  # the rounds the costs are read from (the split has settled)
 
 
-def run_rows(seeds: int, rounds: int) -> dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]]:
-    """``{(row, seed): (per-round rows, per-client rows)}`` of :data:`ROWS`, ``rounds`` rounds each."""
+Runs = dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]]  # (row, seed) -> (per-round, per-client rows)
+
+
+def run_rows(seeds: int, rounds: int, rows: tuple[str, ...] = ROWS) -> Runs:
+    """``{(row, seed): (per-round rows, per-client rows)}`` of ``rows`` (``experiments.noniid_rows.ROWS``'
+    names, Equal + FedAvg first), ``rounds`` rounds each."""
     from experiments.inprocess import calibrate, run_pma
     from experiments.noniid import spec_of
     from experiments.reproduce_runs import scenario_profiles
@@ -43,7 +47,7 @@ def run_rows(seeds: int, rounds: int) -> dict[tuple[str, int], tuple[pd.DataFram
     runs = {}
     for seed in range(seeds):
         profiles = scenario_profiles("testbed", seed)
-        for name in ROWS:
+        for name in rows:
             spec = spec_of(name, "mnist", profiles, seed, 0.3, rounds, 1100, "measured", None, "testbed",
                            kind="measured-round-cost")
             result = run_pma(dataclasses.replace(spec, rounds=rounds, min_rounds=0))
@@ -59,8 +63,7 @@ def _first_at(rounds: pd.DataFrame, target: float) -> pd.Series | None:
     return hit.iloc[0] if len(hit) else None
 
 
-def summarise(runs: dict[tuple[str, int], tuple[pd.DataFrame, pd.DataFrame]], slowest: int = SLOWEST,
-              from_round: int = FROM_ROUND) -> pd.DataFrame:
+def summarise(runs: Runs, slowest: int = SLOWEST, from_round: int = FROM_ROUND) -> pd.DataFrame:
     """One line per (row, seed); a device's slowdown is read as its time over its CPU time."""
     lines = []
     for (name, seed), (rounds, clients) in runs.items():
@@ -89,13 +92,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help="comma-separated rows of experiments.noniid_rows.ROWS (Equal + FedAvg is always run)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 6 rounds (for tests)")
     args = ap.parse_args(argv)
+    from experiments.noniid_rows import ROWS as KNOWN
+
+    rows = ("equal-fedavg", *(r for r in dict.fromkeys(args.rows.split(",")) if r and r != "equal-fedavg"))
+    unknown = [r for r in rows if r not in KNOWN]
+    if unknown:
+        ap.error(f"--rows: unknown rows {unknown}; choose from experiments.noniid_rows.ROWS, e.g. {','.join(ROWS)}")
     if args.quick:
         args.seeds, args.rounds = 1, FROM_ROUND + 1
     if args.seeds < 1 or args.rounds <= FROM_ROUND:
         ap.error(f"--seeds must be >= 1 and --rounds > {FROM_ROUND}, got {args.seeds} and {args.rounds}")
-    lines = summarise(run_rows(args.seeds, args.rounds))
+    lines = summarise(run_rows(args.seeds, args.rounds, rows))
     table = lines.drop(columns="seed").groupby("row", sort=False).median()
     print(f"== MNIST, testbed, Dirichlet(0.3), {args.seeds} seeds × {args.rounds} rounds, MEASURED clock; median "
           f"over seeds (at target: over the seeds that reached it); mean round over rounds 1-{args.rounds}, CPU "

@@ -66,6 +66,9 @@ def test_quick_form_runs_the_three_rows_on_the_measured_clock(capsys):
     assert float(table["time-samples"][0]) < 0.9 and float(table["time-norm-cap8-shrink"][0]) < 0.9
 
 
-def test_bad_arguments_are_refused_with_the_bounds():
+def test_bad_arguments_are_refused_with_the_bounds(capsys):
     with pytest.raises(SystemExit):
         mrc.main(["--rounds", "3"])
+    with pytest.raises(SystemExit):
+        mrc.main(["--rows", "time-samples,no-such-row"])
+    assert "unknown rows ['no-such-row']" in capsys.readouterr().err
