@@ -26,8 +26,9 @@ import sys
 
 import pandas as pd
 
-from experiments.noniid_figures import ACC_SLACK
+from experiments.noniid_figures import ACC_SLACK, first_at_target
 from experiments.noniid_rows import MEASURED_ROWS as ROWS  # the non-IID section's measured-clock rows
+from experiments.noniid_rows import ROWS as KNOWN_ROWS
 
 SLOWEST = 3  # the devices whose CPU time per sample is shown
 FROM_ROUND = 5  # the rounds the costs are read from (the split has settled)
@@ -57,12 +58,6 @@ def run_rows(seeds: int, rounds: int, rows: tuple[str, ...] = ROWS) -> Runs:
     return runs
 
 
-def _first_at(rounds: pd.DataFrame, target: float) -> pd.Series | None:
-    """The first round whose accuracy reaches ``target``, or ``None``."""
-    hit = rounds[rounds["accuracy"] >= target]
-    return hit.iloc[0] if len(hit) else None
-
-
 def summarise(runs: Runs, slowest: int = SLOWEST, from_round: int = FROM_ROUND) -> pd.DataFrame:
     """One line per (row, seed); a device's slowdown is read as its time over its CPU time."""
     lines = []
@@ -70,7 +65,7 @@ def summarise(runs: Runs, slowest: int = SLOWEST, from_round: int = FROM_ROUND) 
         equal = runs[("equal-fedavg", seed)][0]
         body, eq_body = rounds[rounds["round"] >= 1], equal[equal["round"] >= 1]
         target = float(eq_body["accuracy"].iloc[-1]) - ACC_SLACK
-        hit, eq_hit = _first_at(body, target), _first_at(eq_body, target)
+        hit, eq_hit = (first_at_target(run, "accuracy", target, True) for run in (rounds, equal))
         settled = clients[clients["round"] >= from_round]
         per_node = settled.assign(calls=settled["samples"] > 0).groupby("partition_id")[
             ["samples", "time_s", "cpu_time_s", "calls"]].sum()
@@ -96,10 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated rows of experiments.noniid_rows.ROWS (Equal + FedAvg is always run)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 6 rounds (for tests)")
     args = ap.parse_args(argv)
-    from experiments.noniid_rows import ROWS as KNOWN
-
     rows = ("equal-fedavg", *(r for r in dict.fromkeys(args.rows.split(",")) if r and r != "equal-fedavg"))
-    unknown = [r for r in rows if r not in KNOWN]
+    unknown = [r for r in rows if r not in KNOWN_ROWS]
     if unknown:
         ap.error(f"--rows: unknown rows {unknown}; choose from experiments.noniid_rows.ROWS, e.g. {','.join(ROWS)}")
     if args.quick:

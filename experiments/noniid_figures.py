@@ -28,7 +28,8 @@ WORST_LIMIT = 5.0  # points (weather: % of the error) the worst group may fall b
 TARGET_RATIO = {"testbed": 0.60, "wide": 0.35}  # the issue's time-to-target targets for Time-only
 
 
-def _reach(run: pd.DataFrame, metric: str, target: float, higher: bool) -> pd.Series | None:
+def first_at_target(run: pd.DataFrame, metric: str, target: float, higher: bool) -> pd.Series | None:
+    """The first round (from round 1) whose ``metric`` reaches ``target`` (``higher``: at or above), or ``None``."""
     body = run[run["round"] >= 1]
     hit = body[body[metric] >= target] if higher else body[body[metric] <= target]
     return hit.iloc[0] if len(hit) else None
@@ -61,12 +62,12 @@ def summarise(rows: pd.DataFrame, metric_of: dict[str, str], higher_of: dict[str
         equal_rounds = int(eq["round"].max())
         budget_s = float(eq["virtual_time_s"].iloc[-1])
         target = eq_final - ACC_SLACK if higher else eq_final * MSE_SLACK
-        eq_hit = _reach(eq, metric, target, higher)
+        eq_hit = first_at_target(eq, metric, target, higher)
         eq_t = float(eq_hit["virtual_time_s"]) if eq_hit is not None else math.nan
         eq_e = float(eq_hit["virtual_energy_j"]) if eq_hit is not None else math.nan
         for name, run in group.groupby("row", sort=False):
             run = run.sort_values("round")
-            hit = _reach(run, metric, target, higher)
+            hit = first_at_target(run, metric, target, higher)
             t = float(hit["virtual_time_s"]) if hit is not None else math.nan
             e = float(hit["virtual_energy_j"]) if hit is not None else math.nan
             worst_at = float(hit["worst_group"]) if hit is not None else math.nan
