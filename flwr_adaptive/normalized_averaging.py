@@ -65,6 +65,10 @@ Untrusted claims (every number here comes from a client):
   of the round's median (the upper side also admits up to the median step count, which a small
   quota legitimately exceeds in steps per sample): too few claimed steps would enlarge its own
   update, too many would enlarge τ_eff and so every client's step.
+- :func:`plausible_work`: the optimizer a client claims (momentum, lr × proximal μ) moves its
+  ``‖a_i‖₁`` by at most the same tolerance from the work of its steps under the round's median
+  optimizer: a proximal claim cannot enlarge its own update to the cap, a momentum claim cannot
+  lengthen every client's step.
 
 Cost
 ----
@@ -89,6 +93,7 @@ __all__ = [
     "fednova_update",
     "capped_weights",
     "plausible_steps",
+    "plausible_work",
     "WEIGHT_CAP",
     "STEP_TOLERANCE",
 ]
@@ -147,7 +152,8 @@ def local_work(steps: ArrayLike, momentum: ArrayLike = 0.0, proximal_alpha: Arra
     shape = np.broadcast_shapes(tau.shape, rho.shape, alpha.shape)
     tau, rho, alpha = (np.broadcast_to(v, shape).ravel() for v in (tau, rho, alpha))
     out = tau.astype(float)
-    mom = (rho > 0) & (alpha == 0)
+    # The closed form loses ~eps/(1 − ρ)² to cancellation: near ρ = 1 the recursion's doubling is used instead
+    mom = (rho > 0) & (alpha == 0) & (rho <= _CLOSED_FORM_MOMENTUM)
     if np.any(mom):
         r, t = rho[mom], tau[mom]
         out[mom] = (t - r * (1.0 - r**t) / (1.0 - r)) / (1.0 - r)
@@ -156,22 +162,35 @@ def local_work(steps: ArrayLike, momentum: ArrayLike = 0.0, proximal_alpha: Arra
         a, t = alpha[prox], tau[prox]
         # 1 − (1 − α)^τ via expm1/log1p: exact for tiny α where the plain form cancels
         out[prox] = -np.expm1(t * np.log1p(-a)) / a
-    for i in np.flatnonzero((alpha > 0) & (rho > 0)):
+    for i in np.flatnonzero((rho > _CLOSED_FORM_MOMENTUM) | ((alpha > 0) & (rho > 0))):
         out[i] = _joint_work(int(tau[i]), float(rho[i]), float(alpha[i]))
     return out.reshape(shape)
 
 
 def _joint_work(tau: int, rho: float, alpha: float) -> float:
-    """Momentum and proximal term together: the joint recursion's response to a unit gradient.
+    """The sum of the gradients' coefficients for momentum ρ and α = η·μ (either may be 0): the recursion's
+    response to a unit gradient, exact to rounding for every ρ in [0, 1) and α in [0, 1).
 
     With y = x − x_global and u = η·v (PyTorch's buffer v ← ρv + g + μy; x ← x − ηv):
-    ``[y, u]⁺ = A [y, u] + η[−1, 1]·g`` with ``A = [[1 − α, −ρ], [α, ρ]]``. The sum of the
-    gradients' coefficients in y_τ is ``−e₁ᵀ Σ_{m<τ} A^m [−1, 1]``; ``Σ_{m<τ} A^m = (I − A)⁻¹ (I − A^τ)``
-    (``det(I − A) = α > 0``).
+    ``[y, u]⁺ = A [y, u] + η[−1, 1]·g`` with ``A = [[1 − α, −ρ], [α, ρ]]``, so the sum is
+    ``−e₁ᵀ S_τ [−1, 1]`` with ``S_τ = Σ_{m<τ} A^m``. ``S_τ`` is built by doubling
+    (``S_2k = S_k + A^k S_k``, ``S_{k+1} = I + A S_k``): O(log τ) 2×2 products, no
+    inversion. The closed form ``(I − A)⁻¹ (I − A^τ)`` divides by ``det(I − A) = α``: for α below
+    ~1e-16 (a claim a client may send) it returns garbage, negative or NaN.
     """
     a = np.array([[1.0 - alpha, -rho], [alpha, rho]])
-    geometric = np.linalg.solve(np.eye(2) - a, np.eye(2) - np.linalg.matrix_power(a, tau))
-    return float(-(geometric @ np.array([-1.0, 1.0]))[0])
+    total = np.zeros((2, 2))  # S_k for the bits of tau read so far
+    power = np.eye(2)  # A^k
+    for bit in bin(tau)[2:]:
+        total, power = total + power @ total, power @ power  # k → 2k
+        if bit == "1":
+            total, power = np.eye(2) + a @ total, a @ power  # k → k + 1
+    return float(-(total @ np.array([-1.0, 1.0]))[0])
+
+
+#: Momentum above this takes the recursion (``_joint_work``) rather than the closed form, whose
+#: cancellation costs ~eps/(1 − ρ)² relative: ~1e-10 here.
+_CLOSED_FORM_MOMENTUM = 0.999
 
 
 def check_max_rescale(max_rescale: float | None) -> float | None:
@@ -363,3 +382,36 @@ def plausible_steps(
         hi = np.maximum(hi, med * tolerance)
     out = np.clip(s, lo, np.maximum(lo, hi))
     return out, out != s
+
+
+def plausible_work(
+    steps: ArrayLike,
+    momentum: ArrayLike,
+    proximal_alpha: ArrayLike,
+    tolerance: float = STEP_TOLERANCE,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(work, clipped)``: each client's ``‖a_i‖₁`` with its optimizer claim kept within ``tolerance``.
+
+    A client's momentum, learning rate and proximal μ are claims too: a large α = lr·μ shrinks its
+    ``‖a_i‖₁`` (at most ``1/α`` whatever its steps: its own update is enlarged up to ``max_rescale``), a
+    momentum near 1 grows it towards ``τ(τ + 1)/2`` (τ_eff, so every client's step, grows with it). With at
+    least 3 clients, client i's work is kept within ``[r_i/tol, r_i·tol]`` of ``r_i``, the work of its
+    (already screened) ``steps`` under the round's median momentum and median α: a fleet on one optimizer
+    is unchanged, and one claim moves its own factor, and τ_eff, by at most ``tolerance``. A work that is
+    not a positive finite number (momentum and a strong proximal term can make the sum of a claim's
+    coefficients ≤ 0) is taken at ``r_i``; with fewer than 3 clients, at the client's steps (plain SGD).
+    """
+    s = _as_array(steps, "steps")
+    work = local_work(s, momentum, proximal_alpha).astype(float)
+    if len(s) < 3:
+        bad = ~(np.isfinite(work) & (work > 0))
+        return np.where(bad, s, work), bad
+    if not tolerance >= 1:
+        raise ValueError(f"the step tolerance must be >= 1, got {tolerance!r}")
+    rho = np.broadcast_to(_as_array(momentum, "momentum"), s.shape)
+    alpha = np.broadcast_to(_as_array(proximal_alpha, "proximal_alpha"), s.shape)
+    reference = local_work(s, float(np.median(rho)), float(np.median(alpha)))
+    reference = np.where(np.isfinite(reference) & (reference > 0), reference, s)
+    out = np.where(np.isfinite(work) & (work > 0), work, reference)
+    out = np.clip(out, reference / tolerance, reference * tolerance)
+    return out, out != work

@@ -15,6 +15,7 @@ from flwr_adaptive.normalized_averaging import (
     normalized_plan,
     objective_weights,
     plausible_steps,
+    plausible_work,
     rescale_update,
 )
 
@@ -57,6 +58,27 @@ def test_local_work_with_a_proximal_term_by_hand():
 def test_local_work_with_momentum_and_proximal_term_matches_the_recursion():
     for tau, rho, alpha in [(1, 0.9, 0.1), (5, 0.9, 0.1), (40, 0.5, 0.02), (300, 0.99, 0.001)]:
         assert local_work(tau, rho, alpha) == pytest.approx(_recursion(tau, rho, alpha), rel=1e-9)
+
+
+def test_local_work_stays_exact_for_a_tiny_proximal_term_and_momentum_next_to_one():
+    # α = lr × μ of 1e-320 or 1e-20 beside momentum: the closed form (I − A)⁻¹(I − A^τ) divides by α and
+    # gave NaN or −1.6e6 (one client's claim crashed the round); ρ → 1: the sum tends to τ(τ + 1)/2
+    for tau, rho, alpha in [(20, 0.5, 1e-320), (20, 0.9, 1e-20), (7, 0.5, 5e-324)]:
+        assert local_work(tau, rho, alpha) == pytest.approx(_recursion(tau, rho, alpha), rel=1e-12)
+    assert local_work(20, 0.9999999999999999) == pytest.approx(20 * 21 / 2, rel=1e-12)
+    assert local_work(1000, 0.9999) == pytest.approx(_recursion(1000, 0.9999, 0.0), rel=1e-10)
+
+
+@settings(max_examples=80)
+@given(
+    st.integers(min_value=1, max_value=400),
+    st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
+    st.one_of(st.just(0.0), st.floats(min_value=5e-324, max_value=0.5)),
+)
+def test_local_work_is_the_recursion_and_finite(tau, rho, alpha):
+    work = float(local_work(tau, rho, alpha))
+    assert np.isfinite(work)
+    assert work == pytest.approx(_recursion(tau, rho, alpha), rel=1e-7, abs=1e-9)
 
 
 def test_fednova_step_by_hand_differs_from_fedavg():
@@ -289,3 +311,29 @@ def test_every_capped_factor_is_at_most_the_cap_and_the_weights_sum_to_one(clien
     # the objective: ∝ p_i·min(τ_eff, c·‖a_i‖₁)
     np.testing.assert_allclose(share, p * np.minimum(tau_eff, cap * work) / (p @ np.minimum(tau_eff, cap * work)),
                                rtol=1e-9)
+
+
+@settings(max_examples=80)
+@given(
+    st.lists(st.tuples(steps_st, st.floats(min_value=0.0, max_value=0.999999),
+                       st.floats(min_value=0.0, max_value=0.99)), min_size=3, max_size=9),
+    st.floats(min_value=1.0, max_value=8.0),
+)
+def test_plausible_work_is_positive_and_within_the_tolerance_of_the_median_optimizer(claims, tol):
+    steps, rho, alpha = (np.array(c, dtype=float) for c in zip(*claims))
+    work, clipped = plausible_work(steps, rho, alpha, tol)
+    reference = local_work(steps, float(np.median(rho)), float(np.median(alpha)))
+    reference = np.where(reference > 0, reference, steps)
+    assert np.all(np.isfinite(work)) and np.all(work > 0)
+    assert np.all(work >= reference / tol * (1 - 1e-12)) and np.all(work <= reference * tol * (1 + 1e-12))
+    np.testing.assert_array_equal(work[~clipped], local_work(steps, rho, alpha)[~clipped])
+
+
+def test_plausible_work_leaves_a_fleet_on_one_optimizer_as_it_is():
+    steps = np.array([1.0, 10.0, 40.0, 300.0])
+    work, clipped = plausible_work(steps, 0.9, 0.01, 2.0)
+    np.testing.assert_array_equal(work, local_work(steps, 0.9, 0.01))
+    assert not clipped.any()
+    # two clients: no median to judge by; only a sum that is not a positive number falls back to the steps
+    work, clipped = plausible_work([6.0, 10.0], [0.999, 0.0], [0.87, 0.0])
+    assert work.tolist() == [6.0, 10.0] and clipped.tolist() == [True, False]

@@ -161,6 +161,37 @@ def test_a_node_claiming_one_step_does_not_get_its_update_inflated(caplog):
     assert any("claims 1 local steps for 100 samples" in line for line in sup.adaptive_lines(caplog))
 
 
+def test_a_node_claiming_a_strong_proximal_term_does_not_get_its_update_inflated(caplog):
+    # Prepare: four nodes took 10 plain steps; the liar claims lr 0.5 × mu 1.99 (α ≈ 1: ‖a‖₁ ≈ 1, factor
+    # τ_eff/1 up to the cap of 8) though FedAvg asks for no proximal term
+    per_node = [(dict(steps=10), [np.zeros(1)]) for _ in range(3)] + [(dict(steps=10, lr=0.5, mu=1.99), [np.ones(1)])]
+    strategy = AdaptiveStrategy(_fedavg(4), budget=400, policy="equal")
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = message_round(strategy, [np.zeros(1)], per_node)
+    # Assert: its work is kept at 10/2 (the median optimizer's work for its steps, within 2×)
+    assert got[0][0] == pytest.approx(0.25 * (35 / 4) / 5)
+    assert any("whose local work for its 10 steps lies outside 2×" in line for line in sup.adaptive_lines(caplog))
+
+
+def test_a_momentum_claim_next_to_one_lengthens_every_step_by_at_most_the_tolerance():
+    # the liar's momentum 1 − 1e-7 would make its ‖a‖₁ ≈ 55 for 10 steps and τ_eff (every node's factor) 5×
+    per_node = [(dict(steps=10), [np.ones(1)]) for _ in range(3)] + [(dict(steps=10, momentum=1 - 1e-7), [np.zeros(1)])]
+    strategy = AdaptiveStrategy(_fedavg(4), budget=400, policy="equal")
+    got = message_round(strategy, [np.zeros(1)], per_node)
+    assert got[0][0] == pytest.approx(0.75 * ((30 + 20) / 4) / 10)  # its work kept at 2 × 10
+
+
+@pytest.mark.parametrize("steps, momentum, lr, mu",
+                         [(10, 0.5, 1e-300, 1e-20), (10, 0.9, 0.01, 1e-20), (6, 0.999, 0.87, 1.0)])
+def test_an_optimizer_claim_whose_work_the_closed_form_got_wrong_completes_the_round(steps, momentum, lr, mu):
+    # α = lr·μ below ~1e-16 beside momentum made the closed form NaN or −1.6e6, and 6 steps at ρ = 0.999 with
+    # α = 0.87 have a sum of coefficients below 0: either raised in aggregate_train and stopped the run
+    per_node = [(dict(steps=10), [np.zeros(1)]) for _ in range(3)]
+    per_node.append((dict(steps=steps, momentum=momentum, lr=lr, mu=mu), [np.ones(1)]))
+    got = message_round(AdaptiveStrategy(_fedavg(4), budget=400, policy="equal"), [np.zeros(1)], per_node)
+    assert np.isfinite(got[0][0]) and 0 < got[0][0] <= 0.25 * 8
+
+
 @pytest.mark.parametrize("field, value, match", [
     ("steps", 0, "'local-steps' must be >= 1"),
     ("momentum", 1.5, "'local-momentum' must be in"),
@@ -371,6 +402,7 @@ def test_hfl_caps_a_silo_whose_optimizer_does_less_work(cap):
     # Prepare: three silos run the 10 steps sent; silo 0 with plain SGD (‖a‖₁ = 10), the others
     # with momentum 0.9 (41.38): FedNova scales silo 0's change τ_eff/10 = 3.09×
     strategy = hierarchical(3, max_rescale=cap)
+    strategy.step_tolerance = 20.0  # the silos' optimizers differ 4.1× in work: beyond the default tolerance
     momentum = {0: 0.0, 1: 0.9, 2: 0.9}
     node_of = {1000 + p: p for p in momentum}
     msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))

@@ -62,9 +62,9 @@ from flwr_adaptive.normalized_averaging import (
     WEIGHT_CAP,
     capped_weights,
     check_max_rescale,
-    local_work,
     normalized_plan,
     plausible_steps,
+    plausible_work,
 )
 from flwr_adaptive.strategies.reports import ClientReport
 
@@ -413,7 +413,25 @@ class AggregationWeights:
                 )
                 alpha = 0.0
             alphas.append(alpha)
-        work = local_work(tau, rho, np.array(alphas, dtype=float))
+        work, implausible = plausible_work(tau, rho, np.array(alphas, dtype=float), self.step_tolerance)
+        for r, was, a, steps_used in zip(reports, implausible, work, tau):
+            if was:
+                self._warn_once(
+                    f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
+                    "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal "
+                    "mu %s) whose local work for its %d steps lies outside %g× that of the round's median optimizer "
+                    "(or is not a positive number): %.4g is used for its update's scale. If your nodes really run "
+                    "different optimizers, raise strategy.step_tolerance",
+                    server_round,
+                    r.node_id,
+                    r.partition_id,
+                    r.momentum,
+                    r.lr,
+                    r.proximal_mu,
+                    int(steps_used),
+                    self.step_tolerance,
+                    a,
+                )
         _, _, scale = normalized_plan([weights[r.node_id] for r in reports], work, self.max_rescale)
         self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
         return dict(self.last_scales)
