@@ -115,3 +115,43 @@ def _legacy_round(strategy, rnd, faults=None):
     quotas = {int(p.cid): ins.config[keys.QUOTA] for p, ins in pairs}
     params, _ = strategy.aggregate_fit(rnd, results, [])
     return quotas, params
+
+
+def liar_share_in_sampled_rounds(claim, nodes=10, per_round=2, rounds=30, seed=0):
+    """The liar's share of each round it is sampled in (after its first), 10 nodes at 1–1.2 ms per sample of
+    which Flower samples ``per_round`` a round (a fixed random schedule); ``claim``: the liar's claimed seconds per
+    sample (``None``: honest)."""
+    import random
+
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    ids = [500 + i for i in range(nodes)]
+    cost = {n: 0.001 * (1 + 0.2 * i / (nodes - 1)) for i, n in enumerate(ids)}
+    liar = ids[nodes // 2]
+    rng = random.Random(seed)
+    schedule = {r: rng.sample(ids, per_round) for r in range(1, rounds + 1)}
+
+    class Sampled(FedAvg):
+        def configure_train(self, server_round, arrays, config, grid):
+            return super().configure_train(server_round, arrays, config, FakeGrid(schedule[server_round]))
+
+    strategy = AdaptiveStrategy(Sampled(fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1),
+                                budget=100 * per_round)
+    shares, seen = [], 0
+    for rnd in range(1, rounds + 1):
+        msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(ids)))
+        q = {m.metadata.dst_node_id: m.content["config"][keys.QUOTA] for m in msgs}
+        replies = []
+        for m in msgs:
+            n = m.metadata.dst_node_id
+            per = claim if n == liar and claim is not None else cost[n]
+            replies.append(reply(m, telemetry(q[n], q[n] * per, ids.index(n)), value=1.0))
+        strategy.aggregate_train(rnd, replies)
+        if liar in q:
+            seen += 1
+            if seen > 1:
+                shares.append(q[liar] / sum(q.values()))
+    return shares

@@ -247,3 +247,44 @@ def test_a_trust_copied_by_replace_keeps_no_strikes_or_warnings_of_the_one_it_wa
     # Assert: its own state (the copy warns about the node too; one strike each, not two on a shared ledger)
     assert any("node 4 claims" in r.getMessage() for r in caplog.records)
     assert first._strikes[4] == 1.0 and second._strikes[4] == 1.0 and second._strikes is not first._strikes
+
+
+def test_a_round_of_two_sampled_nodes_is_judged_against_the_known_nodes_it_did_not_sample(caplog):
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: Flower sampled 2 of 10 nodes; eight others are known at 1 ms per sample; node 9 claims 1e-9 s
+    claims = [_claim(1, 0.1), _claim(9, 1e-7)]
+    population = [(0.001 * (0.9 + 0.025 * i), None) for i in range(8)]
+    # Execute
+    alone = CostTrust().believe(1, claims)
+    judged = CostTrust().believe(1, claims, population=population)
+    # Assert: alone, two claims hold no median (believed as claimed); beside the population the absurd claim is
+    # taken at the median of the others (node 1 and the eight), the honest one as it came
+    assert alone[9].time_s == 1e-7
+    assert judged[9].time_s == pytest.approx(100 * 0.001 * (0.9 + 0.025 * 4), rel=1e-9)
+    assert judged[1] is claims[0]
+
+
+def test_a_coalition_that_is_most_of_its_sampled_round_is_judged_against_the_population():
+    from flwr_adaptive.strategies.trust import CostTrust
+
+    # Prepare: 3 colluders of 10 nodes (under a third), sampled together with 2 honest ones, claim 1/20 of the
+    # honest 1 ms per sample: the majority of the round, so the round's own medians are theirs
+    claims = [_claim(n, 0.1) for n in (1, 2)] + [_claim(n, 0.005) for n in (7, 8, 9)]
+    population = [(0.001, None)] * 5
+    # Execute
+    round_only = CostTrust().believe(1, claims)
+    judged = CostTrust().believe(1, claims, population=population)
+    # Assert: without the population each is judged against a median the colluders moved (taken at the edge of
+    # (0.005 + 0.1)/2 / 4: 2.6× its real time under-counted); with it each is absurd (20× > 16×), at the median
+    assert [round_only[n].time_s for n in (7, 8, 9)] == [pytest.approx((0.005 + 0.1) / 2 / 4)] * 3
+    assert [judged[n].time_s for n in (7, 8, 9)] == [pytest.approx(0.1)] * 3
+
+
+def test_the_message_strategy_judges_a_sampled_round_beside_the_nodes_it_did_not_sample():
+    from hostile_support import liar_share_in_sampled_rounds
+
+    # 10 nodes, Flower samples 2 per round; one claims 1e-9 s per sample from the start
+    lying, honest = liar_share_in_sampled_rounds(claim=1e-9), liar_share_in_sampled_rounds(claim=None)
+    # its share of the rounds it is in stays near what it earns honestly (it took 199 of 200 before)
+    assert max(lying) <= max(honest) + 0.1

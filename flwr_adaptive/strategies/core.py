@@ -193,6 +193,7 @@ class AdaptiveCore:
         self.overheads = ServerOverheads()
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
         self._round_keys: dict[Hashable, Hashable] = {}  # this round's node id -> controller id
+        self._round_sampled: set[Hashable] = set()  # the node ids this round's split was asked for
         self._rounds_done = 0  # rounds observed, across resumptions
         self.trust = trust
         self._believed: dict[Hashable, ClientReport] = {}  # this round's reports as believed

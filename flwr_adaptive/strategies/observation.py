@@ -65,18 +65,20 @@ def believe_without_setup(
     observed: Mapping[Hashable, float],
     estimate_of: Callable[[Hashable], float | None],
     setups: Mapping[Hashable, float],
+    population: Sequence[tuple[float, float | None]] = (),
 ) -> dict[Hashable, ClientReport]:
-    """``trust.believe`` of ``claims`` judged without their ``setups`` (seconds of each ``time_s``).
+    """``trust.believe`` of ``claims`` judged without their ``setups`` (seconds of each ``time_s``),
+    beside the ``population``'s per-sample costs (known nodes not in the round: ``CostTrust.believe``).
 
     The believed report of a node the rules changed is the believed compute plus its set-up
     (``setup_s`` = that set-up, so ``setup_part`` gives it back exactly); one they believed is
     the claim itself. Without any set-up: ``trust.believe`` as it is.
     """
     if not any(setups.values()):
-        return trust.believe(server_round, claims, observed, estimate_of)
+        return trust.believe(server_round, claims, observed, estimate_of, population)
     steady = [replace(r, time_s=r.time_s - setups.get(r.node_id, 0.0), setup_s=None) for r in claims]
     seen = {n: t - setups.get(n, 0.0) for n, t in observed.items()}
-    believed = trust.believe(server_round, steady, seen, estimate_of)
+    believed = trust.believe(server_round, steady, seen, estimate_of, population)
     out: dict[Hashable, ClientReport] = {}
     for r, s in zip(claims, steady):
         b = believed[r.node_id]

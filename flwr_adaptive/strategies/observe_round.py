@@ -141,6 +141,12 @@ def believed_reports(
         est = None if key_of[node] in core._unverified else estimates.get(key_of[node])
         return None if est is None else est[0]
 
+    # A sampled federation's other known nodes join the medians the claims are judged by (not judged
+    # themselves); a resumed estimate no reply confirmed is left out, like above.
+    in_round = set(core._keys([*core._round_sampled, *key_of]))
+    population = [est for key, est in estimates.items() if key not in in_round and key not in core._unverified]
     # judged without a claimed set-up: the compute the controller learns the per-sample cost from
     setups = {r.node_id: r.setup_part() for r in claims} if core.models_setup() else {}
-    return believe_without_setup(core.trust, server_round, claims, core.observed_seconds(claims), estimate, setups)
+    return believe_without_setup(
+        core.trust, server_round, claims, core.observed_seconds(claims), estimate, setups, population
+    )

@@ -196,6 +196,7 @@ def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashab
     """``{node_id: quota}`` summing to ``core.budget`` for this round's nodes (module doc)."""
     if core.budget_per_node is not None:
         core.set_round_budget(core.budget_per_node * len(node_ids))
+    core._round_sampled = set(node_ids)  # the others' estimates are the population cost trust judges by
     node_ids = core.trainers(server_round, list(node_ids))
     core._round_keys = {}
     if not node_ids:

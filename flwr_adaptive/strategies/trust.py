@@ -22,7 +22,10 @@ times: each rank against the other ranks of its silo). Three rules, in order:
    to two polls later than the group's median; ``evidence_min_s`` (7 s) lies above that, and
    lies worth less per round are left to rules 2 and 3.
 2. **Group plausibility.** A per-sample time (or energy, when measured) below the median of the
-   *other* nodes of the round divided by ``plausible_range`` is not believed. Claimants cannot
+   *other* nodes divided by ``plausible_range`` is not believed. The other nodes are the round's
+   other claims and, in a sampled federation, the believed costs of the known nodes the round did
+   not sample (``population``): a round of two nodes is judged too, and a coalition that is a
+   majority of one sampled round is still judged against the population's median. Claimants cannot
    move that median by joining forces: the ``k`` lowest claims of the round are also judged as
    one group against the median of the rest, for every ``k`` up to ``max_group`` of the nodes;
    when the group's highest claim is below that median divided by ``plausible_range``, every
@@ -52,8 +55,8 @@ the server observes.
 
 Cost
 ----
-O(R log R) per round for R reports (a sort per rule; the group medians index the sorted claims),
-one dict entry per node.
+O(N log N) per round for R reports and N − R known nodes not in the round (a sort per rule; the
+group medians index the sorted costs), one dict entry per node.
 """
 
 from __future__ import annotations
@@ -158,6 +161,7 @@ class CostTrust:
         reports: Sequence[ClientReport],
         observed_s: Mapping[Hashable, float] | None = None,
         estimate_of: Callable[[Hashable], float | None] | None = None,
+        population: Sequence[tuple[float, float | None]] = (),
     ) -> dict[Hashable, ClientReport]:
         """``{node_id: the report as the server believes it}`` (the same object when believed).
 
@@ -170,11 +174,17 @@ class CostTrust:
             (deployment only; never for virtual-clock reports).
         estimate_of : callable, optional
             The node's current per-sample time estimate (``None`` when it has none).
+        population : sequence of (float, float or None), optional
+            The believed per-sample ``(seconds, joules)`` of known nodes *not* in this round (a
+            sampled federation's other nodes): they count in rule 2's medians and group sizes like
+            the round's other claims and are not judged. Without them a round of 2 sampled nodes
+            would have no median to judge by, and a coalition under a third of the population could
+            be the majority of a sampled round.
         """
         out = {r.node_id: r for r in reports}
         self._evidence(server_round, reports, observed_s or {}, out)
-        self._plausible(server_round, out, "time")
-        self._plausible(server_round, out, "energy")
+        self._plausible(server_round, out, "time", [t for t, _ in population])
+        self._plausible(server_round, out, "energy", [e for _, e in population if e is not None])
         if estimate_of is not None and math.isfinite(self.max_drop):
             for node, r in list(out.items()):
                 prev = estimate_of(node)
@@ -241,14 +251,18 @@ class CostTrust:
                     self.forgive,
                 )
 
-    def _plausible(self, server_round: int, out: dict[Hashable, ClientReport], what: str) -> None:
+    def _plausible(
+        self, server_round: int, out: dict[Hashable, ClientReport], what: str, population: Sequence[float]
+    ) -> None:
         if not math.isfinite(self.plausible_range):
             return
         per = {n: (r.time_s if what == "time" else r.energy_j) for n, r in out.items()}
         per = {n: v / out[n].samples for n, v in per.items() if v is not None and v > 0}
-        if len(per) < self.min_group + 1:
+        absent = [v for v in population if math.isfinite(v) and v > 0]
+        if not per or len(per) + len(absent) < self.min_group + 1:
             return
-        values = np.array(list(per.values()))
+        # the absent nodes follow the round's claims: the first len(per) answers are the claims'
+        values = np.array(list(per.values()) + absent)
         references = _references(values, self.plausible_range, max(int(self.max_group * len(values)), 1))
         believed = _tiered(values, references, self.plausible_range, self.absurd_range)
         unit = "s" if what == "time" else "J"
