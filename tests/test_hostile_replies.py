@@ -57,7 +57,7 @@ def _fault_replies(kind, msg, quota):
     if kind == "arrays-shape":
         return [reply(msg, good, arrays=[np.zeros(3)])]
     if kind == "arrays-dtype":
-        return [reply(msg, good, arrays=[np.zeros(2, dtype=np.float32)])]
+        return [reply(msg, good, arrays=[np.zeros(2, dtype=np.int64)])]  # the floats as integers
     if kind == "arrays-extra":
         return [reply(msg, good, arrays=[np.zeros(2), np.zeros(2)])]
     if kind == "arrays-nan":
@@ -296,7 +296,7 @@ def test_legacy_strategy_screens_the_same_faults(kind):
     fault = {
         "nan": lambda m, a: (m, [np.array([np.nan, 0.0])], []),
         "shape": lambda m, a: (m, [np.zeros(3)], []),
-        "dtype": lambda m, a: (m, [np.zeros(2, dtype=np.float32)], []),
+        "dtype": lambda m, a: (m, [np.zeros(2, dtype=np.int64)], []),
         "data-size": lambda m, a: ({**m, keys.DATA_SIZE: 10**19}, a, []),
         "underflow": lambda m, a: ({**m, keys.TIME_S: 5e-324}, a, []),
         "duplicate": lambda m, a: (m, a, [[np.full(2, 100.0)]]),

@@ -261,6 +261,40 @@ def test_fedadam_applies_its_server_logic_to_the_fednova_step():
     assert np.all(np.sign(got[0] - X[0]) == np.sign(delta))
 
 
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_fedadam_keeps_training_float32_clients_after_it_sends_float64(api):
+    # Flower's FedAdam returns float64 arrays from float32 replies (a NumPy float64 scalar promotes them); a
+    # torch client loads them into its float32 model and sends float32 back. Screened as another model, every
+    # reply from round 2 on was skipped: the run went on with the round-1 model and exited 0.
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAdam as LegacyFedAdam
+    from flwr.serverapp.strategy import FedAdam
+    from test_strategy_core import _Manager
+
+    x = [np.array([1.0, -2.0], dtype=np.float32)]
+    kws = [dict(steps=2), dict(steps=6), dict(steps=4)]
+    if api == "message":
+        strategy = AdaptiveStrategy(FedAdam(fraction_evaluate=0.0, min_train_nodes=3, min_available_nodes=3,
+                                            eta=0.1), budget=300, policy="equal")
+    else:
+        strategy = LegacyAdaptiveStrategy(LegacyFedAdam(min_fit_clients=3, min_available_clients=3, eta=0.1,
+                                                        initial_parameters=ndarrays_to_parameters(x)),
+                                          budget=300, policy="equal")
+    for rnd in (1, 2, 3):
+        models = [[(x[0] + i + 1).astype(np.float32)] for i in range(3)]
+        if api == "message":
+            x = message_round(strategy, x, list(zip(kws, models)), rnd=rnd)
+        else:
+            pairs = strategy.configure_fit(rnd, ndarrays_to_parameters(x), _Manager([11, 12, 13]))
+            ok = Status(Code.OK, "")
+            results = [(proxy, FitRes(ok, ndarrays_to_parameters(m), 1, telemetry(100, i, **kw)))
+                       for i, ((proxy, _), m, kw) in enumerate(zip(pairs, models, kws))]
+            params, _ = strategy.aggregate_fit(rnd, results, [])
+            x = parameters_to_ndarrays(params)
+        assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 0
+    assert x[0].dtype == np.float64  # what FedAdam sends: the float32 replies were kept beside it
+
+
 def test_client_history_shows_each_updates_weight_and_scale():
     per_node = [(dict(steps=2, data_size=100), [np.zeros(1)]), (dict(steps=6, data_size=300), [np.zeros(1)]),
                 (dict(steps=4, data_size=200), [np.zeros(1)])]

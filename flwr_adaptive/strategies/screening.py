@@ -9,7 +9,9 @@ neither stop the round (Flower's aggregation raises on a shape mismatch or on re
 differ) nor corrupt the global model (one NaN weight makes the average NaN):
 
 - :func:`array_layout` and :func:`check_arrays` compare a reply's arrays with the layout of the
-  model the server sent (same names, shapes and dtypes) and require finite values. The layout the
+  model the server sent (same names, shapes and dtypes; a floating-point array may come back at
+  lower precision, as a float32 client returns a model its inner FedAdam sent as float64) and
+  require finite values. The layout the
   server sent is the reference, not the majority's: a colluding majority cannot make the model
   change shape.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
@@ -164,12 +166,24 @@ def _finite_reason(name: str, values: np.ndarray) -> str | None:
     return None
 
 
+def _same_values(shape: tuple[int, ...], dtype: str, want_shape: tuple[int, ...], want_dtype: str) -> bool:
+    """A floating-point array at no more precision than the model's: the model's values, as the client's
+    model holds them. Flower's FedAdam / FedYogi / FedAdagrad return float64 arrays from float32 replies
+    (a NumPy float64 scalar promotes them), and a torch client loads them into its float32 model and sends
+    float32 back: the same model, not another one."""
+    try:
+        got, want = np.dtype(dtype), np.dtype(want_dtype)
+    except TypeError:
+        return False
+    return shape == want_shape and got.kind == want.kind == "f" and got.itemsize <= want.itemsize
+
+
 def _layout_reason(layout: ArrayLayout, reference: ArrayLayout) -> str | None:
     if set(layout) != set(reference):
         missing, extra = sorted(set(reference) - set(layout)), sorted(set(layout) - set(reference))
         return f"arrays {sorted(layout)[:5]} do not match the model's (missing {missing[:5]}, extra {extra[:5]})"
     for name, (shape, dtype) in layout.items():
-        if (shape, dtype) != reference[name]:
+        if (shape, dtype) != reference[name] and not _same_values(shape, dtype, *reference[name]):
             want_shape, want_dtype = reference[name]
             return (
                 f"array {name!r} has shape {shape} and dtype {dtype}, the model's has shape "
