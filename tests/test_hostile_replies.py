@@ -319,3 +319,20 @@ def test_the_harmonized_metrics_line_names_each_key_with_its_nodes():
     # scripts/mutation.sh: "node" / "nodes" swapped survived (the operator's log line)
     text = describe_removed({"y": [2], "x": [0, 1], "z": list(range(7))}, [11, 12, 13, 14, 15, 16, 17])
     assert text == "'x' (nodes 11, 12); 'y' (node 13); 'z' (nodes 11, 12, 13, 14, 15…)"
+
+
+def test_a_round_in_which_no_reply_is_kept_says_loudly_that_the_model_did_not_change(caplog):
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, weighting="samples")
+    honest_round(strategy, 1)
+    msgs, q = configure(strategy, 2)
+    replies = [reply(m, telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n]), arrays=[np.zeros(2, dtype=np.int64)])
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    with caplog.at_level("INFO", logger="flwr"):
+        strategy.aggregate_train(2, replies)
+    line = [r for r in caplog.records if "[adaptive] round 2 (" in r.getMessage()]
+    assert len(line) == 1 and line[0].levelname == "WARNING"
+    assert "NO reply was kept: the global model did not change this round" in line[0].getMessage()
+    honest_round(strategy, 3)
+    assert "NO reply" not in [r for r in caplog.records if "[adaptive] round 3 (" in r.getMessage()][-1].getMessage()

@@ -212,10 +212,18 @@ def log_round(row: Mapping[str, Any], budget: int, listing: str) -> None:
         if sum(short)
         else ""
     )
+    # every reply skipped: the model did not move; said loudly, as it may be every round (a layout the
+    # server's inner strategy and the clients disagree on) while the run goes on and exits 0
+    nothing = (
+        " | NO reply was kept: the global model did not change this round (each skipped reply's reason is "
+        "logged above; the same reason every round means the server and the clients disagree, not a liar)"
+        if row["skipped"] and not row["clients"]
+        else ""
+    )
     logger.log(
-        WARNING if short[0] else INFO,
+        WARNING if short[0] or nothing else INFO,
         "[adaptive] round %s (%s, %s clock): makespan %.3f s | %s | "
-        "CV busy %.3f | quota min/median/max %g/%g/%g | %d clients, %d skipped%s%s",
+        "CV busy %.3f | quota min/median/max %g/%g/%g | %d clients, %d skipped%s%s%s",
         row["round"],
         row["policy"],
         row["clock"],
@@ -229,6 +237,7 @@ def log_round(row: Mapping[str, Any], budget: int, listing: str) -> None:
         row["skipped"],
         listing,
         shortfall,
+        nothing,
     )
 
 
