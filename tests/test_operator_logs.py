@@ -107,3 +107,25 @@ def test_history_path_works_in_the_legacy_api_whose_round_loop_is_flower_s(tmp_p
     clients = pd.read_csv(tmp_path / "legacy-clients.csv")
     assert len(clients) == 9 and set(clients["status"]) == {"ok"}
     pd.testing.assert_frame_equal(pd.read_csv(path), strategy.history, check_dtype=False)
+
+
+def test_replies_without_a_partition_id_still_adapt_by_node_id_and_say_how_to_name_the_partition(caplog):
+    import hostile_support as hs
+
+    # a TelemetryClient built without the Context (or a SuperNode without --node-config partition-id): the
+    # replies name no partition; they used to get the equal split in every round, silently
+    strategy = AdaptiveStrategy(hs.fedavg(), budget=hs.BUDGET, deadband=0.0)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        for rnd in (1, 2, 3):
+            msgs, q = hs.configure(strategy, rnd)
+            replies = []
+            for m in msgs:
+                n = m.metadata.dst_node_id
+                metrics = hs.telemetry(q[n], q[n] * hs.COSTS[hs.PARTS[n]], hs.PARTS[n])
+                metrics[keys.PARTITION_ID] = keys.UNKNOWN  # what the wrapper sends without a Context
+                replies.append(hs.reply(m, metrics))
+            strategy.aggregate_train(rnd, replies)
+    assert q[hs.NODES[0]] > 2 * q[hs.NODES[3]]  # round 3: the 1 ms node gets over twice the 4 ms node's share
+    assert sum(q.values()) == hs.BUDGET
+    warned = _lines(caplog, "names no partition id")
+    assert len(warned) == 1 and 'partition-id=<N> num-partitions=<M>' in warned[0]

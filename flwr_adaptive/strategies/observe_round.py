@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from flwr_adaptive import keys
 from flwr_adaptive._logging import logger
 from flwr_adaptive.strategies import round_log
 from flwr_adaptive.strategies.observation import believe_without_setup
@@ -57,6 +58,17 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
     observed = core.observed_seconds(reports) if core.server_time else {}
     for r in reports:
         book.replied.add(r.node_id)
+        if r.partition_id is None:
+            core._warn_once(
+                "no-partition-id",
+                "[adaptive] round %s: node %s's reply names no partition id (%r): its estimate, quota cap and "
+                "share are keyed by its node id, which a restarted SuperNode does not keep. Pass the Context to "
+                "the wrapper (TelemetryClient(client, context); @telemetry_train reads it), and in a deployment "
+                "start each SuperNode with --node-config \"partition-id=<N> num-partitions=<M>\"",
+                server_round,
+                r.node_id,
+                keys.PARTITION_ID,
+            )
         if r.partition_id is not None:
             book.partition_of[r.node_id] = r.partition_id
             if f"node-{r.node_id}" in book.node_keys and book.keys([r.node_id])[0] == r.partition_id:

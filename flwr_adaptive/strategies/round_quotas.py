@@ -207,7 +207,9 @@ def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashab
     if len(probation) == len(node_ids):
         probation = []  # nobody healthy to take the share: everyone tries again, observed
         book.probation -= set(node_ids)
-    known = any(n in book.partition_of for n in node_ids)
+    # a node that replied is known by its partition, or by its node id when its replies name none (a
+    # TelemetryClient without the Context, a SuperNode without --node-config partition-id): it adapts too
+    known = any(n in book.partition_of or n in book.replied for n in node_ids)
     ids = (
         book.inherit_vacancies(server_round, node_ids, book.keys(node_ids), core.controller.current)
         if known
