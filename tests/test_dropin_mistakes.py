@@ -416,6 +416,11 @@ def test_constructor_mistakes_that_would_train_wrongly_or_nothing_fail_at_constr
     with pytest.raises(ValueError, match="min_quota=6 exceeds the budget_per_node of 5 samples"):
         AdaptiveStrategy(budget_per_node=5, min_quota=6)
     assert AdaptiveStrategy(budget=10, min_quota=10, allow_cycling=np.bool_(True)).allow_cycling is True
+    # a zero floor sent a sampled node nothing and left it out of the round without a line (min-energy parked the
+    # slow owner of a class, whose data then left the objective)
+    for make in (lambda **kw: AdaptiveStrategy(budget=10, **kw), lambda **kw: LegacyAdaptiveStrategy(budget=10, **kw)):
+        with pytest.raises(ValueError, match="min_quota must be >= 1, got 0: a node Flower sampled"):
+            make(min_quota=0, policy="min-energy")
 
 
 @pytest.mark.parametrize("policy, option", [("static", {"slack": 0.2}), ("static", {"paper": True}),

@@ -336,3 +336,22 @@ def test_a_round_in_which_no_reply_is_kept_says_loudly_that_the_model_did_not_ch
     assert "NO reply was kept: the global model did not change this round" in line[0].getMessage()
     honest_round(strategy, 3)
     assert "NO reply" not in [r for r in caplog.records if "[adaptive] round 3 (" in r.getMessage()][-1].getMessage()
+
+
+def test_a_node_naming_a_new_partition_every_round_keeps_its_first_and_grows_no_state(caplog):
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET, weighting="samples")
+    with caplog.at_level("WARNING", logger="flwr"):
+        for rnd in range(1, 8):
+            msgs, q = configure(strategy, rnd)
+            replies = []
+            for m in msgs:
+                n = m.metadata.dst_node_id
+                part = PARTS[n] if n != HOSTILE or rnd == 1 else 100 + rnd  # a fresh partition id every round
+                replies.append(reply(m, telemetry(q[n], q[n] * COSTS[PARTS[n]], part), value=PARTS[n] + 1))
+            strategy.aggregate_train(rnd, replies)
+    # it stays keyed by the partition it named first: four controller slots, four owners, as with honest nodes
+    assert strategy.nodes.partition_of[HOSTILE] == PARTS[HOSTILE]
+    assert len(strategy.controller.estimates()) == 4 and set(strategy.nodes.owner) == set(PARTS.values())
+    assert sum("claimed partition 2 before" in r.getMessage() for r in caplog.records) == 1

@@ -353,7 +353,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         discarded: list[str] = []  # resumed rank estimates this round's replies contradict
         for r in reports:
             if r.partition_id is not None:
-                self._partition_of[r.node_id] = r.partition_id
+                self.nodes.claim(r.node_id, r.partition_id)
             silo = self._keys([r.node_id])[0]
             ranks = self._rank_reports.get(r.node_id, [])
             if not ranks:

@@ -150,7 +150,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         Let a client whose quota exceeds its local data cycle through it again; when False each
         quota is capped at the data size the client reports.
     min_quota : int (default: 1)
-        Smallest quota any client gets.
+        Smallest quota any client gets (>= 1: 0 would send a sampled node nothing).
     min_local_steps : int, optional
         A floor in local optimizer steps: from its second round on, every trained node's quota
         is at least this many steps of its own batch size (learnt from the local steps and

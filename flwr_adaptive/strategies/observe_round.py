@@ -64,13 +64,13 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
                 "[adaptive] round %s: node %s's reply names no partition id (%r): its estimate, quota cap and "
                 "share are keyed by its node id, which a restarted SuperNode does not keep. Pass the Context to "
                 "the wrapper (TelemetryClient(client, context); @telemetry_train reads it), and in a deployment "
-                "start each SuperNode with --node-config \"partition-id=<N> num-partitions=<M>\"",
+                'start each SuperNode with --node-config "partition-id=<N> num-partitions=<M>"',
                 server_round,
                 r.node_id,
                 keys.PARTITION_ID,
             )
         if r.partition_id is not None:
-            book.partition_of[r.node_id] = r.partition_id
+            book.claim(r.node_id, r.partition_id)
             if f"node-{r.node_id}" in book.node_keys and book.keys([r.node_id])[0] == r.partition_id:
                 stale.append(f"node-{r.node_id}")
         key = book.keys([r.node_id])[0]

@@ -5,8 +5,8 @@ Contract
 :func:`checked_budget` raises ``ValueError`` naming the parameter, its value and the fix for: not
 exactly one of ``budget`` / ``budget_per_node``, a budget that is not a positive int, an unknown
 ``policy`` or ``weighting``, ``slack`` with a policy that does not minimise energy, a ``paper`` or
-``allow_cycling`` that is not a bool (``"no"`` would read as True), a ``min_quota`` above the
-budget. It returns the first round's budget (``budget_per_node`` until a round says how many
+``allow_cycling`` that is not a bool (``"no"`` would read as True), a ``min_quota`` below 1 or
+above the budget. It returns the first round's budget (``budget_per_node`` until a round says how many
 nodes train) and ``budget_per_node`` as ints. The components check their own parameters
 (``StateStore``: ``state_dir`` and ``context``; ``resolve_trust``: ``trust``).
 
@@ -71,6 +71,13 @@ def checked_budget(
         raise ValueError(f"paper must be True or False, got {paper!r}")
     if not isinstance(allow_cycling, (bool, np.bool_)):  # "no" would read as True
         raise ValueError(f"allow_cycling must be True or False, got {allow_cycling!r}")
+    floors = min_quota.values() if isinstance(min_quota, dict) else [min_quota]
+    if any(isinstance(f, (int, np.integer)) and not isinstance(f, bool) and f < 1 for f in floors):
+        raise ValueError(
+            f"min_quota must be >= 1, got {min_quota!r}: a node Flower sampled would be given 0 samples, sent "
+            "nothing and left out of the round (its data with it) without a reply to show it; keep the default "
+            "min_quota=1, or sample fewer nodes in the inner strategy (e.g. FedAvg(fraction_train=...))"
+        )
     if isinstance(min_quota, (int, np.integer)) and not isinstance(min_quota, bool) and min_quota > budget:
         raise ValueError(
             f"min_quota={min_quota} exceeds the {'budget_per_node' if budget_per_node else 'budget'} "

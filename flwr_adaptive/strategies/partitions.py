@@ -5,7 +5,7 @@ Contract
 :class:`PartitionMap` is the round coordinator's (:class:`~flwr_adaptive.strategies.core.AdaptiveCore`)
 book of node ids, which Flower draws at random and changes when a SuperNode restarts:
 
-- ``partition_of`` (node id → the partition id it reported this run), ``owner`` (partition id →
+- ``partition_of`` (node id → the partition id it first reported this run: ``claim``), ``owner`` (partition id →
   the node keyed by it), ``last_trained`` (node id → last round it was sent a quota),
   ``probation`` (node ids whose last round failed), ``unavailable`` (node ids whose last assigned
   round got no usable answer, or that the grid no longer lists), ``replied`` (node ids with a
@@ -147,7 +147,27 @@ class PartitionMap:
             and value >= 0
             and value == int(value)
         ):
-            self.partition_of[node_id] = int(value)
+            self.claim(node_id, int(value))
+
+    def claim(self, node_id: Hashable, partition: int) -> None:
+        """``node_id`` says it holds ``partition``: the first claim of a node id stands for the run.
+
+        A SuperNode's ``node_config`` is fixed for its life (a restart brings a new node id), so a
+        node id that names another partition later is not believed (one warning): were it, a client
+        naming a fresh partition every round would add a controller slot, a cap and an owner entry
+        per round, the server's state growing with the rounds instead of the nodes.
+        """
+        held = self.partition_of.setdefault(node_id, partition)
+        if held != partition:
+            self._warn_once(
+                f"partition-change-{node_id}",
+                "[adaptive] node %s claims partition %s but claimed partition %s before: a SuperNode's "
+                "partition does not change within a run; it stays keyed by partition %s",
+                node_id,
+                partition,
+                held,
+                held,
+            )
 
     def who(self, node_id: Hashable) -> str:
         """How a line about one node names it: ``"partition 3 (node <id>)"`` once its partition is
