@@ -69,7 +69,7 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
                 r.node_id,
                 keys.PARTITION_ID,
             )
-        if r.partition_id is not None:
+        else:
             book.claim(r.node_id, r.partition_id)
             if f"node-{r.node_id}" in book.node_keys and book.keys([r.node_id])[0] == r.partition_id:
                 stale.append(f"node-{r.node_id}")
