@@ -249,7 +249,7 @@ def test_a_trust_copied_by_replace_keeps_no_strikes_or_warnings_of_the_one_it_wa
     assert first._strikes[4] == 1.0 and second._strikes[4] == 1.0 and second._strikes is not first._strikes
 
 
-def test_a_round_of_two_sampled_nodes_is_judged_against_the_known_nodes_it_did_not_sample(caplog):
+def test_a_round_of_two_sampled_nodes_is_judged_against_the_known_nodes_it_did_not_sample():
     from flwr_adaptive.strategies.trust import CostTrust
 
     # Prepare: Flower sampled 2 of 10 nodes; eight others are known at 1 ms per sample; node 9 claims 1e-9 s
@@ -288,3 +288,20 @@ def test_the_message_strategy_judges_a_sampled_round_beside_the_nodes_it_did_not
     lying, honest = liar_share_in_sampled_rounds(claim=1e-9), liar_share_in_sampled_rounds(claim=None)
     # its share of the rounds it is in stays near what it earns honestly (it took 199 of 200 before)
     assert max(lying) <= max(honest) + 0.1
+
+
+if __name__ == "__main__":
+    # `cd tests && python test_cost_trust.py`: the sampled-federation liar's figures (docs/security.md)
+    import logging
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from hostile_support import liar_share_in_sampled_rounds
+
+    for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+        setattr(TaskIdentity, attr, value)
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    print("10 nodes, 2 sampled a round: the liar's share of each round it is in, after its first")
+    for label, claim in (("claims 1e-9 s per sample", 1e-9), ("honest", None)):
+        shares = liar_share_in_sampled_rounds(claim=claim)
+        print(f"{label:>25}: {min(shares):.3f}-{max(shares):.3f} ({len(shares)} rounds)")

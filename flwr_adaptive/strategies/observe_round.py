@@ -155,7 +155,7 @@ def believed_reports(
 
     # A sampled federation's other known nodes join the medians the claims are judged by (not judged
     # themselves); a resumed estimate no reply confirmed is left out, like above.
-    in_round = set(core._keys([*core._round_sampled, *key_of]))
+    in_round = set(key_of.values()) | set(core._keys(core._round_sampled))
     population = [est for key, est in estimates.items() if key not in in_round and key not in core._unverified]
     # judged without a claimed set-up: the compute the controller learns the per-sample cost from
     setups = {r.node_id: r.setup_part() for r in claims} if core.models_setup() else {}
