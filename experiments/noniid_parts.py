@@ -15,7 +15,7 @@ against the user's batch size and equal steps); ``trust`` for the cost-trust rul
 (:data:`TRUST_ROWS`: the default with its rules, with the rule before the edge and with trust off); ``objective``
 for the normalised rule's objectives (:data:`OBJECTIVE_ROWS`: the default, ``"equal-split"``, and ``"data-size"``).
 :func:`part_args` turns the command's arguments into one part's; :func:`splice_part` puts a
-part's lines into the page, replacing that part only.
+part's lines into the page, replacing that part only; :func:`kept_parts` reads every part a page holds.
 
 Cost
 ----
@@ -156,6 +156,18 @@ def splice_part(page: str, lines: Sequence[str], name: str) -> str:
     order = list(PARTS)
     before = [PARTS[n].end for n in order[: order.index(name)] if PARTS[n].end in page]
     return splice(page, lines, start=part.start, end=part.end, after=before[-1] if before else None)
+
+
+def kept_parts(page: str) -> list[str]:
+    """The lines of every part ``page`` holds (its markers included), in :data:`PARTS`' order with a blank line
+    between parts: the non-IID section ``--skip-noniid`` keeps when it rewrites an existing page."""
+    lines = page.splitlines()
+    kept: list[str] = []
+    for part in PARTS.values():
+        if part.start in lines and part.end in lines[lines.index(part.start):]:
+            start = lines.index(part.start)
+            kept += [*([""] if kept else []), *lines[start: lines.index(part.end, start) + 1]]
+    return kept
 
 
 def part_section(name: str, args: Any, summary: pd.DataFrame, metric_of: dict[str, str], higher_of: dict[str, bool],

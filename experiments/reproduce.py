@@ -46,7 +46,7 @@ paper's four policies, no DDP/HFL (the test suite runs it).
 The non-IID section comes in parts, each between its own markers with its own CSV
 (:mod:`experiments.noniid_parts`): the command renders every part; ``--only-noniid`` runs and
 replaces them in an existing page, ``--noniid-part NAME`` one of them only (the others are kept
-as they are).
+as they are); ``--skip-noniid`` reruns the rest of the page and keeps its non-IID section as it is.
 
 Files: this module is the command line (every flag, the checks of their values) and the
 orchestration (the runs' order, the settings a cached run depends on, provenance); the runs are
@@ -190,7 +190,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--hfl-policies", default=",".join(HFL_POLICIES), help="comma-separated experiments.hfl policies")
     ap.add_argument("--section-timeout", type=float, default=1800.0,
                     help="seconds before one DDP/HFL command is killed")
-    ap.add_argument("--skip-noniid", action="store_true", help="no non-IID section")
+    ap.add_argument("--skip-noniid", action="store_true",
+                    help="no non-IID runs; the page's non-IID section, if it has one, is kept as it is")
     ap.add_argument("--only-noniid", action="store_true",
                     help="run only the non-IID section and replace it in the existing <out>/results.md")
     ap.add_argument("--noniid-part", default="all",
@@ -477,6 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for part in noniid_parts(args) if args.noniid else []:
         extra += [*([""] if extra else []),
                   *noniid_lines(args, work, out / "results", per_sample, machine, commit, command, date, part)]
+    if not args.noniid and (out / "results.md").exists():
+        from experiments.noniid_parts import kept_parts
+
+        extra = kept_parts((out / "results.md").read_text())  # each part keeps its own command and provenance
     wall = time.perf_counter() - started
     page = write_page(out, args, rows, per_sample, metric_of, higher_better, ddp, hfl, wall, earlier, earlier_commits,
                       machine, commit, command, date, extra)

@@ -291,6 +291,32 @@ def test_only_noniid_replaces_the_section_and_keeps_the_rest(quick, tmp_path):
     assert noniid.splice("# R\n\n## Files\nx\n", ["A"]) == "# R\n\nA\n\n## Files\nx\n"
 
 
+def test_skip_noniid_reruns_the_rest_and_keeps_the_pages_noniid_section(quick, tmp_path):
+    # Prepare: the quick page with a stale IID part and a non-IID section no run would write
+    from experiments import noniid, reproduce
+    from experiments.noniid_parts import PARTS, kept_parts
+
+    out, _, _ = quick
+    page = (out / "results.md").read_text()
+    head, rest = page.split(noniid.MARK_START)
+    section = noniid.MARK_START + "\nkept by hand\n" + noniid.MARK_END
+    trust = PARTS["trust"]
+    (tmp_path / "results.md").write_text("# stale IID part\n\n" + section + "\n\n" + trust.start + "\nx\n" + trust.end
+                                         + "\n\n## Files\n")
+    # Execute: reusing the quick run's finished units
+    assert reproduce.main(["--quick", "--skip-noniid", "--out", str(tmp_path), "--work", str(out / "work"),
+                           "--jobs", "1"]) == 0
+    again = (tmp_path / "results.md").read_text()
+    # Assert: the IID part is rendered afresh; the non-IID parts are kept verbatim, in order, before "Files"
+    assert "stale IID part" not in again
+    iid = again.split(noniid.MARK_START)[0]
+    assert iid.split("## Set-up")[1] == head.split("## Set-up")[1]  # above it: this invocation's date and wall time
+    assert section + "\n\n" + trust.start + "\nx\n" + trust.end + "\n\n## Files" in again
+    # a part whose end marker is missing is not kept (nothing half-copied); none at all: nothing kept
+    assert kept_parts(trust.start + "\nx\n" + section) == section.splitlines()
+    assert kept_parts(head) == []
+
+
 def test_every_row_runs_to_equals_time_or_its_target_and_reports_finals_at_equal_rounds(quick):
     # Prepare: the quick form's runs (Equal + FedAvg 4 rounds, cap 4 × 4)
     from experiments.reproduce import parse_args
