@@ -73,7 +73,7 @@ Untrusted claims (every number here comes from a client):
 Cost
 ----
 O(clients) numpy for the plan (the cap adds one ``minimum``); one pass over each model's arrays
-for the rescaling (float64 arithmetic, cast back to the array's dtype).
+for the rescaling (float64 arithmetic, cast to the more precise of the model's and the array's dtype).
 """
 
 from __future__ import annotations
@@ -273,8 +273,10 @@ def rescale_update(
 ) -> list[np.ndarray]:
     """``x + scale·(x_i − x)`` for every floating-point array; other arrays returned as sent.
 
-    The arithmetic is float64 and cast back to each array's dtype; ``scale == 1`` returns the
-    client's arrays themselves (no rounding).
+    The arithmetic is float64, cast to the more precise of the model's and the client's dtype (a
+    float16 reply next to a float32 model comes back float32: at float16, ``60000 · 2`` is ``inf``);
+    ``scale == 1`` returns the client's arrays themselves (no rounding). A result can still exceed
+    its dtype's range (float32 ``3e38 · 2``): the caller checks finiteness.
     """
     if len(global_arrays) != len(local_arrays):
         raise ValueError(f"the model sent has {len(global_arrays)} arrays, the client's {len(local_arrays)}")
@@ -287,7 +289,9 @@ def rescale_update(
             out.append(xi)
             continue
         x64 = np.asarray(x, dtype=np.float64)
-        out.append((x64 + float(scale) * (xi.astype(np.float64) - x64)).astype(xi.dtype))
+        dtype = np.promote_types(np.asarray(x).dtype, xi.dtype) if _is_float(np.asarray(x)) else xi.dtype
+        with np.errstate(over="ignore"):  # an overflow becomes inf, which the caller refuses
+            out.append((x64 + float(scale) * (xi.astype(np.float64) - x64)).astype(dtype))
     return out
 
 

@@ -97,6 +97,16 @@ def test_rescale_passes_integer_buffers_through_and_keeps_dtypes():
     assert out[1] is xi[1]
 
 
+def test_rescale_of_a_lower_precision_array_is_at_the_models_precision():
+    # at float16, x + 1.75·(60000 − x) ≈ 105000 is inf; at the model's float32 it is the step
+    x = [np.array([1.0, -2.0], dtype=np.float32)]
+    out = rescale_update(x, [np.full(2, 60000.0, dtype=np.float16)], 1.75)
+    assert out[0].dtype == np.float32
+    np.testing.assert_allclose(out[0], x[0] + 1.75 * (60000.0 - x[0]), rtol=1e-6)
+    # beyond the model's own range it overflows to inf (which the strategies refuse), without a warning
+    assert np.isinf(rescale_update(x, [np.full(2, 3e38, dtype=np.float32)], 1.75)[0]).all()
+
+
 def test_out_of_range_inputs_are_refused():
     with pytest.raises(ValueError, match="momentum"):
         local_work(3, momentum=1.0)

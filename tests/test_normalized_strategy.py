@@ -295,6 +295,76 @@ def test_fedadam_keeps_training_float32_clients_after_it_sends_float64(api):
     assert x[0].dtype == np.float64  # what FedAdam sends: the float32 replies were kept beside it
 
 
+def _precision_round(api, strategy, x, per_node, rnd):
+    """One round through either API; the aggregate's arrays."""
+    if api == "message":
+        return message_round(strategy, x, per_node, rnd=rnd)
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+
+    from test_strategy_core import _Manager
+
+    pairs = strategy.configure_fit(rnd, ndarrays_to_parameters(x), _Manager([11 + i for i in range(len(per_node))]))
+    results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(m), 1, telemetry(100, i, **kw)))
+               for i, ((proxy, _), (kw, m)) in enumerate(zip(pairs, per_node))]
+    params, _ = strategy.aggregate_fit(rnd, results, [])
+    return parameters_to_ndarrays(params)
+
+
+def _precision_strategy(api, n):
+    if api == "message":
+        return AdaptiveStrategy(_fedavg(n), budget=100 * n, policy="equal")
+    from flwr.server.strategy import FedAvg
+
+    return LegacyAdaptiveStrategy(FedAvg(min_fit_clients=n, min_available_clients=n), budget=100 * n, policy="equal")
+
+
+F32 = [np.array([1.0, -2.0], dtype=np.float32)]
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_float16_reply_is_rescaled_at_the_models_precision(api):
+    # A float16 reply of 60000 that took half the others' steps is moved to x + 1.75·(x_i − x) ≈ 105000:
+    # beyond float16's 65504. Rescaled at its own dtype it became inf and the global model with it.
+    per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)]) for _ in range(3)]
+    per_node.append((dict(steps=5), [np.full(2, 60000.0, dtype=np.float16)]))
+    got = _precision_round(api, _precision_strategy(api, 4), F32, per_node, rnd=1)
+    assert got[0].dtype == np.float32 and np.isfinite(got[0]).all()
+    fair = fednova_update([F32[0].astype(np.float64)], [[m[0].astype(np.float64)] for _, m in per_node],
+                          [1, 1, 1, 1], [10, 10, 10, 5])[0]
+    np.testing.assert_allclose(got[0], fair, rtol=1e-6)
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_float16_first_reply_does_not_make_the_model_float16(api):
+    # Flower's average accumulates in the first reply's dtype: a float16 first reply made the global model
+    # float16, and from the next round on every honest float32 reply had more precision than the model and
+    # was refused, leaving the float16 client the whole federation.
+    strategy = _precision_strategy(api, 4)
+    x = F32
+    for rnd in (1, 2):
+        per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float16)])]
+        per_node += [(dict(steps=10), [(x[0] + i).astype(np.float32)]) for i in range(3)]
+        x = _precision_round(api, strategy, x, per_node, rnd=rnd)
+        assert x[0].dtype == np.float32
+        assert strategy.history.iloc[-1]["clients"] == 4 and strategy.history.iloc[-1]["skipped"] == 0
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_rescaled_update_that_overflows_the_models_dtype_is_skipped_with_one_line(api, caplog):
+    # float32 3e38 rescaled by 1.75 is beyond float32's 3.4e38: inf, which would make the global model inf
+    per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)]) for _ in range(3)]
+    per_node.append((dict(steps=5), [np.full(2, 3e38, dtype=np.float32)]))
+    strategy = _precision_strategy(api, 4)
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = _precision_round(api, strategy, F32, per_node, rnd=1)
+    assert np.isfinite(got[0]).all()
+    # the three others at the scale the round computed with all four (τ_eff = 35/4, scale 0.875 for 10 steps)
+    np.testing.assert_allclose(got[0], F32[0] + 0.875 * (0.5 - F32[0]), rtol=1e-6)
+    lines = [line for line in sup.adaptive_lines(caplog) if "rescaled by 1.75" in line and "non-finite" in line]
+    assert len(lines) == 1 and "skipped" in lines[0]
+    assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 1
+
+
 def test_client_history_shows_each_updates_weight_and_scale():
     per_node = [(dict(steps=2, data_size=100), [np.zeros(1)]), (dict(steps=6, data_size=300), [np.zeros(1)]),
                 (dict(steps=4, data_size=200), [np.zeros(1)])]

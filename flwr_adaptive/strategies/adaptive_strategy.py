@@ -68,13 +68,14 @@ from flwr_adaptive.strategies.normalization import (
     check_objective_applies,
     default_max_rescale,
 )
-from flwr_adaptive.strategies.records import rescaled_record, with_config
+from flwr_adaptive.strategies.records import replace_record, rescaled_record, with_config
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
     array_layout,
+    check_arrays,
     describe_removed,
     harmonize_metrics,
 )
@@ -455,8 +456,12 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         scales = self.update_scales(server_round, reports, weights)
         for msg, report in zip(kept, reports):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
-            if scales.get(report.node_id, 1.0) != 1.0:
-                self._rescale(msg, scales[report.node_id])
+            if scales.get(report.node_id, 1.0) != 1.0 and (reason := self._rescale(msg, scales[report.node_id])):
+                skipped[report.node_id] = "invalid"
+                log(WARNING, "[adaptive] round %s: %s: %s; skipped", server_round, self.who(report.node_id), reason)
+        if any(r.node_id in skipped for r in reports):
+            pairs = [(m, r) for m, r in zip(kept, reports) if r.node_id not in skipped]
+            kept, reports = [m for m, _ in pairs], [r for _, r in pairs]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         for msg in kept:  # the inner strategy averages the user's own metrics only
             strip_telemetry(
@@ -471,28 +476,31 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
 
-    def _rescale(self, msg: Message, scale: float) -> None:
-        """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round).
+    def _rescale(self, msg: Message, scale: float) -> str | None:
+        """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round);
+        why the reply cannot be averaged (``None``: it can).
 
-        Arrays are paired by name (screening checked that the reply holds the model's names,
-        shapes and dtypes); only floating-point arrays move
-        (:func:`flwr_adaptive.normalized_averaging.rescale_update`). Without the model sent
-        (``configure_train`` not called) the reply is left as it is.
+        Arrays are paired by name (screening checked that the reply holds the model's names and
+        shapes, and cast it up to the model's dtypes); only floating-point arrays move
+        (:func:`flwr_adaptive.normalized_averaging.rescale_update`). A rescaled update that
+        overflows the model's dtype (values near its largest) is refused, not averaged. Without the
+        model sent (``configure_train`` not called) the reply is left as it is.
         """
         sent = getattr(self, "_sent_arrays", None)
         if sent is None:
-            return
+            return None
         record = self._records_of[id(msg)][0]
         cache = getattr(self, "_sent_cache", None)
         if cache is None or cache[0] is not sent:  # the model sent, decoded once per round
             cache = self._sent_cache = (sent, {k: v.numpy() for k, v in sent.items()})
         new = rescaled_record(record, cache[1], scale)
         if new is None:
-            return  # screening refuses such a reply; nothing here to rescale from
-        for name, rec in list(msg.content.items()):
-            if rec is record:
-                msg.content[name] = new
+            return None  # screening refuses such a reply; nothing here to rescale from
+        if reason := check_arrays(new, None):
+            return f"its update rescaled by {scale:.3g}: {reason}"
+        replace_record(msg, record, new)
         self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
+        return None
 
     def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
         """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""

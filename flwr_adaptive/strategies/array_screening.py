@@ -5,28 +5,31 @@ Contract
 :func:`usable_arrays` keeps the replies whose ArrayRecord matches the reference layout (the model
 sent this round: names, shapes, dtypes) and holds finite values (``screening.check_arrays``); each
 other reply is marked ``"invalid"`` in ``skipped`` with one warning naming its node and why (its
-update would break the inner average or corrupt the model). Without a known model layout
+update would break the inner average or corrupt the model). A kept reply holding an array at lower
+precision than the model's gets it cast up to the model's dtype, in the reply and in
+``records_of`` (``screening.lower_precision``). Without a known model layout
 (``configure_train`` not called) the most common layout among the replies is the reference, so a
 minority of odd replies cannot set it.
 
 Cost
 ----
-One layout and finiteness check per reply (``check_arrays``); the fallback reference decodes
-each reply's layout once.
+One layout and finiteness check per reply (``check_arrays``), one copy of each array cast up; the
+fallback reference decodes each reply's layout once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, MutableMapping
 from logging import WARNING
 from typing import Any
 
 from flwr.app import Message
 
 from flwr_adaptive._logging import logger
+from flwr_adaptive.strategies.records import cast_record, replace_record
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.screening import ArrayLayout, array_layout, check_arrays
+from flwr_adaptive.strategies.screening import ArrayLayout, array_layout, check_arrays, lower_precision
 
 __all__ = ["usable_arrays"]
 
@@ -36,7 +39,7 @@ def usable_arrays(
     pairs: list[tuple[Message, ClientReport]],
     skipped: dict[Hashable, str],
     reference: ArrayLayout | None,
-    records_of: Mapping[int, tuple[Any, Any]],
+    records_of: MutableMapping[int, tuple[Any, Any]],
     who: Callable[[Hashable], str],
 ) -> list[tuple[Message, ClientReport]]:
     """The ``(reply, report)`` pairs whose arrays can be averaged (see the module docstring).
@@ -57,6 +60,11 @@ def usable_arrays(
         record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
         reason = check_arrays(record, reference)
         if reason is None:
+            if dtypes := lower_precision(array_layout(record), reference):
+                cast = cast_record(record, dtypes)
+                replace_record(msg, record, cast)
+                if id(msg) in records_of:
+                    records_of[id(msg)] = (cast, records_of[id(msg)][1])
             kept.append((msg, report))
             continue
         skipped[report.node_id] = "invalid"

@@ -65,7 +65,13 @@ from flwr_adaptive.strategies.normalization import (
 )
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
-from flwr_adaptive.strategies.screening import ArrayLayout, check_ndarrays, ndarray_layout, size_reason
+from flwr_adaptive.strategies.screening import (
+    ArrayLayout,
+    check_ndarrays,
+    lower_precision,
+    ndarray_layout,
+    size_reason,
+)
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
@@ -369,18 +375,23 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
-        reweighted = [
-            (
-                proxy,
-                replace(
-                    res,
-                    parameters=self._rescaled(res.parameters, scales.get(node_id_of(proxy), 1.0)),
-                    num_examples=int(weights[node_id_of(proxy)]),
-                    metrics=user_metrics(res.metrics),
-                ),
+        reweighted = []
+        for proxy, res in kept:
+            node = node_id_of(proxy)
+            parameters, reason = self._rescaled(res.parameters, scales.get(node, 1.0))
+            if reason:
+                skipped[node] = "invalid"
+                log(WARNING, "[adaptive] round %s: %s: %s; skipped", server_round, self.who(node), reason)
+                continue
+            reweighted.append(
+                (
+                    proxy,
+                    replace(
+                        res, parameters=parameters, num_examples=int(weights[node]), metrics=user_metrics(res.metrics)
+                    ),
+                )
             )
-            for proxy, res in kept
-        ]
+        reports = [r for r in reports if r.node_id not in skipped]
         if reweighted:
             params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
             metrics = {**(metrics or {}), **telemetry_metrics(reports)}
@@ -390,13 +401,17 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
 
-    def _rescaled(self, parameters: Parameters, scale: float) -> Parameters:
-        """``x + scale·(x_i − x)`` of a result's parameters (x: the model sent this round)."""
+    def _rescaled(self, parameters: Parameters, scale: float) -> tuple[Parameters, str | None]:
+        """``x + scale·(x_i − x)`` of a result's parameters (x: the model sent this round), and why
+        they cannot be averaged (``None``: they can): a rescaled update that overflows the model's
+        dtype is refused, not averaged."""
         sent = getattr(self, "_sent_ndarrays", None)
         if scale == 1.0 or sent is None:
-            return parameters
+            return parameters, None
         moved = rescale_update(sent, parameters_to_ndarrays(parameters), scale)
-        return ndarrays_to_parameters(moved)
+        if reason := check_ndarrays(moved, None):
+            return parameters, f"its update rescaled by {scale:.3g}: {reason}"
+        return ndarrays_to_parameters(moved), None
 
     def setup_evidence(
         self, results: list[tuple[ClientProxy, FitRes]], failures: list[tuple[ClientProxy, FitRes] | BaseException]
@@ -460,7 +475,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 skipped[node] = "invalid"
                 log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
                 continue
-            if reason := self._arrays_problem(res):
+            res, reason = self._screened_arrays(res)
+            if reason:
                 skipped[node] = "invalid"
                 log(
                     WARNING,
@@ -497,13 +513,21 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 )
         return kept, reports, skipped
 
-    def _arrays_problem(self, res: FitRes) -> str | None:
-        """Why ``res.parameters`` cannot be averaged into the model (``None``: they can)."""
+    def _screened_arrays(self, res: FitRes) -> tuple[FitRes, str | None]:
+        """``res`` with its arrays at the model's precision, and why they cannot be averaged into the
+        model (``None``: they can). An array at lower precision than the model's is cast up
+        (``screening.lower_precision``: a reply's precision must not become the model's)."""
         try:
             arrays = parameters_to_ndarrays(res.parameters)
         except Exception as err:  # noqa: BLE001 - undecodable parameters are the client's fault
-            return f"parameters cannot be decoded ({type(err).__name__}: {err})"
-        return check_ndarrays(arrays, getattr(self, "_reference_layout", None))
+            return res, f"parameters cannot be decoded ({type(err).__name__}: {err})"
+        reference = getattr(self, "_reference_layout", None)
+        if reason := check_ndarrays(arrays, reference):
+            return res, reason
+        if dtypes := lower_precision(ndarray_layout(arrays), reference):
+            cast = [a.astype(dtypes[str(i)]) if str(i) in dtypes else a for i, a in enumerate(arrays)]
+            res = replace(res, parameters=ndarrays_to_parameters(cast))
+        return res, None
 
     def configure_evaluate(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager

@@ -12,12 +12,16 @@ its ConfigRecords (the inner strategy's own entries kept), or in a new one under
 when it has none. :func:`rescaled_record` is a reply's ArrayRecord moved to ``x + scale·(x_i −
 x)`` from the model sent, paired by name (normalised aggregation;
 :func:`flwr_adaptive.normalized_averaging.rescale_update`: only floating-point arrays move), or
-``None`` when the reply holds a name the model sent does not.
+``None`` when the reply holds a name the model sent does not. :func:`cast_record` is a reply's
+ArrayRecord with the named arrays cast to the given dtypes (screening casts a lower-precision reply
+up to the model's), and :func:`replace_record` puts a new ArrayRecord in a reply in place of its old
+one.
 
 Cost
 ----
 ``split_records``: O(records in the reply), no validation, no copies; ``with_config``: one
-ConfigRecord copy, the ArrayRecord shared; ``rescaled_record``: one pass over the model.
+ConfigRecord copy, the ArrayRecord shared; ``rescaled_record``: one pass over the model;
+``cast_record``: one copy of each array it casts.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Messa
 
 from flwr_adaptive.normalized_averaging import rescale_update
 
-__all__ = ["split_records", "with_config", "rescaled_record"]
+__all__ = ["split_records", "with_config", "rescaled_record", "cast_record", "replace_record"]
 
 
 def split_records(content: Any) -> tuple[list[tuple[str, ArrayRecord]], list[tuple[str, MetricRecord]]]:
@@ -70,3 +74,17 @@ def rescaled_record(record: ArrayRecord, sent: Mapping[str, np.ndarray], scale: 
         return None
     moved = rescale_update([sent[k] for k in names], [record[k].numpy() for k in names], scale)
     return ArrayRecord(array_dict=OrderedDict((k, Array(v)) for k, v in zip(names, moved)))
+
+
+def cast_record(record: ArrayRecord, dtypes: Mapping[str, str]) -> ArrayRecord:
+    """``record`` with each array named in ``dtypes`` cast to its dtype, the others as they are."""
+    return ArrayRecord(
+        array_dict=OrderedDict((k, Array(v.numpy().astype(dtypes[k])) if k in dtypes else v) for k, v in record.items())
+    )
+
+
+def replace_record(msg: Message, old: ArrayRecord, new: ArrayRecord) -> None:
+    """Put ``new`` in ``msg``'s content under the name(s) that hold ``old``."""
+    for name, rec in list(msg.content.items()):
+        if rec is old:
+            msg.content[name] = new

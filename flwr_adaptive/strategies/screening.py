@@ -13,7 +13,9 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   lower precision, as a float32 client returns a model its inner FedAdam sent as float64) and
   require finite values. The layout the
   server sent is the reference, not the majority's: a colluding majority cannot make the model
-  change shape.
+  change shape. :func:`lower_precision` names the arrays of an accepted reply to cast up to the
+  model's dtype before they are rescaled or averaged: a reply's precision must not become the
+  model's.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
 - :func:`check_weight` checks an evaluation reply's weight (``num-examples``, which the
   inner strategy divides by): a finite number in ``[0, MAX_COUNT]``. A negative weight could
@@ -64,6 +66,7 @@ __all__ = [
     "ndarray_layout",
     "check_arrays",
     "check_ndarrays",
+    "lower_precision",
     "check_weight",
     "harmonize_metrics",
     "metric_kind",
@@ -176,6 +179,24 @@ def _same_values(shape: tuple[int, ...], dtype: str, want_shape: tuple[int, ...]
     except TypeError:
         return False
     return shape == want_shape and got.kind == want.kind == "f" and got.itemsize <= want.itemsize
+
+
+def lower_precision(layout: ArrayLayout, reference: ArrayLayout | None) -> dict[str, str]:
+    """``{name: the model's dtype}`` for the arrays of an accepted reply held at lower precision.
+
+    The strategies cast these up before anything else reads the reply. Left as sent, a reply at lower
+    precision would set the precision of what it touches: Flower's average accumulates in the first
+    reply's dtype (a float16 first reply made the global model float16, and every float32 reply of the
+    next round then had more precision than the model and was refused), and a rescaled update cast
+    back to float16 overflows at 65504.
+    """
+    if reference is None:
+        return {}
+    return {
+        name: reference[name][1]
+        for name, (_, dtype) in layout.items()
+        if name in reference and dtype != reference[name][1]
+    }
 
 
 def _layout_reason(layout: ArrayLayout, reference: ArrayLayout) -> str | None:
