@@ -69,6 +69,9 @@ Untrusted claims (every number here comes from a client):
   ``‖a_i‖₁`` by at most the same tolerance from the work of its steps under the round's median
   optimizer: a proximal claim cannot enlarge its own update to the cap, a momentum claim cannot
   lengthen every client's step.
+- Both judge a claim against the round's median, which needs 3 clients: a round that samples
+  fewer takes its medians over itself and ``peers`` (the last passing claims of clients outside
+  the round, which the strategies keep), so two sampled nodes of many are still screened.
 
 Cost
 ----
@@ -337,12 +340,23 @@ def capped_weights(claims: ArrayLike, cap: float | None = WEIGHT_CAP) -> tuple[n
     return np.where(clipped, bound, w), clipped
 
 
+def _peer_columns(peers: ArrayLike | None, columns: int, round_size: int) -> list[np.ndarray]:
+    """The columns of ``peers`` ``(k, columns)``; empty when the round has 3 clients or more (its own
+    medians judge it) or there are no peers."""
+    if peers is None or round_size >= 3:
+        return [np.empty(0) for _ in range(columns)]
+    a = np.asarray(peers, dtype=float).reshape(-1, columns)
+    a = a[np.isfinite(a).all(axis=1)]
+    return [a[:, j] for j in range(columns)]
+
+
 def plausible_steps(
     steps: ArrayLike,
     samples: ArrayLike,
     tolerance: float = STEP_TOLERANCE,
     equal_steps: bool = False,
     reference: float | None = None,
+    peers: ArrayLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, clipped)``: claimed steps kept within ``tolerance`` of the round's steps per sample.
 
@@ -359,29 +373,36 @@ def plausible_steps(
     ``samples_i`` steps in a pass). A fleet whose loops ignore the reference (batches of the
     user's size over the quota) takes the steps of the plain rule instead, so the round uses the
     reading (by ``e_i`` or by ``samples_i``) that clips fewer claims, the reference's on a tie.
+
+    A round of fewer than 3 clients (two sampled nodes of many) has no median of its own: ``peers``,
+    rows ``(steps per sample by samples, steps per sample by e, steps)`` of clients outside the round
+    (their last claims that passed, each at its own round's reading), completes the medians when the
+    round and the peers are 3 or more together; otherwise the claims are returned unchecked.
     """
     s = _as_array(steps, "steps")
     n = _as_array(samples, "samples")
     if s.shape != n.shape:
         raise ValueError(f"steps and samples must have one length, got {s.shape} and {n.shape}")
-    if len(s) < 3:
+    peer_rate, peer_rate_e, peer_steps = _peer_columns(peers, 3, len(s))
+    if len(s) + len(peer_rate) < 3:
         return s.copy(), np.zeros(len(s), dtype=bool)
     if not tolerance >= 1:
         raise ValueError(f"the step tolerance must be >= 1, got {tolerance!r}")
     if reference is not None and not reference >= 1:
         raise ValueError(f"the reference quota must be >= 1 (or None), got {reference!r}")
-    m = float(np.median(s / n))
+    median_steps = float(np.median(np.concatenate([s, peer_steps])))
+    m = float(np.median(np.concatenate([s / n, peer_rate])))
     lo = np.maximum(1.0, n * m / tolerance)
-    hi = np.maximum(n * m * tolerance, float(np.median(s)))
+    hi = np.maximum(n * m * tolerance, median_steps)
     if reference is not None:  # the clients shrank their batches, or their loops ignored the reference
         e = np.maximum(n, float(reference))
-        m_e = float(np.median(s / e))
+        m_e = float(np.median(np.concatenate([s / e, peer_rate_e])))
         lo_e = np.maximum(1.0, np.minimum(e * m_e / tolerance, n))
-        hi_e = np.maximum(e * m_e * tolerance, float(np.median(s)))
+        hi_e = np.maximum(e * m_e * tolerance, median_steps)
         if np.count_nonzero((s < lo_e) | (s > hi_e)) <= np.count_nonzero((s < lo) | (s > hi)):
             lo, hi = lo_e, hi_e
     if equal_steps:
-        med = float(np.median(s))
+        med = median_steps
         lo = np.minimum(lo, max(1.0, med / tolerance))
         hi = np.maximum(hi, med * tolerance)
     out = np.clip(s, lo, np.maximum(lo, hi))
@@ -393,6 +414,7 @@ def plausible_work(
     momentum: ArrayLike,
     proximal_alpha: ArrayLike,
     tolerance: float = STEP_TOLERANCE,
+    peers: ArrayLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(work, clipped)``: each client's ``‖a_i‖₁`` with its optimizer claim kept within ``tolerance``.
 
@@ -403,18 +425,24 @@ def plausible_work(
     (already screened) ``steps`` under the round's median momentum and median α: a fleet on one optimizer
     is unchanged, and one claim moves its own factor, and τ_eff, by at most ``tolerance``. A work that is
     not a positive finite number (momentum and a strong proximal term can make the sum of a claim's
-    coefficients ≤ 0) is taken at ``r_i``; with fewer than 3 clients, at the client's steps (plain SGD).
+    coefficients ≤ 0) is taken at ``r_i``. A round of fewer than 3 clients takes its medians over
+    itself and ``peers``, rows ``(momentum, α)`` of clients outside the round (their last claims that
+    passed), when they are 3 or more together; otherwise its claims are believed, a work that is not
+    a positive number taken at the client's steps (plain SGD).
     """
     s = _as_array(steps, "steps")
     work = local_work(s, momentum, proximal_alpha).astype(float)
-    if len(s) < 3:
+    peer_rho, peer_alpha = _peer_columns(peers, 2, len(s))
+    if len(s) + len(peer_rho) < 3:
         bad = ~(np.isfinite(work) & (work > 0))
         return np.where(bad, s, work), bad
     if not tolerance >= 1:
         raise ValueError(f"the step tolerance must be >= 1, got {tolerance!r}")
     rho = np.broadcast_to(_as_array(momentum, "momentum"), s.shape)
     alpha = np.broadcast_to(_as_array(proximal_alpha, "proximal_alpha"), s.shape)
-    reference = local_work(s, float(np.median(rho)), float(np.median(alpha)))
+    median_rho = float(np.median(np.concatenate([rho, peer_rho])))
+    median_alpha = float(np.median(np.concatenate([alpha, peer_alpha])))
+    reference = local_work(s, median_rho, median_alpha)
     reference = np.where(np.isfinite(reference) & (reference > 0), reference, s)
     out = np.where(np.isfinite(work) & (work > 0), work, reference)
     out = np.clip(out, reference / tolerance, reference * tolerance)

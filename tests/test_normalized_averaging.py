@@ -140,6 +140,41 @@ def test_plausible_steps_by_hand():
     assert steps.tolist() == [10, 10, 10, 1] and not clipped.any()
 
 
+def test_a_round_of_two_is_judged_against_its_peers_by_hand():
+    # Two clients have no median: alone, a claim of 1 step for 100 samples passes unchecked (its factor
+    # would be ~5.5x). With three peers at 0.1 steps per sample the median rate is 0.1: 1 is raised to
+    # 100·0.1/2 = 5; the honest 10 steps stay.
+    assert plausible_steps([10, 1], [100, 100])[0].tolist() == [10, 1]
+    peers = [(0.1, 0.1, 10.0)] * 3
+    steps, clipped = plausible_steps([10, 1], [100, 100], 2.0, peers=peers)
+    assert steps.tolist() == [10, 5] and clipped.tolist() == [False, True]
+    # a round of 3 or more has its own medians: the peers are not read
+    np.testing.assert_array_equal(plausible_steps([4, 4, 1], [100, 100, 100], 2.0, peers=[(9.0, 9.0, 900.0)] * 5)[0],
+                                  plausible_steps([4, 4, 1], [100, 100, 100], 2.0)[0])
+    # α = lr·μ = 0.995 makes 10 steps worth ~1 (its factor up to the cap); the peers' median optimizer
+    # (momentum 0.9, α 0) makes them worth r = local_work(10, 0.9) = 41.4: its work is kept at r/2
+    r = float(local_work(10, 0.9))
+    work, clipped = plausible_work([10, 10], [0.9, 0.0], [0.0, 0.995], 2.0, peers=[(0.9, 0.0)] * 3)
+    assert work.tolist() == pytest.approx([r, r / 2]) and clipped.tolist() == [False, True]
+    alone, clipped = plausible_work([10, 10], [0.9, 0.0], [0.0, 0.995], 2.0)
+    assert alone[1] == pytest.approx(float(local_work(10, 0.0, 0.995))) and not clipped.any()
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(st.tuples(st.integers(1, 500), st.integers(1, 5000)), min_size=3, max_size=9),
+    st.integers(0, 1),
+)
+def test_a_small_round_with_the_others_as_peers_is_judged_as_the_whole_round_would_be(pairs, k):
+    # Peers are the rest of the round: the medians are the whole round's, so the k + 1 clients in the
+    # small round get the bounds the full round gives them.
+    steps, samples = (np.array(c, dtype=float) for c in zip(*pairs))
+    full, _ = plausible_steps(steps, samples, 2.0)
+    peers = [(s / n, s / n, s) for s, n in zip(steps[k + 1:], samples[k + 1:])]
+    small, _ = plausible_steps(steps[: k + 1], samples[: k + 1], 2.0, peers=peers)
+    np.testing.assert_allclose(small, full[: k + 1])
+
+
 def test_capped_rescale_by_hand_with_plain_sgd():
     # x = 1; A: 2 steps to 0 (Δ = 1), B: 6 steps to -5 (Δ = 6); equal data. τ_eff = 4, FedNova's
     # factors 2 and 2/3. Cap 1.5: A's factor is 1.5, B's stays 2/3:

@@ -295,6 +295,44 @@ def test_fedadam_keeps_training_float32_clients_after_it_sends_float64(api):
     assert x[0].dtype == np.float64  # what FedAdam sends: the float32 replies were kept beside it
 
 
+def test_in_a_sampled_federation_a_round_of_two_screens_an_optimizer_claim_against_the_population(caplog):
+    # FedAvg samples 2 of 5 nodes a round: a round of two has no median of its own, and a claim of
+    # α = lr·μ = 0.995 (10 steps worth ~1) once got the liar's update scaled to the cap while its honest
+    # partner's shrank to ~0.5. The nodes seen in earlier rounds (momentum 0.9) are now the median.
+    import random
+
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    random.seed(3)
+    nodes = [100 + i for i in range(5)]
+    liar = nodes[4]
+    strategy = AdaptiveStrategy(FedAvg(fraction_train=0.4, fraction_evaluate=0.0, min_train_nodes=2,
+                                       min_available_nodes=5), budget=200, policy="equal")
+    honest_work = float(local_work(10, 0.9))
+    judged, x = [], [np.zeros(2)]
+    with caplog.at_level("WARNING", logger="flwr"):
+        for rnd in range(1, 13):
+            msgs = list(strategy.configure_train(rnd, ArrayRecord(x), ConfigRecord(), FakeGrid(nodes)))
+            sampled = [m.metadata.dst_node_id for m in msgs]
+            seen_before = set(strategy.aggregation.peer_optimizers) - set(sampled)
+            replies = []
+            for m in msgs:
+                node = m.metadata.dst_node_id
+                claim = dict(steps=10, lr=0.1, mu=9.95) if node == liar else dict(steps=10, momentum=0.9, lr=0.1)
+                replies.append(reply(m, telemetry(100, nodes.index(node), **claim), [np.ones(2)]))
+            strategy.aggregate_train(rnd, replies)
+            if liar in sampled and len(seen_before) >= 2:
+                judged.append(rnd)
+                scales = strategy.last_scales
+                partner = next(n for n in sampled if n != liar)
+                # its work is kept at ≥ r/2, so its factor is at most 2 and its partner's at least 0.75
+                assert scales[liar] <= 2.0 + 1e-9 and scales[partner] >= 0.75 - 1e-9
+                assert scales[liar] == pytest.approx((honest_work + honest_work / 2) / 2 / (honest_work / 2))
+    assert judged  # the seed samples the liar after the population is known
+    assert any("claims an optimizer" in line for line in sup.adaptive_lines(caplog))
+
+
 def _precision_round(api, strategy, x, per_node, rnd):
     """One round through either API; the aggregate's arrays."""
     if api == "message":

@@ -577,13 +577,15 @@ class AdaptiveCore:
         """Drop what is kept about node ids that are no longer connected; returns them.
 
         The node book forgets them and releases their partitions (``PartitionMap.forget``: the
-        same partition under a new node id resumes its estimate); their assigned quota and
-        ``"node-<id>"`` controller slot and cap go too. The API classes call this with the grid's
-        node ids before each round; memory stays linear in the live nodes.
+        same partition under a new node id resumes its estimate); their assigned quota,
+        ``"node-<id>"`` controller slot and cap, and the claims kept to screen small rounds go too.
+        The API classes call this with the grid's node ids before each round; memory stays linear
+        in the live nodes.
         """
         gone = self.nodes.forget(live_node_ids)
         for n in gone:
             self._assigned.pop(n, None)
+        self.aggregation.forget(gone)
         self._forget_keys([k for k in (f"node-{n}" for n in gone) if k in self.nodes.node_keys])
         return gone
 

@@ -50,7 +50,7 @@ O(replies) numpy per round; the rescaling itself is one pass over each rescaled 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -298,6 +298,23 @@ class AggregationWeights:
         self.last_scales: dict[Hashable, float] = {}
         #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
         self.last_weights: dict[Hashable, int] = {}
+        #: Each node's last step claim that passed, ``{node id: (steps per sample, steps per max(samples,
+        #: reference), steps)}``, and optimizer claim, ``{node id: (momentum, α)}``: the medians a round of
+        #: fewer than 3 replies is screened against (``forget`` drops departed nodes).
+        self.peer_steps: dict[Hashable, tuple[float, float, float]] = {}
+        self.peer_optimizers: dict[Hashable, tuple[float, float]] = {}
+
+    def forget(self, node_ids: Sequence[Hashable]) -> None:
+        """Drop the claims kept about nodes that left."""
+        for n in node_ids:
+            self.peer_steps.pop(n, None)
+            self.peer_optimizers.pop(n, None)
+
+    @staticmethod
+    def _peers(kept: Mapping[Hashable, tuple[float, ...]], reports: Sequence[ClientReport]) -> list[tuple[float, ...]]:
+        """The kept claims of the nodes outside this round."""
+        here = {r.node_id for r in reports}
+        return [v for k, v in kept.items() if k not in here]
 
     def weights(self, server_round: int, reports: Sequence[ClientReport]) -> dict[Hashable, int]:
         """Aggregation weight of each kept reply, by ``weighting`` (claimed sizes capped)."""
@@ -378,14 +395,19 @@ class AggregationWeights:
             )
             tau = samples
         else:
+            trained = np.array([trained_at_least(r) for r in reports], dtype=float)
             tau, clipped = plausible_steps(
                 np.array(steps, dtype=float),
-                np.array([trained_at_least(r) for r in reports], dtype=float),
+                trained,
                 self.step_tolerance,
                 equal_steps=self.equal_steps,
                 reference=self.step_reference,
+                peers=self._peers(self.peer_steps, reports),
             )
-            for r, was, t in zip(reports, clipped, tau):
+            by_reference = np.maximum(trained, float(self.step_reference or 1))
+            for r, was, t, n, e in zip(reports, clipped, tau, trained, by_reference):
+                if not was:
+                    self.peer_steps[r.node_id] = (t / n, t / e, t)
                 if was:
                     self._warn_once(
                         f"steps-{r.partition_id if r.partition_id is not None else r.node_id}",
@@ -413,8 +435,16 @@ class AggregationWeights:
                 )
                 alpha = 0.0
             alphas.append(alpha)
-        work, implausible = plausible_work(tau, rho, np.array(alphas, dtype=float), self.step_tolerance)
-        for r, was, a, steps_used in zip(reports, implausible, work, tau):
+        work, implausible = plausible_work(
+            tau,
+            rho,
+            np.array(alphas, dtype=float),
+            self.step_tolerance,
+            peers=self._peers(self.peer_optimizers, reports),
+        )
+        for r, was, a, steps_used, momentum, alpha in zip(reports, implausible, work, tau, rho, alphas):
+            if not was:
+                self.peer_optimizers[r.node_id] = (float(momentum), float(alpha))
             if was:
                 self._warn_once(
                     f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
