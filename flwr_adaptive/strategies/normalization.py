@@ -32,7 +32,9 @@ round and on the kept replies only:
   sample, or of its median steps too when ``equal_steps`` (``scale_batch_size=True``), with
   ``max(samples, step_reference)`` for the samples when ``step_reference`` (``scale_batch_size="shrink"``;
   or the samples themselves, whichever reading clips fewer claims: loops that ignore the reference),
-  one warning per node clipped; the hierarchical strategy overrides it with the steps it sent). When a kept reply does
+  one warning per node clipped; a round of fewer than 3 replies is judged against the medians of its
+  replies and every other node's last passing claim, ``peer_steps`` / ``peer_optimizers``; the
+  hierarchical strategy overrides it with the steps it sent). When a kept reply does
   not say its steps, the round uses every reply's **samples** in their place (right for one batch
   size and one pass over the quota; one warning): a mix of units would be wrong. Unknown momentum
   counts as plain SGD; a μ > 0 with an unknown learning
