@@ -216,7 +216,7 @@ def check_max_rescale(max_rescale: float | None) -> float | None:
 
 
 def normalized_plan(
-    weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None
+    weights: ArrayLike, work: ArrayLike, max_rescale: float | None = None, step_work: ArrayLike | None = None
 ) -> tuple[np.ndarray, float, np.ndarray]:
     """``(p, τ_eff, scale)``: normalised data weights, FedNova's τ_eff and each model's rescaling.
 
@@ -229,13 +229,17 @@ def normalized_plan(
     max_rescale : float, optional
         Largest factor c any model change is scaled by (>= 1; see the module docstring for the
         objective it gives). ``None``: FedNova's factors, unbounded.
+    step_work : array of float, optional
+        Each client's work as it counts towards τ_eff, where that differs from the work its own update
+        is normalised by (a claim of more work than is plausible: it lengthens only its own
+        normalisation, not every client's step). Default: ``work``.
 
     Returns
     -------
     p : numpy.ndarray
         ``weights / Σ weights`` (sums to 1).
     tau_eff : float
-        ``Σ p_i ‖a_i‖₁`` (FedNova's, whatever the cap).
+        ``Σ p_i ‖a_i‖₁`` (FedNova's, whatever the cap; of ``step_work`` when given).
     scale : numpy.ndarray
         ``min(τ_eff / ‖a_i‖₁, max_rescale)``: what :func:`rescale_update` multiplies client i's
         model change by. With every ``‖a_i‖₁`` equal it is exactly 1 (FedAvg).
@@ -249,10 +253,13 @@ def normalized_plan(
         raise ValueError(f"weights must be >= 0 with a positive sum, got {weights!r}")
     if np.any(a <= 0):
         raise ValueError(f"local work must be > 0 for every client, got {work!r}")
+    t = a if step_work is None else _as_array(step_work, "step_work")
+    if t.shape != a.shape or np.any(t <= 0):
+        raise ValueError(f"step_work must be > 0 and of the work's length, got {step_work!r}")
     p = w / w.sum()
-    if np.all(a == a[0]):
+    if np.all(a == a[0]) and np.all(t == a):
         return p, float(a[0]), np.ones_like(a)  # equal work: FedAvg, not FedAvg to rounding
-    tau_eff = float(p @ a)
+    tau_eff = float(p @ t)
     scale = tau_eff / a
     return p, tau_eff, scale if c is None else np.minimum(scale, c)
 

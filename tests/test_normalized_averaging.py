@@ -175,6 +175,15 @@ def test_a_small_round_with_the_others_as_peers_is_judged_as_the_whole_round_wou
     np.testing.assert_allclose(small, full[: k + 1])
 
 
+def test_step_work_sets_tau_eff_and_work_each_own_factor_by_hand():
+    # works 10, 10, 40 (the last counted at 20 towards τ_eff): τ = (10 + 10 + 20)/3 = 40/3;
+    # factors τ/10, τ/10, τ/40; each share p·scale·work is τ/3: the objective stays the data shares
+    p, tau, scale = normalized_plan([1, 1, 1], [10, 10, 40], step_work=[10, 10, 20])
+    assert tau == pytest.approx(40 / 3) and scale.tolist() == pytest.approx([4 / 3, 4 / 3, 1 / 3])
+    with pytest.raises(ValueError, match="step_work must be > 0"):
+        normalized_plan([1, 1], [1, 2], step_work=[1, 0])
+
+
 def test_capped_rescale_by_hand_with_plain_sgd():
     # x = 1; A: 2 steps to 0 (Δ = 1), B: 6 steps to -5 (Δ = 6); equal data. τ_eff = 4, FedNova's
     # factors 2 and 2/3. Cap 1.5: A's factor is 1.5, B's stays 2/3:

@@ -181,6 +181,25 @@ def test_a_momentum_claim_next_to_one_lengthens_every_step_by_at_most_the_tolera
     assert got[0][0] == pytest.approx(0.75 * ((30 + 20) / 4) / 10)  # its work kept at 2 × 10
 
 
+def test_an_honest_momentum_node_beside_plain_sgd_ones_keeps_its_share_of_the_objective(caplog):
+    # 3 plain-SGD nodes (10 steps: work 10) and 2 momentum-0.9 nodes (work 41.4, above 2× the median's 10).
+    # Clipping the momentum nodes' work to 20 scaled their updates by τ/20, twice FedNova's τ/41.4: their
+    # data weighed twice its share. More work than plausible now lengthens only the claimant's own
+    # normalisation; τ_eff counts it at 20: τ = (3·10 + 2·20)/5 = 14.
+    r = float(local_work(10, 0.9))
+    per_node = [(dict(steps=10), [np.zeros(1)]) for _ in range(3)]
+    per_node += [(dict(steps=10, momentum=0.9), [np.zeros(1)]) for _ in range(2)]
+    strategy = AdaptiveStrategy(_fedavg(5), budget=500, policy="equal")
+    with caplog.at_level("WARNING", logger="flwr"):
+        message_round(strategy, [np.zeros(1)], per_node)
+    scales = [strategy.last_scales[100 + i] for i in range(5)]
+    assert scales == pytest.approx([1.4, 1.4, 1.4, 14 / r, 14 / r])
+    # every node's share of the objective, p_i·scale_i·work_i, is its data share: FedNova's objective
+    shares = np.array(scales) * np.array([10, 10, 10, r, r])
+    np.testing.assert_allclose(shares / shares.sum(), 0.2)
+    assert sum("its own update is normalised by its claim" in line for line in sup.adaptive_lines(caplog)) == 2
+
+
 @pytest.mark.parametrize("steps, momentum, lr, mu",
                          [(10, 0.5, 1e-300, 1e-20), (10, 0.9, 0.01, 1e-20), (6, 0.999, 0.87, 1.0)])
 def test_an_optimizer_claim_whose_work_the_closed_form_got_wrong_completes_the_round(steps, momentum, lr, mu):

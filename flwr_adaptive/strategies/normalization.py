@@ -64,6 +64,7 @@ from flwr_adaptive.normalized_averaging import (
     WEIGHT_CAP,
     capped_weights,
     check_max_rescale,
+    local_work,
     normalized_plan,
     plausible_steps,
     plausible_work,
@@ -446,10 +447,33 @@ class AggregationWeights:
             self.step_tolerance,
             peers=self._peers(self.peer_optimizers, reports),
         )
-        for r, was, a, steps_used, momentum, alpha in zip(reports, implausible, work, tau, rho, alphas):
+        # A claim of more work than the bound only lengthens its own normalisation (a smaller factor for
+        # its own update): it is believed there, and bounded only in τ_eff, every node's step length. So an
+        # honest momentum node beside plain-SGD ones keeps FedNova's share of the objective.
+        claimed = local_work(tau, rho, np.array(alphas, dtype=float))
+        own = np.where(implausible & np.isfinite(claimed) & (claimed > work), claimed, work)
+        for r, was, a, mine, steps_used, momentum, alpha in zip(reports, implausible, work, own, tau, rho, alphas):
             if not was:
                 self.peer_optimizers[r.node_id] = (float(momentum), float(alpha))
-            if was:
+            elif mine > a:
+                self._warn_once(
+                    f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
+                    "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal "
+                    "mu %s) whose local work for its %d steps, %.4g, is above %g× that of the round's median "
+                    "optimizer: its own update is normalised by its claim, and the round's step length counts it "
+                    "at %.4g",
+                    server_round,
+                    r.node_id,
+                    r.partition_id,
+                    r.momentum,
+                    r.lr,
+                    r.proximal_mu,
+                    int(steps_used),
+                    mine,
+                    self.step_tolerance,
+                    a,
+                )
+            else:
                 self._warn_once(
                     f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
                     "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal "
@@ -466,6 +490,6 @@ class AggregationWeights:
                     self.step_tolerance,
                     a,
                 )
-        _, _, scale = normalized_plan([weights[r.node_id] for r in reports], work, self.max_rescale)
+        _, _, scale = normalized_plan([weights[r.node_id] for r in reports], own, self.max_rescale, step_work=work)
         self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
         return dict(self.last_scales)
