@@ -290,6 +290,47 @@ def test_the_message_strategy_judges_a_sampled_round_beside_the_nodes_it_did_not
     assert max(lying) <= max(honest) + 0.1
 
 
+def test_a_sampled_node_that_sent_no_reply_does_not_move_the_median_a_liar_is_judged_by(caplog):
+    import numpy as np
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    from adaptive_support import FakeGrid
+
+    # Prepare: 5 nodes, all honest in round 1 (partition p is node 501 + p, at 3, 2, 3, 4 and 1 ms per
+    # sample); round 2 samples the liar (501, really 3 ms) with 502 and the fast 505, which sends nothing.
+    # The population is the known nodes the round did *not* sample (docs/security.md): 505 was sampled, so
+    # its 1 ms stays out. Counted in, a node that merely missed the round moves the reference the liar is
+    # judged by (median of 2, 3, 4 ms = 3 ms -> of 1, 2, 3, 4 ms = 2.5 ms) and the lie earns a lower cost.
+    nodes = [501, 502, 503, 504, 505]
+    cost = {501: 0.003, 502: 0.002, 503: 0.003, 504: 0.004, 505: 0.001}
+    schedule = {1: nodes, 2: [501, 502, 505]}
+
+    class Sampled(FedAvg):
+        def configure_train(self, server_round, arrays, config, grid):
+            return super().configure_train(server_round, arrays, config, FakeGrid(schedule[server_round]))
+
+    strategy = AdaptiveStrategy(Sampled(fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1),
+                                budget=500)
+    with caplog.at_level("WARNING", logger="flwr"):
+        for rnd in (1, 2):
+            # Execute: round 2's liar claims 1e-9 s per sample; 505 does not reply
+            msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(nodes)))
+            q = {m.metadata.dst_node_id: m.content["config"][keys.QUOTA] for m in msgs}
+            replies = [reply(m, telemetry(q[n], q[n] * (1e-9 if (rnd, n) == (2, 501) else cost[n]), nodes.index(n)))
+                       for m in msgs for n in [m.metadata.dst_node_id] if (rnd, n) != (2, 505)]
+            strategy.aggregate_train(rnd, replies)
+    # Assert: the absurd claim is taken at the median of 502's claim and the unsampled 503 and 504 (3 ms):
+    # its own cost, so its estimate stays at 3 ms (the lie earns nothing)
+    believed = strategy._believed[501]
+    assert believed.time_s / believed.samples == pytest.approx(0.003)
+    assert strategy.controller.estimates()[0][0] == pytest.approx(0.003)
+    lines = [r.getMessage() for r in caplog.records if "partition 0 (node 501) claims 1e-09" in r.getMessage()]
+    assert len(lines) == 1 and "the other nodes' median 0.003 " in lines[0]
+
+
 if __name__ == "__main__":
     # `cd tests && python test_cost_trust.py`: the sampled-federation liar's figures (docs/security.md)
     import logging

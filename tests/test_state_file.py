@@ -301,3 +301,31 @@ def test_an_honest_resumed_state_is_confirmed_by_the_first_replies_and_kept(tmp_
     assert s._unverified == set()
     assert s.controller.estimates().keys() == before.keys()
 
+
+def test_a_resumed_estimate_no_reply_confirmed_is_not_a_median_a_sampled_round_is_judged_by(tmp_path, caplog):
+    from flwr.serverapp.strategy import FedAvg
+
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    # Prepare: the state of two honest rounds, edited to make partitions 2 and 3 1,000x slower (4 s per
+    # sample); the resumed run samples only nodes 9001 and 9002 (honest, 1 and 2 ms), so 2 and 3 send no
+    # reply that could contradict their edit. An unconfirmed resumed estimate is a claim, not history
+    # (docs/security.md): counted in cost trust's median, the edit alone would make both honest nodes
+    # "absurd" (4e3x and 2e3x below 4 s), believe them at 4 s per sample, drop their correct saved
+    # estimates as contradicted and split the budget 500/500 instead of by their real costs.
+    state = saved(tmp_path)
+    c = state["controller"]
+    c["time_per_sample"] = [v * 1000 if pid in (2, 3) else v for pid, v in zip(c["ids"], c["time_per_sample"])]
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    s = AdaptiveStrategy(FedAvg(fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=2),
+                         budget=BUDGET, policy="time", state_dir=tmp_path, deadband=0.0)
+    assert s._unverified == {0, 1, 2, 3}
+    caplog.clear()
+    # Execute
+    quotas = [play(s, rnd, nodes=NODES[:2]) for rnd in (1, 2)]
+    # Assert: the two claims are believed as they came (a round of two has no median of its own), no claim
+    # or contradiction warning, and round 2 splits by their real costs: 1000 x (1/1 ms) / (1/1 ms + 1/2 ms)
+    assert {n: b.time_s / b.samples for n, b in s._believed.items()} == {9001: pytest.approx(0.001),
+                                                                        9002: pytest.approx(0.002)}
+    assert not [line for line in sup.adaptive_lines(caplog) if "claims" in line or "contradicted" in line]
+    assert quotas[1] == {9001: 667, 9002: 333}
