@@ -201,3 +201,19 @@ def test_arrival_order_survives_a_failing_and_a_silent_node(caplog):
     assert list(strategy.history["samples"]) == [8, 8]
     assert sum(1 for e in grid.events if e[0] == "push" and e[1] in (3, 4)) == 4
     assert "dropped for the rest of the run" in caplog.text
+
+
+@pytest.mark.usefixtures("flower_identity")
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_reply_with_non_finite_arrays_is_not_mixed_into_the_model(bad, caplog):
+    # FedAsync mixes every accepted reply into the model it keeps: one NaN stayed there for the rest of
+    # the run (final model [nan nan nan]). Node 1's every reply is NaN / inf, node 2's 1.0.
+    grid = ArrivalGrid({1: 1.0, 2: 1.0}, values={1: [bad] * 50})
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy, result = _run_arrival(grid, budget=4, rounds=2)
+    final = result.arrays.to_numpy_ndarrays()[0]
+    assert np.isfinite(final).all() and final[0] > 0  # node 2's updates moved it towards 1.0
+    jobs = strategy.client_history
+    assert set(jobs[jobs["status"] == "ok"]["node_id"]) == {2}
+    assert "non-finite value(s)" in caplog.text
+

@@ -78,7 +78,7 @@ from flwr_adaptive.strategies.fedasync_belief import FedAsyncBelief
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.node_wait import wait_for_nodes
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
-from flwr_adaptive.strategies.screening import record_sizes, size_reason
+from flwr_adaptive.strategies.screening import check_arrays, record_sizes, size_reason
 from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
@@ -466,12 +466,11 @@ class FedAsyncStrategy(HistoryMixin):
         except ValueError as err:
             return f"invalid: {err}"
         record = next(iter(content.array_records.values()))
-        if list(record.keys()) != self._names:
-            return "invalid: model arrays differ from the server's"
-        arrays = [record[k].numpy() for k in self._names]
-        if any(np.shape(a) != np.shape(m) for a, m in zip(arrays, self._model)):
-            return "invalid: array shapes differ from the server's"
-        job.report, job.arrays = report, arrays
+        # names, shapes, dtypes and finite values, as the synchronous strategies screen them: one NaN
+        # mixed into the model would stay in it for the rest of the run
+        if reason := check_arrays(record, self._layout):
+            return f"invalid: {reason}"
+        job.report, job.arrays = report, [record[k].numpy() for k in self._names]
         self._assigned += report.samples - job.quota  # a capped job processed fewer samples
         self._idle_w[job.node] = report.idle_w
         return None
