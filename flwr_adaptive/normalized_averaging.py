@@ -76,7 +76,7 @@ Untrusted claims (every number here comes from a client):
 Cost
 ----
 O(clients) numpy for the plan (the cap adds one ``minimum``); one pass over each model's arrays
-for the rescaling (float64 arithmetic, cast to the more precise of the model's and the array's dtype).
+for the rescaling (float64 arithmetic, cast to ``aggregation_dtype``).
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ __all__ = [
     "check_max_rescale",
     "MAX_RESCALE",
     "rescale_update",
+    "aggregation_dtype",
     "fednova_update",
     "capped_weights",
     "plausible_steps",
@@ -278,13 +279,28 @@ def _is_float(x: np.ndarray) -> bool:
     return np.issubdtype(x.dtype, np.floating)
 
 
+def aggregation_dtype(model: np.dtype, reply: np.dtype) -> np.dtype:
+    """The dtype a floating-point reply array is rescaled and averaged at: its own, raised towards the
+    model's when it is below single precision (a float16 reply beside a float32 model: float32), but
+    not above float32 (float32 replies to a float64 model, as FedAdam sends, stay float32: nothing
+    is gained by copying them).
+
+    Below single precision a reply would set the precision of what it touches: Flower's average
+    accumulates in the first reply's dtype, and a rescaled update overflows float16 at 65504.
+    """
+    model, reply = np.dtype(model), np.dtype(reply)
+    if reply.kind != "f" or model.kind != "f" or reply.itemsize >= 4 or model.itemsize <= reply.itemsize:
+        return reply
+    return np.dtype(np.float32) if model.itemsize > 4 else model
+
+
 def rescale_update(
     global_arrays: Sequence[np.ndarray], local_arrays: Sequence[np.ndarray], scale: float
 ) -> list[np.ndarray]:
     """``x + scale·(x_i − x)`` for every floating-point array; other arrays returned as sent.
 
-    The arithmetic is float64, cast to the more precise of the model's and the client's dtype (a
-    float16 reply next to a float32 model comes back float32: at float16, ``60000 · 2`` is ``inf``);
+    The arithmetic is float64, cast to :func:`aggregation_dtype` (a float16 reply next to a float32
+    model comes back float32: at float16, ``60000 · 2`` is ``inf``);
     ``scale == 1`` returns the client's arrays themselves (no rounding). A result can still exceed
     its dtype's range (float32 ``3e38 · 2``): the caller checks finiteness.
     """
@@ -299,7 +315,7 @@ def rescale_update(
             out.append(xi)
             continue
         x64 = np.asarray(x, dtype=np.float64)
-        dtype = np.promote_types(np.asarray(x).dtype, xi.dtype) if _is_float(np.asarray(x)) else xi.dtype
+        dtype = aggregation_dtype(np.asarray(x).dtype, xi.dtype)
         with np.errstate(over="ignore"):  # an overflow becomes inf, which the caller refuses
             out.append((x64 + float(scale) * (xi.astype(np.float64) - x64)).astype(dtype))
     return out

@@ -378,6 +378,43 @@ def _precision_strategy(api, n):
 F32 = [np.array([1.0, -2.0], dtype=np.float32)]
 
 
+def test_only_replies_below_single_precision_are_cast_and_no_further_than_float32():
+    from flwr_adaptive.strategies.screening import lower_precision
+
+    model = {"w": ((2,), "float32"), "v": ((2,), "float64"), "n": ((), "int64")}
+    # float16 is raised to the model's float32, and to float32 (not float64) beside a float64 model
+    assert lower_precision({"w": ((2,), "float16"), "v": ((2,), "float16"), "n": ((), "int64")}, model) == {
+        "w": "float32", "v": "float32"}
+    # FedAdam's float64 model with float32 replies: nothing to copy; a float16 model's float16: nothing
+    assert lower_precision({"w": ((2,), "float32"), "v": ((2,), "float32"), "n": ((), "int64")}, model) == {}
+    assert lower_precision({"w": ((2,), "float16")}, {"w": ((2,), "float16")}) == {}
+
+
+def test_the_rescale_bound_by_hand():
+    from flwr_adaptive.strategies.screening import rescale_reason
+
+    x = {"w": np.array([3e38, 0.0], dtype=np.float32)}
+    # |x| + 8·|x_i − x| = [3e38, 8e30] fits float32 (the coarse bound 9·3e38 + 8·3e38 does not: the exact one
+    # decides); moving the large entry by 1e37 reaches 3e38 + 8e37 = 3.8e38, beyond 3.4e38
+    assert rescale_reason({"w": np.array([3e38, 1e30], dtype=np.float32)}, x, 8.0) is None
+    reason = rescale_reason({"w": np.array([2.9e38, 0.0], dtype=np.float32)}, x, 8.0)
+    assert reason is not None and "could reach 3.8e+38" in reason and "max_rescale 8" in reason
+    assert rescale_reason({"w": np.array([2.9e38, 0.0], dtype=np.float32)}, x, math.inf) is None  # no bound
+
+
+def test_an_integer_buffer_stays_an_integer_and_its_replies_keep_being_averaged():
+    # Flower's Message-API average multiplies each reply by a float weight: BatchNorm's int64
+    # num_batches_tracked came back float64, and from round 2 on every node's int64 buffer no longer
+    # matched the model: every reply was refused and the run went on with the round-1 model.
+    strategy = _precision_strategy("message", 3)
+    x = [F32[0], np.array(7, dtype=np.int64)]
+    for rnd in (1, 2, 3):
+        per_node = [(dict(steps=10), [np.full(2, 0.5, np.float32), np.array(7 + rnd + i, np.int64)]) for i in range(3)]
+        x = _precision_round("message", strategy, x, per_node, rnd=rnd)
+        assert x[1].dtype == np.int64 and int(x[1]) == 7 + rnd + 1  # the average of 7+rnd, 8+rnd, 9+rnd
+        assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 0
+
+
 @pytest.mark.parametrize("api", ["message", "legacy"])
 def test_a_float16_reply_is_rescaled_at_the_models_precision(api):
     # A float16 reply of 60000 that took half the others' steps is moved to x + 1.75·(x_i − x) ≈ 105000:
@@ -407,14 +444,31 @@ def test_a_float16_first_reply_does_not_make_the_model_float16(api):
 
 
 @pytest.mark.parametrize("api", ["message", "legacy"])
-def test_a_rescaled_update_that_overflows_the_models_dtype_is_skipped_with_one_line(api, caplog):
-    # float32 3e38 rescaled by 1.75 is beyond float32's 3.4e38: inf, which would make the global model inf
+def test_an_update_that_a_bounded_rescale_could_overflow_is_skipped_at_screening(api, caplog):
+    # float32 3e38 rescaled by 1.75 is beyond float32's 3.4e38: inf, which would make the global model inf.
+    # The factor is at most max_rescale (8): 3e38 + 8·|3e38 − 1| > 3.4e38 is refused with the other bad
+    # replies, before the controller learns from it or its 5 steps enter τ_eff.
     per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)]) for _ in range(3)]
     per_node.append((dict(steps=5), [np.full(2, 3e38, dtype=np.float32)]))
     strategy = _precision_strategy(api, 4)
     with caplog.at_level("WARNING", logger="flwr"):
         got = _precision_round(api, strategy, F32, per_node, rnd=1)
-    assert np.isfinite(got[0]).all()
+    np.testing.assert_allclose(got[0], 0.5, rtol=1e-6)  # the three others, at equal steps: their FedAvg
+    lines = [line for line in sup.adaptive_lines(caplog) if "once its update is rescaled by up to max_rescale 8" in line]
+    assert len(lines) == 1 and "skipped" in lines[0]
+    assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 1
+    assert len(strategy.last_scales) == 3  # it never entered the round's factors
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_with_an_unbounded_rescale_an_overflowing_update_is_skipped_after_rescaling(api, caplog):
+    # max_rescale=inf (FedNova's factors) gives screening no bound: the rescaled update is checked instead
+    per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)]) for _ in range(3)]
+    per_node.append((dict(steps=5), [np.full(2, 3e38, dtype=np.float32)]))
+    strategy = _precision_strategy(api, 4)
+    strategy.max_rescale = math.inf
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = _precision_round(api, strategy, F32, per_node, rnd=1)
     # the three others at the scale the round computed with all four (τ_eff = 35/4, scale 0.875 for 10 steps)
     np.testing.assert_allclose(got[0], F32[0] + 0.875 * (0.5 - F32[0]), rtol=1e-6)
     lines = [line for line in sup.adaptive_lines(caplog) if "rescaled by 1.75" in line and "non-finite" in line]

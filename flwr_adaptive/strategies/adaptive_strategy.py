@@ -51,6 +51,7 @@ import time
 from collections.abc import Hashable, Iterable, Sequence
 from logging import INFO, WARNING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
@@ -68,7 +69,7 @@ from flwr_adaptive.strategies.normalization import (
     check_objective_applies,
     default_max_rescale,
 )
-from flwr_adaptive.strategies.records import replace_record, rescaled_record, with_config
+from flwr_adaptive.strategies.records import replace_record, rescaled_record, with_config, with_integer_dtypes
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
@@ -454,13 +455,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
+        overflowed = set()  # only with max_rescale=inf: screening refuses a reply a bounded factor can overflow
         for msg, report in zip(kept, reports):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
             if scales.get(report.node_id, 1.0) != 1.0 and (reason := self._rescale(msg, scales[report.node_id])):
                 skipped[report.node_id] = "invalid"
+                overflowed.add(report.node_id)
                 log(WARNING, "[adaptive] round %s: %s: %s; skipped", server_round, self.who(report.node_id), reason)
-        if any(r.node_id in skipped for r in reports):
-            pairs = [(m, r) for m, r in zip(kept, reports) if r.node_id not in skipped]
+        if overflowed:
+            pairs = [(m, r) for m, r in zip(kept, reports) if r.node_id not in overflowed]
             kept, reports = [m for m, _ in pairs], [r for _, r in pairs]
         self.harmonize(server_round, kept, [r.node_id for r in reports], train=True)
         for msg in kept:  # the inner strategy averages the user's own metrics only
@@ -470,6 +473,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 stripped=self.stripped_metric_keys,
             )
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
+        if arrays is not None and (sent := self._sent_numpy()) is not None:
+            arrays = with_integer_dtypes(arrays, sent)  # the model's integer buffers stay integers
         if kept:
             metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})
         observed = {r.node_id for r in accepted}
@@ -486,14 +491,11 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         overflows the model's dtype (values near its largest) is refused, not averaged. Without the
         model sent (``configure_train`` not called) the reply is left as it is.
         """
-        sent = getattr(self, "_sent_arrays", None)
+        sent = self._sent_numpy()
         if sent is None:
             return None
         record = self._records_of[id(msg)][0]
-        cache = getattr(self, "_sent_cache", None)
-        if cache is None or cache[0] is not sent:  # the model sent, decoded once per round
-            cache = self._sent_cache = (sent, {k: v.numpy() for k, v in sent.items()})
-        new = rescaled_record(record, cache[1], scale)
+        new = rescaled_record(record, sent, scale)
         if new is None:
             return None  # screening refuses such a reply; nothing here to rescale from
         if reason := check_arrays(new, None):
@@ -501,6 +503,16 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         replace_record(msg, record, new)
         self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
         return None
+
+    def _sent_numpy(self) -> dict[str, np.ndarray] | None:
+        """The model sent this round as ``{name: array}``, decoded once per round (``None``: none sent)."""
+        sent = getattr(self, "_sent_arrays", None)
+        if sent is None:
+            return None
+        cache = getattr(self, "_sent_cache", None)
+        if cache is None or cache[0] is not sent:
+            cache = self._sent_cache = (sent, {k: v.numpy() for k, v in sent.items()})
+        return cache[1]
 
     def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
         """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""
@@ -540,9 +552,20 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
     def _usable_arrays(
         self, server_round: int, pairs: list[tuple[Message, ClientReport]], skipped: dict[Hashable, str]
     ) -> list[tuple[Message, ClientReport]]:
-        """Keep the replies whose arrays match the model sent and are finite (``array_screening``)."""
+        """Keep the replies whose arrays match the model sent, are finite and can be rescaled within
+        their dtype (``array_screening``)."""
         reference = getattr(self, "_reference_layout", None)
-        return usable_arrays(server_round, pairs, skipped, reference, getattr(self, "_records_of", {}), self.who)
+        rescaled = self.aggregation.weighting == "normalized"
+        return usable_arrays(
+            server_round,
+            pairs,
+            skipped,
+            reference,
+            getattr(self, "_records_of", {}),
+            self.who,
+            rescaled_from=self._sent_numpy() if rescaled else None,
+            max_rescale=self.aggregation.max_rescale,
+        )
 
     _records_of: dict[int, tuple[ArrayRecord, MetricRecord]]  # this round: id(reply) -> its records (screening)
 

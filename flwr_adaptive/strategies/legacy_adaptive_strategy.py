@@ -70,6 +70,7 @@ from flwr_adaptive.strategies.screening import (
     check_ndarrays,
     lower_precision,
     ndarray_layout,
+    rescale_reason,
     size_reason,
 )
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
@@ -375,12 +376,13 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
-        reweighted = []
+        reweighted, overflowed = [], set()
         for proxy, res in kept:
             node = node_id_of(proxy)
             parameters, reason = self._rescaled(res.parameters, scales.get(node, 1.0))
             if reason:
                 skipped[node] = "invalid"
+                overflowed.add(node)
                 log(WARNING, "[adaptive] round %s: %s: %s; skipped", server_round, self.who(node), reason)
                 continue
             reweighted.append(
@@ -391,7 +393,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                     ),
                 )
             )
-        reports = [r for r in reports if r.node_id not in skipped]
+        reports = [r for r in reports if r.node_id not in overflowed]
         if reweighted:
             params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
             metrics = {**(metrics or {}), **telemetry_metrics(reports)}
@@ -525,8 +527,17 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         if reason := check_ndarrays(arrays, reference):
             return res, reason
         if dtypes := lower_precision(ndarray_layout(arrays), reference):
-            cast = [a.astype(dtypes[str(i)]) if str(i) in dtypes else a for i, a in enumerate(arrays)]
-            res = replace(res, parameters=ndarrays_to_parameters(cast))
+            arrays = [a.astype(dtypes[str(i)]) if str(i) in dtypes else a for i, a in enumerate(arrays)]
+            res = replace(res, parameters=ndarrays_to_parameters(arrays))
+        sent = getattr(self, "_sent_ndarrays", None)
+        if self.aggregation.weighting == "normalized" and sent is not None:
+            by_name = dict(enumerate(sent))
+            if reason := rescale_reason(
+                {str(i): a for i, a in enumerate(arrays)},
+                {str(i): a for i, a in by_name.items()},
+                self.aggregation.max_rescale,
+            ):
+                return res, reason.replace("array '", "array #").replace("' could", " could")
         return res, None
 
     def configure_evaluate(

@@ -15,7 +15,10 @@ x)`` from the model sent, paired by name (normalised aggregation;
 ``None`` when the reply holds a name the model sent does not. :func:`cast_record` is a reply's
 ArrayRecord with the named arrays cast to the given dtypes (screening casts a lower-precision reply
 up to the model's), and :func:`replace_record` puts a new ArrayRecord in a reply in place of its old
-one.
+one. :func:`with_integer_dtypes` rounds the aggregate's arrays that the model sent as integers back
+to their dtype: Flower's average multiplies each reply by a float weight, so an int64 buffer
+(BatchNorm's ``num_batches_tracked``) came back float64, and from the next round on every honest
+reply's int64 buffer no longer matched the model and was refused.
 
 Cost
 ----
@@ -35,7 +38,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Messa
 
 from flwr_adaptive.normalized_averaging import rescale_update
 
-__all__ = ["split_records", "with_config", "rescaled_record", "cast_record", "replace_record"]
+__all__ = ["split_records", "with_config", "rescaled_record", "cast_record", "replace_record", "with_integer_dtypes"]
 
 
 def split_records(content: Any) -> tuple[list[tuple[str, ArrayRecord]], list[tuple[str, MetricRecord]]]:
@@ -88,3 +91,19 @@ def replace_record(msg: Message, old: ArrayRecord, new: ArrayRecord) -> None:
     for name, rec in list(msg.content.items()):
         if rec is old:
             msg.content[name] = new
+
+
+def with_integer_dtypes(record: ArrayRecord, sent: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """``record`` with each array that ``sent`` holds as integers (or booleans) rounded back to that dtype."""
+    fix = {
+        k: sent[k].dtype
+        for k, v in record.items()
+        if k in sent and sent[k].dtype.kind in "iub" and str(v.dtype) != str(sent[k].dtype)
+    }
+    if not fix:
+        return record
+    return ArrayRecord(
+        array_dict=OrderedDict(
+            (k, Array(np.asarray(np.rint(v.numpy()), dtype=fix[k])) if k in fix else v) for k, v in record.items()
+        )
+    )

@@ -14,8 +14,9 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   require finite values. The layout the
   server sent is the reference, not the majority's: a colluding majority cannot make the model
   change shape. :func:`lower_precision` names the arrays of an accepted reply to cast up to the
-  model's dtype before they are rescaled or averaged: a reply's precision must not become the
-  model's.
+  model's dtype (at most float32) before they are rescaled or averaged: a float16 reply's
+  precision must not become the model's. :func:`rescale_reason` refuses a reply whose update could
+  overflow its dtype when normalised aggregation rescales it.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
 - :func:`check_weight` checks an evaluation reply's weight (``num-examples``, which the
   inner strategy divides by): a finite number in ``[0, MAX_COUNT]``. A negative weight could
@@ -54,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from flwr_adaptive.normalized_averaging import aggregation_dtype
 from flwr_adaptive.strategies.reports import MAX_COUNT
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "check_arrays",
     "check_ndarrays",
     "lower_precision",
+    "rescale_reason",
     "check_weight",
     "harmonize_metrics",
     "metric_kind",
@@ -182,21 +185,63 @@ def _same_values(shape: tuple[int, ...], dtype: str, want_shape: tuple[int, ...]
 
 
 def lower_precision(layout: ArrayLayout, reference: ArrayLayout | None) -> dict[str, str]:
-    """``{name: the model's dtype}`` for the arrays of an accepted reply held at lower precision.
+    """``{name: dtype}`` for the arrays of an accepted reply held below single precision, each with the
+    dtype it is cast up to (:func:`flwr_adaptive.normalized_averaging.aggregation_dtype`: the model's,
+    at most float32).
 
-    The strategies cast these up before anything else reads the reply. Left as sent, a reply at lower
-    precision would set the precision of what it touches: Flower's average accumulates in the first
-    reply's dtype (a float16 first reply made the global model float16, and every float32 reply of the
-    next round then had more precision than the model and was refused), and a rescaled update cast
-    back to float16 overflows at 65504.
+    The strategies cast these up before anything else reads the reply. Left as sent, such a reply would
+    set the precision of what it touches: Flower's average accumulates in the first reply's dtype (a
+    float16 first reply made the global model float16, and every float32 reply of the next round then
+    had more precision than the model and was refused), and a rescaled update cast back to float16
+    overflows at 65504. float32 replies to a float64 model (FedAdam's) are left as they are.
     """
     if reference is None:
         return {}
-    return {
-        name: reference[name][1]
-        for name, (_, dtype) in layout.items()
-        if name in reference and dtype != reference[name][1]
-    }
+    out = {}
+    for name, (_, dtype) in layout.items():
+        if name in reference and dtype != reference[name][1]:
+            try:
+                target = str(aggregation_dtype(np.dtype(reference[name][1]), np.dtype(dtype)))
+            except TypeError:  # a dtype numpy does not know: the layout check refused it already
+                continue
+            if target != dtype:
+                out[name] = target
+    return out
+
+
+def rescale_reason(
+    arrays: Mapping[str, np.ndarray], sent: Mapping[str, np.ndarray], max_rescale: float | None
+) -> str | None:
+    """Why a reply's update could overflow its dtype once rescaled by up to ``max_rescale`` from the
+    model sent (normalised aggregation: ``x + s·(x_i − x)``, ``0 < s ≤ max_rescale``), or ``None``.
+
+    ``|x + s·(x_i − x)| ≤ |x| + c·|x_i − x|``: a reply within its dtype's range after that bound can
+    be rescaled by any factor the round gives it; one beyond it is refused at screening, before the
+    controller learns from its telemetry or its steps enter the round's τ_eff. The cheap bound
+    ``(1 + c)·max|x| + c·max|x_i|`` is tried first; only a reply beyond it (values within a factor
+    ~2c of the dtype's largest, never an honest model's) is bounded element by element.
+    ``max_rescale`` ``None`` or infinite: no bound (the strategies check the rescaled update
+    instead).
+    """
+    if max_rescale is None or not math.isfinite(max_rescale):
+        return None
+    c = float(max_rescale)
+    for name, xi in arrays.items():
+        x = sent.get(name)
+        if x is None or xi.dtype.kind != "f" or not xi.size:
+            continue
+        limit = float(np.finfo(xi.dtype).max)
+        big_x, big_xi = float(np.max(np.abs(x))), float(np.max(np.abs(xi)))
+        if (1 + c) * big_x + c * big_xi <= limit:
+            continue
+        x64 = np.asarray(x, dtype=np.float64)
+        reach = float(np.max(np.abs(x64) + c * np.abs(xi.astype(np.float64) - x64)))
+        if reach > limit:
+            return (
+                f"array {name!r} could reach {reach:.3g} once its update is rescaled by up to max_rescale "
+                f"{c:g}, beyond {xi.dtype}'s largest value {limit:.3g}"
+            )
+    return None
 
 
 def _layout_reason(layout: ArrayLayout, reference: ArrayLayout) -> str | None:
