@@ -70,8 +70,8 @@ Untrusted claims (every number here comes from a client):
   optimizer: a proximal claim cannot enlarge its own update to the cap, a momentum claim cannot
   lengthen every client's step.
 - Both judge a claim against the round's median, which needs 3 clients: a round that samples
-  fewer takes its medians over itself and ``peers`` (the last passing claims of clients outside
-  the round, which the strategies keep), so two sampled nodes of many are still screened.
+  fewer takes its medians over itself and ``peers`` (the latest claims of clients outside the
+  round, which the strategies keep), so two sampled nodes of many are still screened.
 
 Cost
 ----
@@ -399,7 +399,7 @@ def plausible_steps(
 
     A round of fewer than 3 clients (two sampled nodes of many) has no median of its own: ``peers``,
     rows ``(steps per sample by samples, steps per sample by e, steps)`` of clients outside the round
-    (their last claims that passed, each at its own round's reading), completes the medians when the
+    (their latest claims, each at its own round's reading), completes the medians when the
     round and the peers are 3 or more together; otherwise the claims are returned unchecked.
     """
     s = _as_array(steps, "steps")
@@ -449,8 +449,8 @@ def plausible_work(
     is unchanged, and one claim moves its own factor, and τ_eff, by at most ``tolerance``. A work that is
     not a positive finite number (momentum and a strong proximal term can make the sum of a claim's
     coefficients ≤ 0) is taken at ``r_i``. A round of fewer than 3 clients takes its medians over
-    itself and ``peers``, rows ``(momentum, α)`` of clients outside the round (their last claims that
-    passed), when they are 3 or more together; otherwise its claims are believed, a work that is not
+    itself and ``peers``, rows ``(momentum, α)`` of clients outside the round (their latest claims),
+    when they are 3 or more together; otherwise its claims are believed, a work that is not
     a positive number taken at the client's steps (plain SGD).
     """
     s = _as_array(steps, "steps")

@@ -352,6 +352,32 @@ def test_in_a_sampled_federation_a_round_of_two_screens_an_optimizer_claim_again
     assert any("claims an optimizer" in line for line in sup.adaptive_lines(caplog))
 
 
+def test_colluders_who_reply_first_do_not_hold_the_small_rounds_medians():
+    # Nodes 1 and 2 collude (lr·μ = 0.995: 10 steps worth ~1), 3, 4, 5 are honest (momentum 0.9), 2 per round.
+    # Keeping only the claims that passed, the colluders' unscreened first round filled the memory, every
+    # honest claim was then clipped and never kept, and the colluders took ~98 % of each later round's
+    # update. Every claim is kept now: once the honest nodes have replied, they are the medians.
+    from flwr_adaptive.strategies.normalization import AggregationWeights
+    from flwr_adaptive.strategies.reports import ClientReport
+
+    def play(rnd, pairs):
+        reports = [ClientReport(node_id=n, partition_id=n, quota=100, samples=100, time_s=1.0, cpu_time_s=1.0,
+                                wall_time_s=1.0, energy_j=None, data_size=100, capped=False, idle_w=None,
+                                virtual_clock=True, steps=10, **kw) for n, kw in pairs]
+        return agg.update_scales(rnd, reports, agg.weights(rnd, reports))
+
+    honest, liar = dict(momentum=0.9, lr=0.1), dict(lr=0.1, proximal_mu=9.95)
+    agg = AggregationWeights("normalized", lambda *a, **k: None)
+    play(1, [(1, liar), (2, liar)])  # nothing to compare with: believed
+    play(2, [(3, honest), (4, honest)])  # judged against the colluders too (a transient)
+    assert play(3, [(5, honest), (3, honest)]) == {5: 1.0, 3: 1.0}  # equal work: FedAvg
+    # as if the honest nodes had replied first: the liar's work is kept at half the honest one's
+    assert play(4, [(1, liar), (5, honest)]) == pytest.approx({1: 1.5, 5: 0.75})
+    assert play(5, [(2, liar), (4, honest)]) == pytest.approx({2: 1.5, 4: 0.75})
+    agg.retain({1, 3, 4, 5})  # node 2 left: its claims go
+    assert set(agg.peer_optimizers) == set(agg.peer_steps) == {1, 3, 4, 5}
+
+
 def _precision_round(api, strategy, x, per_node, rnd):
     """One round through either API; the aggregate's arrays."""
     if api == "message":

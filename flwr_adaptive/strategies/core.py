@@ -578,14 +578,16 @@ class AdaptiveCore:
 
         The node book forgets them and releases their partitions (``PartitionMap.forget``: the
         same partition under a new node id resumes its estimate); their assigned quota,
-        ``"node-<id>"`` controller slot and cap, and the claims kept to screen small rounds go too.
+        ``"node-<id>"`` controller slot and cap go too, and every departed node's claims kept to
+        screen small rounds.
         The API classes call this with the grid's node ids before each round; memory stays linear
         in the live nodes.
         """
-        gone = self.nodes.forget(live_node_ids)
+        live = live_node_ids if isinstance(live_node_ids, (set, frozenset)) else set(live_node_ids)
+        gone = self.nodes.forget(live)
         for n in gone:
             self._assigned.pop(n, None)
-        self.aggregation.forget(gone)
+        self.aggregation.retain(live)
         self._forget_keys([k for k in (f"node-{n}" for n in gone) if k in self.nodes.node_keys])
         return gone
 

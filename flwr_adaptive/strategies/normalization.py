@@ -33,7 +33,7 @@ round and on the kept replies only:
   ``max(samples, step_reference)`` for the samples when ``step_reference`` (``scale_batch_size="shrink"``;
   or the samples themselves, whichever reading clips fewer claims: loops that ignore the reference),
   one warning per node clipped; a round of fewer than 3 replies is judged against the medians of its
-  replies and every other node's last passing claim, ``peer_steps`` / ``peer_optimizers``; the
+  replies and every other connected node's latest claim, ``peer_steps`` / ``peer_optimizers``; the
   hierarchical strategy overrides it with the steps it sent). When a kept reply does
   not say its steps, the round uses every reply's **samples** in their place (right for one batch
   size and one pass over the quota; one warning): a mix of units would be wrong. Unknown momentum
@@ -52,7 +52,7 @@ O(replies) numpy per round; the rescaling itself is one pass over each rescaled 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -301,17 +301,19 @@ class AggregationWeights:
         self.last_scales: dict[Hashable, float] = {}
         #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
         self.last_weights: dict[Hashable, int] = {}
-        #: Each node's last step claim that passed, ``{node id: (steps per sample, steps per max(samples,
-        #: reference), steps)}``, and optimizer claim, ``{node id: (momentum, α)}``: the medians a round of
-        #: fewer than 3 replies is screened against (``forget`` drops departed nodes).
+        #: Each connected node's latest step claim, ``{node id: (steps per sample, steps per max(samples,
+        #: reference), steps)}``, and optimizer claim, ``{node id: (momentum, α)}``, as claimed (clipped or
+        #: not): the medians a round of fewer than 3 replies is screened against. Every claim is kept, so a
+        #: minority of liars stays a minority of the medians; storing only the claims that passed let two
+        #: colluders who replied first hold the medians for good (``retain`` drops departed nodes).
         self.peer_steps: dict[Hashable, tuple[float, float, float]] = {}
         self.peer_optimizers: dict[Hashable, tuple[float, float]] = {}
 
-    def forget(self, node_ids: Sequence[Hashable]) -> None:
-        """Drop the claims kept about nodes that left."""
-        for n in node_ids:
-            self.peer_steps.pop(n, None)
-            self.peer_optimizers.pop(n, None)
+    def retain(self, live_node_ids: Collection[Hashable]) -> None:
+        """Keep the claims of the connected nodes only."""
+        for kept in (self.peer_steps, self.peer_optimizers):
+            for n in [n for n in kept if n not in live_node_ids]:
+                del kept[n]
 
     @staticmethod
     def _peers(kept: Mapping[Hashable, tuple[float, ...]], reports: Sequence[ClientReport]) -> list[tuple[float, ...]]:
@@ -410,9 +412,8 @@ class AggregationWeights:
                 peers=self._peers(self.peer_steps, reports),
             )
             by_reference = np.maximum(trained, float(self.step_reference or 1))
-            for r, was, t, n, e in zip(reports, clipped, tau, trained, by_reference):
-                if not was:
-                    self.peer_steps[r.node_id] = (t / n, t / e, t)
+            for r, was, t, n, e, claim in zip(reports, clipped, tau, trained, by_reference, steps):
+                self.peer_steps[r.node_id] = (claim / n, claim / e, float(claim))
                 if was:
                     self._warn_once(
                         f"steps-{r.partition_id if r.partition_id is not None else r.node_id}",
@@ -453,9 +454,10 @@ class AggregationWeights:
         claimed = local_work(tau, rho, np.array(alphas, dtype=float))
         own = np.where(implausible & np.isfinite(claimed) & (claimed > work), claimed, work)
         for r, was, a, mine, steps_used, momentum, alpha in zip(reports, implausible, work, own, tau, rho, alphas):
+            self.peer_optimizers[r.node_id] = (float(momentum), float(alpha))
             if not was:
-                self.peer_optimizers[r.node_id] = (float(momentum), float(alpha))
-            elif mine > a:
+                continue
+            if mine > a:
                 self._warn_once(
                     f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
                     "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal "
