@@ -428,6 +428,32 @@ def test_the_rescale_bound_by_hand():
     assert rescale_reason({"w": np.array([2.9e38, 0.0], dtype=np.float32)}, x, math.inf) is None  # no bound
 
 
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_float32_first_reply_does_not_lower_a_float64_model(api):
+    # Flower's average accumulates in the first reply's dtype: a float64 model (a numpy client) whose first
+    # reply came from a float32 client came back float32, and every float64 reply of the next round was
+    # refused as more precise than the model
+    strategy = _precision_strategy(api, 3)
+    x = [np.array([1.0, -2.0])]
+    for rnd in (1, 2):
+        per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)])]
+        per_node += [(dict(steps=10), [np.full(2, 0.5 + i)]) for i in (1, 2)]
+        x = _precision_round(api, strategy, x, per_node, rnd=rnd)
+        assert x[0].dtype == np.float64 and x[0].tolist() == pytest.approx([1.5, 1.5])
+        assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 0
+
+
+def test_an_aggregate_is_put_back_at_the_models_dtype_by_hand():
+    from flwr_adaptive.strategies.screening import at_model_dtype
+
+    got = at_model_dtype(np.array([7.6, -1.0, 300.0]), np.dtype(np.uint8))
+    assert got.dtype == np.uint8 and got.tolist() == [8, 0, 255]  # rounded and clipped, not wrapped to 255
+    assert at_model_dtype(np.array([0.49, 0.5, 1.0]), np.dtype(bool)).tolist() == [False, True, True]
+    assert at_model_dtype(np.array([1.5], dtype=np.float32), np.dtype(np.float64)).dtype == np.float64
+    above = np.array([1.5])  # FedAdam's float64 beside a float32 model: left as the inner strategy made it
+    assert at_model_dtype(above, np.dtype(np.float32)) is above
+
+
 def test_an_integer_buffer_stays_an_integer_and_its_replies_keep_being_averaged():
     # Flower's Message-API average multiplies each reply by a float weight: BatchNorm's int64
     # num_batches_tracked came back float64, and from round 2 on every node's int64 buffer no longer

@@ -69,7 +69,7 @@ from flwr_adaptive.strategies.normalization import (
     check_objective_applies,
     default_max_rescale,
 )
-from flwr_adaptive.strategies.records import replace_record, rescaled_record, with_config, with_integer_dtypes
+from flwr_adaptive.strategies.records import replace_record, rescaled_record, with_config, with_model_dtypes
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
@@ -474,7 +474,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             )
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
         if arrays is not None and (sent := self._sent_numpy()) is not None:
-            arrays = with_integer_dtypes(arrays, sent)  # the model's integer buffers stay integers
+            arrays = with_model_dtypes(arrays, sent)  # the model keeps its dtypes (integer buffers too)
         if kept:
             metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})
         observed = {r.node_id for r in accepted}

@@ -67,6 +67,7 @@ from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
+    at_model_dtype,
     check_ndarrays,
     lower_precision,
     ndarray_layout,
@@ -396,12 +397,25 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         reports = [r for r in reports if r.node_id not in overflowed]
         if reweighted:
             params, metrics = self.strategy.aggregate_fit(server_round, reweighted, failures)
+            params = self._at_model_dtypes(params)
             metrics = {**(metrics or {}), **telemetry_metrics(reports)}
         else:
             params, metrics = None, {}
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
+
+    def _at_model_dtypes(self, params: Parameters | None) -> Parameters | None:
+        """The aggregate with every array the average moved off the model's dtype put back at it
+        (``screening.at_model_dtype``: a float64 model whose first reply was float32 came back float32,
+        and every float64 reply of the next round was refused)."""
+        sent = getattr(self, "_sent_ndarrays", None)
+        if params is None or sent is None:
+            return params
+        arrays = parameters_to_ndarrays(params)
+        if len(arrays) != len(sent) or all(a.dtype == m.dtype for a, m in zip(arrays, sent)):
+            return params
+        return ndarrays_to_parameters([at_model_dtype(a, m.dtype) for a, m in zip(arrays, sent)])
 
     def _rescaled(self, parameters: Parameters, scale: float) -> tuple[Parameters, str | None]:
         """``x + scale·(x_i − x)`` of a result's parameters (x: the model sent this round), and why

@@ -15,10 +15,9 @@ x)`` from the model sent, paired by name (normalised aggregation;
 ``None`` when the reply holds a name the model sent does not. :func:`cast_record` is a reply's
 ArrayRecord with the named arrays cast to the given dtypes (screening casts a lower-precision reply
 up to the model's), and :func:`replace_record` puts a new ArrayRecord in a reply in place of its old
-one. :func:`with_integer_dtypes` rounds the aggregate's arrays that the model sent as integers back
-to their dtype: Flower's average multiplies each reply by a float weight, so an int64 buffer
-(BatchNorm's ``num_batches_tracked``) came back float64, and from the next round on every honest
-reply's int64 buffer no longer matched the model and was refused.
+one. :func:`with_model_dtypes` puts the aggregate's arrays back at the dtypes of the model sent where
+Flower's average changed them (``screening.at_model_dtype``: an int64 buffer came back float64, a
+float64 model float32, and from the next round on every honest reply no longer matched the model).
 
 Cost
 ----
@@ -37,8 +36,9 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Message, MetricRecord, RecordDict
 
 from flwr_adaptive.normalized_averaging import rescale_update
+from flwr_adaptive.strategies.screening import at_model_dtype
 
-__all__ = ["split_records", "with_config", "rescaled_record", "cast_record", "replace_record", "with_integer_dtypes"]
+__all__ = ["split_records", "with_config", "rescaled_record", "cast_record", "replace_record", "with_model_dtypes"]
 
 
 def split_records(content: Any) -> tuple[list[tuple[str, ArrayRecord]], list[tuple[str, MetricRecord]]]:
@@ -93,17 +93,15 @@ def replace_record(msg: Message, old: ArrayRecord, new: ArrayRecord) -> None:
             msg.content[name] = new
 
 
-def with_integer_dtypes(record: ArrayRecord, sent: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """``record`` with each array that ``sent`` holds as integers (or booleans) rounded back to that dtype."""
-    fix = {
-        k: sent[k].dtype
-        for k, v in record.items()
-        if k in sent and sent[k].dtype.kind in "iub" and str(v.dtype) != str(sent[k].dtype)
-    }
-    if not fix:
+def with_model_dtypes(record: ArrayRecord, sent: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """``record`` with each array the average moved off the dtype ``sent`` holds put back at it
+    (``screening.at_model_dtype``); the record itself when none moved."""
+    moved = {k for k, v in record.items() if k in sent and str(v.dtype) != str(sent[k].dtype)}
+    if not moved:
         return record
     return ArrayRecord(
         array_dict=OrderedDict(
-            (k, Array(np.asarray(np.rint(v.numpy()), dtype=fix[k])) if k in fix else v) for k, v in record.items()
+            (k, Array(np.asarray(at_model_dtype(v.numpy(), sent[k].dtype))) if k in moved else v)
+            for k, v in record.items()
         )
     )

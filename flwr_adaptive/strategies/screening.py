@@ -15,7 +15,8 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   server sent is the reference, not the majority's: a colluding majority cannot make the model
   change shape. :func:`lower_precision` names the arrays of an accepted reply to cast up to the
   model's dtype (at most float32) before they are rescaled or averaged: a float16 reply's
-  precision must not become the model's. :func:`rescale_reason` refuses a reply whose update could
+  precision must not become the model's. :func:`at_model_dtype` puts an aggregate back at the
+  model's dtype where Flower's average changed it. :func:`rescale_reason` refuses a reply whose update could
   overflow its dtype when normalised aggregation rescales it.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
 - :func:`check_weight` checks an evaluation reply's weight (``num-examples``, which the
@@ -69,6 +70,7 @@ __all__ = [
     "check_arrays",
     "check_ndarrays",
     "lower_precision",
+    "at_model_dtype",
     "rescale_reason",
     "check_weight",
     "harmonize_metrics",
@@ -207,6 +209,31 @@ def lower_precision(layout: ArrayLayout, reference: ArrayLayout | None) -> dict[
             if target != dtype:
                 out[name] = target
     return out
+
+
+def at_model_dtype(aggregate: np.ndarray, model: np.dtype) -> np.ndarray:
+    """An aggregated array back at the dtype of the model sent, where the average changed it.
+
+    Flower's average multiplies each reply by a float weight and accumulates in the first reply's
+    dtype: an int64 buffer (BatchNorm's ``num_batches_tracked``) comes back float64, and a float64
+    model whose first reply was float32 comes back float32; either way every reply of the next round
+    at the model's dtype would no longer match it and be refused. An integer aggregate is rounded and
+    clipped to the dtype's range (a server optimizer can move a uint8 buffer below 0); a boolean one
+    is the majority (an average of at least 0.5 is ``True``); a float one is cast up. An array at the
+    model's dtype, or above it, is returned as it is.
+    """
+    model = np.dtype(model)
+    if aggregate.dtype == model or aggregate.dtype.kind not in "fiub":
+        return aggregate
+    if model.kind == "b":
+        return np.asarray(aggregate >= 0.5)
+    if model.kind in "iu" and aggregate.dtype.kind == "f":
+        info = np.iinfo(model)
+        rounded = np.clip(np.rint(np.nan_to_num(aggregate)), float(info.min), float(info.max))
+        return np.asarray(rounded).astype(model)
+    if model.kind == "f" and aggregate.dtype.kind == "f" and aggregate.dtype.itemsize < model.itemsize:
+        return aggregate.astype(model)
+    return aggregate
 
 
 def rescale_reason(
