@@ -76,9 +76,11 @@ from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
     array_layout,
+    bounded_rescale,
     check_arrays,
     describe_removed,
     harmonize_metrics,
+    unbounded_rescale,
 )
 from flwr_adaptive.strategies.sent_round import SentRound
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
@@ -498,7 +500,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         new = rescaled_record(record, sent, scale)
         if new is None:
             return None  # screening refuses such a reply; nothing here to rescale from
-        if reason := check_arrays(new, None):
+        # a bounded factor was checked at screening (screening.RescaleBound); an unbounded one is checked here
+        if unbounded_rescale(self.aggregation.max_rescale) and (reason := check_arrays(new, None)):
             return f"its update rescaled by {scale:.3g}: {reason}"
         replace_record(msg, record, new)
         self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
@@ -555,17 +558,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         """Keep the replies whose arrays match the model sent, are finite and can be rescaled within
         their dtype (``array_screening``)."""
         reference = getattr(self, "_reference_layout", None)
-        rescaled = self.aggregation.weighting == "normalized"
-        return usable_arrays(
-            server_round,
-            pairs,
-            skipped,
-            reference,
-            getattr(self, "_records_of", {}),
-            self.who,
-            rescaled_from=self._sent_numpy() if rescaled else None,
-            max_rescale=self.aggregation.max_rescale,
-        )
+        sent = self._sent_numpy()
+        bound = bounded_rescale(self.aggregation.weighting, self.aggregation.max_rescale, sent)
+        return usable_arrays(server_round, pairs, skipped, reference, getattr(self, "_records_of", {}), self.who, bound)
 
     _records_of: dict[int, tuple[ArrayRecord, MetricRecord]]  # this round: id(reply) -> its records (screening)
 

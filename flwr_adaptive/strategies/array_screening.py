@@ -7,8 +7,9 @@ sent this round: names, shapes, dtypes) and holds finite values (``screening.che
 other reply is marked ``"invalid"`` in ``skipped`` with one warning naming its node and why (its
 update would break the inner average or corrupt the model). A kept reply holding an array at lower
 precision than the model's gets it cast up to the model's dtype, in the reply and in
-``records_of`` (``screening.lower_precision``); with ``rescaled_from`` a reply whose update could
-overflow its dtype when rescaled is skipped too (``screening.rescale_reason``). Without a known model layout
+``records_of`` (``screening.lower_precision``); with ``rescale_bound`` a reply whose update could
+overflow its dtype when rescaled is skipped too (``screening.RescaleBound``, checked as each array
+is decoded). Without a known model layout
 (``configure_train`` not called) the most common layout among the replies is the reference, so a
 minority of odd replies cannot set it.
 
@@ -21,17 +22,16 @@ fallback reference decodes each reply's layout once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, MutableMapping
 from logging import WARNING
 from typing import Any
 
-import numpy as np
 from flwr.app import Message
 
 from flwr_adaptive._logging import logger
 from flwr_adaptive.strategies.records import cast_record, replace_record
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.screening import ArrayLayout, array_layout, check_arrays, lower_precision, rescale_reason
+from flwr_adaptive.strategies.screening import ArrayLayout, RescaleBound, array_layout, check_arrays, lower_precision
 
 __all__ = ["usable_arrays"]
 
@@ -43,14 +43,13 @@ def usable_arrays(
     reference: ArrayLayout | None,
     records_of: MutableMapping[int, tuple[Any, Any]],
     who: Callable[[Hashable], str],
-    rescaled_from: Mapping[str, np.ndarray] | None = None,
-    max_rescale: float | None = None,
+    rescale_bound: RescaleBound | None = None,
 ) -> list[tuple[Message, ClientReport]]:
     """The ``(reply, report)`` pairs whose arrays can be averaged (see the module docstring).
 
     ``records_of``: ``{id(reply): (its ArrayRecord, its MetricRecord)}`` as screening found them;
-    ``who``: how a log line names a node; ``rescaled_from``: the model sent, by name, when normalised
-    aggregation will rescale the updates by up to ``max_rescale`` (``screening.rescale_reason``).
+    ``who``: how a log line names a node; ``rescale_bound``: when normalised aggregation will rescale
+    the updates by a bounded factor, the round's ``screening.RescaleBound``.
     """
     if reference is None and pairs:
         layouts = []
@@ -63,17 +62,13 @@ def usable_arrays(
     kept = []
     for msg, report in pairs:
         record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
-        reason = check_arrays(record, reference)
+        reason = check_arrays(record, reference, rescale_bound)
         if reason is None:
             if dtypes := lower_precision(array_layout(record), reference):
                 cast = cast_record(record, dtypes)
                 replace_record(msg, record, cast)
                 if id(msg) in records_of:
                     records_of[id(msg)] = (cast, records_of[id(msg)][1])
-                record = cast
-            if rescaled_from is not None:
-                reason = rescale_reason({k: v.numpy() for k, v in record.items()}, rescaled_from, max_rescale)
-        if reason is None:
             kept.append((msg, report))
             continue
         skipped[report.node_id] = "invalid"

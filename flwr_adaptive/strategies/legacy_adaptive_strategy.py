@@ -67,12 +67,14 @@ from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
+    RescaleBound,
     at_model_dtype,
+    bounded_rescale,
     check_ndarrays,
     lower_precision,
     ndarray_layout,
-    rescale_reason,
     size_reason,
+    unbounded_rescale,
 )
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
@@ -425,7 +427,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         if scale == 1.0 or sent is None:
             return parameters, None
         moved = rescale_update(sent, parameters_to_ndarrays(parameters), scale)
-        if reason := check_ndarrays(moved, None):
+        # a bounded factor was checked at screening (screening.RescaleBound); an unbounded one is checked here
+        if unbounded_rescale(self.aggregation.max_rescale) and (reason := check_ndarrays(moved, None)):
             return parameters, f"its update rescaled by {scale:.3g}: {reason}"
         return ndarrays_to_parameters(moved), None
 
@@ -455,6 +458,9 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         skipped: dict[Hashable, str] = {}
         kept, reports = [], []
         seen: set[Hashable] = set()
+        sent = getattr(self, "_sent_ndarrays", None)
+        by_name = None if sent is None else {str(i): a for i, a in enumerate(sent)}
+        bound = bounded_rescale(self.aggregation.weighting, self.aggregation.max_rescale, by_name)
         for proxy, res in results:
             node = node_id_of(proxy)
             if node not in self._assigned:
@@ -491,7 +497,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 skipped[node] = "invalid"
                 log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
                 continue
-            res, reason = self._screened_arrays(res)
+            res, reason = self._screened_arrays(res, bound)
             if reason:
                 skipped[node] = "invalid"
                 log(
@@ -529,7 +535,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 )
         return kept, reports, skipped
 
-    def _screened_arrays(self, res: FitRes) -> tuple[FitRes, str | None]:
+    def _screened_arrays(self, res: FitRes, bound: RescaleBound | None = None) -> tuple[FitRes, str | None]:
         """``res`` with its arrays at the model's precision, and why they cannot be averaged into the
         model (``None``: they can). An array at lower precision than the model's is cast up
         (``screening.lower_precision``: a reply's precision must not become the model's)."""
@@ -540,18 +546,13 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         reference = getattr(self, "_reference_layout", None)
         if reason := check_ndarrays(arrays, reference):
             return res, reason
+        if bound is not None:
+            for i, values in enumerate(arrays):
+                if reason := bound(str(i), values):
+                    return res, reason.replace("array '", "array #").replace("' could", " could")
         if dtypes := lower_precision(ndarray_layout(arrays), reference):
             arrays = [a.astype(dtypes[str(i)]) if str(i) in dtypes else a for i, a in enumerate(arrays)]
             res = replace(res, parameters=ndarrays_to_parameters(arrays))
-        sent = getattr(self, "_sent_ndarrays", None)
-        if self.aggregation.weighting == "normalized" and sent is not None:
-            by_name = dict(enumerate(sent))
-            if reason := rescale_reason(
-                {str(i): a for i, a in enumerate(arrays)},
-                {str(i): a for i, a in by_name.items()},
-                self.aggregation.max_rescale,
-            ):
-                return res, reason.replace("array '", "array #").replace("' could", " could")
         return res, None
 
     def configure_evaluate(

@@ -16,8 +16,9 @@ differ) nor corrupt the global model (one NaN weight makes the average NaN):
   change shape. :func:`lower_precision` names the arrays of an accepted reply to cast up to the
   model's dtype (at most float32) before they are rescaled or averaged: a float16 reply's
   precision must not become the model's. :func:`at_model_dtype` puts an aggregate back at the
-  model's dtype where Flower's average changed it. :func:`rescale_reason` refuses a reply whose update could
-  overflow its dtype when normalised aggregation rescales it.
+  model's dtype where Flower's average changed it. :func:`rescale_reason` (:class:`RescaleBound`, which
+  :func:`check_arrays` can run as it decodes) refuses a reply whose update could overflow its dtype
+  when normalised aggregation rescales it.
 - :func:`check_ndarrays` does the same for the legacy API's deserialised ``Parameters``.
 - :func:`check_weight` checks an evaluation reply's weight (``num-examples``, which the
   inner strategy divides by): a finite number in ``[0, MAX_COUNT]``. A negative weight could
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,9 @@ __all__ = [
     "lower_precision",
     "at_model_dtype",
     "rescale_reason",
+    "RescaleBound",
+    "bounded_rescale",
+    "unbounded_rescale",
     "check_weight",
     "harmonize_metrics",
     "metric_kind",
@@ -236,38 +240,70 @@ def at_model_dtype(aggregate: np.ndarray, model: np.dtype) -> np.ndarray:
     return aggregate
 
 
+class RescaleBound:
+    """Why one reply array's update could overflow once rescaled by up to ``max_rescale`` from the model
+    sent (normalised aggregation: ``x + s·(x_i − x)``, ``0 < s ≤ max_rescale``), or ``None``.
+
+    ``|x + s·(x_i − x)| ≤ |x| + c·|x_i − x|``: a reply within range after that bound can be rescaled by
+    any factor the round gives it; one beyond it is refused at screening, before the controller learns
+    from its telemetry or its steps enter the round's τ_eff, and no rescaled update needs checking. The
+    range is that of the dtype the array is aggregated at (``aggregation_dtype``: a float16 reply is
+    cast up first). The cheap bound ``(1 + c)·max|x| + c·max|x_i|`` is tried first (the model's
+    ``max|x|`` once per round); only a reply beyond it (values within a factor ~2c of the dtype's
+    largest, never an honest model's) is bounded element by element. Build one per round.
+    """
+
+    def __init__(self, sent: Mapping[str, np.ndarray], max_rescale: float) -> None:
+        if not math.isfinite(max_rescale) or max_rescale < 1:
+            raise ValueError(f"max_rescale must be finite and >= 1 here, got {max_rescale!r}")
+        self.sent, self.c = sent, float(max_rescale)
+        self._largest: dict[str, float] = {}
+
+    def __call__(self, name: str, xi: np.ndarray) -> str | None:
+        x = self.sent.get(name)
+        if x is None or xi.dtype.kind != "f" or not xi.size or x.dtype.kind != "f":
+            return None
+        if name not in self._largest:
+            self._largest[name] = float(max(np.max(x), -np.min(x)))
+        limit = float(np.finfo(aggregation_dtype(x.dtype, xi.dtype)).max)
+        c = self.c
+        if (1 + c) * self._largest[name] + c * float(max(np.max(xi), -np.min(xi))) <= limit:
+            return None
+        x64 = np.asarray(x, dtype=np.float64)
+        reach = float(np.max(np.abs(x64) + c * np.abs(xi.astype(np.float64) - x64)))
+        if reach <= limit:
+            return None
+        return (
+            f"array {name!r} could reach {reach:.3g} once its update is rescaled by up to max_rescale "
+            f"{c:g}, beyond the largest value {limit:.3g} of the dtype it is averaged at"
+        )
+
+
+def unbounded_rescale(max_rescale: float | None) -> bool:
+    """Whether normalised aggregation's factors have no bound (``None`` or ``math.inf``)."""
+    return max_rescale is None or not math.isfinite(max_rescale)
+
+
+def bounded_rescale(
+    weighting: str, max_rescale: float | None, sent: Mapping[str, np.ndarray] | None
+) -> RescaleBound | None:
+    """The round's :class:`RescaleBound` when updates will be rescaled by a bounded factor, else ``None``."""
+    if weighting != "normalized" or sent is None or max_rescale is None or unbounded_rescale(max_rescale):
+        return None
+    return RescaleBound(sent, float(max_rescale))
+
+
 def rescale_reason(
     arrays: Mapping[str, np.ndarray], sent: Mapping[str, np.ndarray], max_rescale: float | None
 ) -> str | None:
-    """Why a reply's update could overflow its dtype once rescaled by up to ``max_rescale`` from the
-    model sent (normalised aggregation: ``x + s·(x_i − x)``, ``0 < s ≤ max_rescale``), or ``None``.
-
-    ``|x + s·(x_i − x)| ≤ |x| + c·|x_i − x|``: a reply within its dtype's range after that bound can
-    be rescaled by any factor the round gives it; one beyond it is refused at screening, before the
-    controller learns from its telemetry or its steps enter the round's τ_eff. The cheap bound
-    ``(1 + c)·max|x| + c·max|x_i|`` is tried first; only a reply beyond it (values within a factor
-    ~2c of the dtype's largest, never an honest model's) is bounded element by element.
-    ``max_rescale`` ``None`` or infinite: no bound (the strategies check the rescaled update
-    instead).
-    """
+    """:class:`RescaleBound` over a reply's arrays (``max_rescale`` ``None`` or infinite: no bound, the
+    strategies check the rescaled update instead)."""
     if max_rescale is None or not math.isfinite(max_rescale):
         return None
-    c = float(max_rescale)
+    bound = RescaleBound(sent, max_rescale)
     for name, xi in arrays.items():
-        x = sent.get(name)
-        if x is None or xi.dtype.kind != "f" or not xi.size:
-            continue
-        limit = float(np.finfo(xi.dtype).max)
-        big_x, big_xi = float(np.max(np.abs(x))), float(np.max(np.abs(xi)))
-        if (1 + c) * big_x + c * big_xi <= limit:
-            continue
-        x64 = np.asarray(x, dtype=np.float64)
-        reach = float(np.max(np.abs(x64) + c * np.abs(xi.astype(np.float64) - x64)))
-        if reach > limit:
-            return (
-                f"array {name!r} could reach {reach:.3g} once its update is rescaled by up to max_rescale "
-                f"{c:g}, beyond {xi.dtype}'s largest value {limit:.3g}"
-            )
+        if reason := bound(name, xi):
+            return reason
     return None
 
 
@@ -285,7 +321,11 @@ def _layout_reason(layout: ArrayLayout, reference: ArrayLayout) -> str | None:
     return None
 
 
-def check_arrays(record: Any, reference: ArrayLayout | None) -> str | None:
+def check_arrays(
+    record: Any,
+    reference: ArrayLayout | None,
+    value_check: Callable[[str, np.ndarray], str | None] | None = None,
+) -> str | None:
     """Why a reply's ``ArrayRecord`` cannot be averaged into the model, or ``None`` when it can.
 
     Parameters
@@ -294,6 +334,9 @@ def check_arrays(record: Any, reference: ArrayLayout | None) -> str | None:
         The reply's arrays.
     reference : dict, optional
         Layout of the model the server sent (:func:`array_layout`); ``None`` checks finiteness only.
+    value_check : callable, optional
+        ``value_check(name, values)``: a further reason to refuse an array (e.g. :class:`RescaleBound`),
+        run on each array as it is decoded for the finiteness check.
     """
     try:
         layout = array_layout(record)
@@ -304,6 +347,8 @@ def check_arrays(record: Any, reference: ArrayLayout | None) -> str | None:
             if tuple(values.shape) != layout[str(name)][0] or str(values.dtype) != layout[str(name)][1]:
                 return f"array {name!r} declares shape {layout[str(name)][0]} but holds {values.shape}"
             if reason := _finite_reason(str(name), values):
+                return reason
+            if value_check is not None and (reason := value_check(str(name), values)):
                 return reason
     except Exception as err:  # noqa: BLE001 - any undecodable array is the client's fault, not ours
         return f"arrays cannot be decoded ({type(err).__name__}: {err})"
