@@ -457,41 +457,24 @@ class AggregationWeights:
             self.peer_optimizers[r.node_id] = (float(momentum), float(alpha))
             if not was:
                 continue
+            claim = (server_round, r.node_id, r.partition_id, r.momentum, r.lr, r.proximal_mu, int(steps_used))
+            head = (
+                "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal mu %s)"
+            )
             if mine > a:
-                self._warn_once(
-                    f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
-                    "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal "
-                    "mu %s) whose local work for its %d steps, %.4g, is above %g× that of the round's median "
-                    "optimizer: its own update is normalised by its claim, and the round's step length counts it "
-                    "at %.4g",
-                    server_round,
-                    r.node_id,
-                    r.partition_id,
-                    r.momentum,
-                    r.lr,
-                    r.proximal_mu,
-                    int(steps_used),
-                    mine,
-                    self.step_tolerance,
-                    a,
+                why = (
+                    " whose local work for its %d steps, %.4g, is above %g× that of the round's median optimizer: its "
+                    "own update is normalised by its claim, and the round's step length counts it at %.4g"
                 )
+                args: tuple[Any, ...] = (*claim, mine, self.step_tolerance, a)
             else:
-                self._warn_once(
-                    f"work-{r.partition_id if r.partition_id is not None else r.node_id}",
-                    "[adaptive] round %s: node %s (partition %s) claims an optimizer (momentum %s, lr %s, proximal "
-                    "mu %s) whose local work for its %d steps lies outside %g× that of the round's median optimizer "
-                    "(or is not a positive number): %.4g is used for its update's scale. If your nodes really run "
-                    "different optimizers, raise strategy.step_tolerance",
-                    server_round,
-                    r.node_id,
-                    r.partition_id,
-                    r.momentum,
-                    r.lr,
-                    r.proximal_mu,
-                    int(steps_used),
-                    self.step_tolerance,
-                    a,
+                why = (
+                    " whose local work for its %d steps lies outside %g× that of the round's median optimizer (or is "
+                    "not a positive number): %.4g is used for its update's scale. If your nodes really run different "
+                    "optimizers, raise strategy.step_tolerance"
                 )
+                args = (*claim, self.step_tolerance, a)
+            self._warn_once(f"work-{r.partition_id if r.partition_id is not None else r.node_id}", head + why, *args)
         _, _, scale = normalized_plan([weights[r.node_id] for r in reports], own, self.max_rescale, step_work=work)
         self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
         return dict(self.last_scales)
