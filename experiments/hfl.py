@@ -12,10 +12,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.compare import REPO
 from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.strategies.registry import LABELS, parse_run_name
+
+if TYPE_CHECKING:  # pandas is imported where the tables are built
+    import pandas as pd
 
 APP_DIR = REPO / "apps" / "hfl"
 

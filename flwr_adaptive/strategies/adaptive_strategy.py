@@ -24,9 +24,9 @@ Contract
   replies' telemetry feeds the controller, their weight key (``weighted_by_key``) is set per ``weighting``, and the
   inner strategy aggregates them; with ``weighting="normalized"`` each kept model is first
   rescaled to FedNova's step from the model sent this round
-  (:mod:`flwr_adaptive.strategies.normalization`), so the inner strategy's own server-side logic
-  (server learning rate, momentum, robust rules) applies to FedNova's update. A bad client
-  never stops a round; the next round's split covers every node the inner strategy samples,
+  (:mod:`flwr_adaptive.strategies.normalization`, :mod:`flwr_adaptive.strategies.sent_model`), so the
+  inner strategy's own server-side logic (server learning rate, momentum, robust rules) applies to FedNova's update.
+  A bad client never stops a round; the next round's split covers every node the inner strategy samples,
   so a node that is gone leaves its share to the others.
   A set-up mistake of the client app (no telemetry wrapper, the wrong decorator order, no
   ``quota_data``) shows on every reply of the first round and stops the run there with the fix
@@ -51,7 +51,6 @@ import time
 from collections.abc import Hashable, Iterable, Sequence
 from logging import INFO, WARNING
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, Message, MetricRecord
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
@@ -69,19 +68,12 @@ from flwr_adaptive.strategies.normalization import (
     check_objective_applies,
     default_max_rescale,
 )
-from flwr_adaptive.strategies.records import replace_record, rescaled_record, with_config, with_model_dtypes
+from flwr_adaptive.strategies.records import replace_record, with_config, with_model_dtypes
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
-from flwr_adaptive.strategies.screening import (
-    ArrayLayout,
-    array_layout,
-    bounded_rescale,
-    check_arrays,
-    describe_removed,
-    harmonize_metrics,
-    unbounded_rescale,
-)
+from flwr_adaptive.strategies.screening import describe_removed, harmonize_metrics
+from flwr_adaptive.strategies.sent_model import SentModel
 from flwr_adaptive.strategies.sent_round import SentRound
 from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup_mistake
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
@@ -247,6 +239,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.strategy = FedAvg() if strategy is None else strategy
         #: This round's messages, their send time and the replies' arrival (``sent_round``).
         self.sent_round = SentRound()
+        #: This round's model: what replies' arrays are screened and rescaled against (``sent_model``).
+        self.sent_model = SentModel()
         if not isinstance(self.strategy, Strategy):
             raise ValueError(
                 f"strategy must be a flwr.serverapp.strategy.Strategy, got "
@@ -380,11 +374,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         if connected is not None:
             self.note_connected(connected)
             self.forget_departed(connected)  # bounded state under node-id churn (docs/scale.md)
-        self._sent_arrays = arrays  # the model of this round: normalised aggregation rescales from it
-        try:
-            self._reference_layout: ArrayLayout | None = array_layout(arrays)
-        except Exception:  # noqa: BLE001 - an unusual model record: replies are compared with each other
-            self._reference_layout = None
+        self.sent_model.start(arrays)  # replies are screened against it; normalised aggregation rescales from it
         chosen = self.participants(server_round, [m.metadata.dst_node_id for m in messages])
         quotas = self.quotas_for(server_round, chosen)
         self.begin_round(server_round, quotas)
@@ -475,7 +465,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                 stripped=self.stripped_metric_keys,
             )
         arrays, metrics = self.strategy.aggregate_train(server_round, kept) if kept else (None, None)
-        if arrays is not None and (sent := self._sent_numpy()) is not None:
+        if arrays is not None and (sent := self.sent_model.numpy()) is not None:
             arrays = with_model_dtypes(arrays, sent)  # the model keeps its dtypes (integer buffers too)
         if kept:
             metrics = MetricRecord({**(dict(metrics) if metrics is not None else {}), **telemetry_metrics(reports)})
@@ -484,38 +474,14 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         return arrays, metrics
 
     def _rescale(self, msg: Message, scale: float) -> str | None:
-        """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round);
-        why the reply cannot be averaged (``None``: it can).
-
-        Arrays are paired by name (screening checked that the reply holds the model's names and
-        shapes, and cast it up to the model's dtypes); only floating-point arrays move
-        (:func:`flwr_adaptive.normalized_averaging.rescale_update`). A rescaled update that
-        overflows the model's dtype (values near its largest) is refused, not averaged. Without the
-        model sent (``configure_train`` not called) the reply is left as it is.
-        """
-        sent = self._sent_numpy()
-        if sent is None:
-            return None
+        """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round,
+        :meth:`SentModel.rescaled`); why the reply cannot be averaged (``None``: it can)."""
         record = self._records_of[id(msg)][0]
-        new = rescaled_record(record, sent, scale)
-        if new is None:
-            return None  # screening refuses such a reply; nothing here to rescale from
-        # a bounded factor was checked at screening (screening.RescaleBound); an unbounded one is checked here
-        if unbounded_rescale(self.aggregation.max_rescale) and (reason := check_arrays(new, None)):
-            return f"its update rescaled by {scale:.3g}: {reason}"
-        replace_record(msg, record, new)
-        self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
-        return None
-
-    def _sent_numpy(self) -> dict[str, np.ndarray] | None:
-        """The model sent this round as ``{name: array}``, decoded once per round (``None``: none sent)."""
-        sent = getattr(self, "_sent_arrays", None)
-        if sent is None:
-            return None
-        cache = getattr(self, "_sent_cache", None)
-        if cache is None or cache[0] is not sent:
-            cache = self._sent_cache = (sent, {k: v.numpy() for k, v in sent.items()})
-        return cache[1]
+        new, reason = self.sent_model.rescaled(record, scale, self.aggregation.max_rescale)
+        if new is not None:
+            replace_record(msg, record, new)
+            self._records_of[id(msg)] = (new, self._records_of[id(msg)][1])
+        return reason
 
     def setup_evidence(self, replies: list[Message]) -> tuple[dict[Hashable, str | None], dict[Hashable, str]]:
         """What each reply says about the client app's set-up (see ``SetupCheck.check_setup``)."""
@@ -557,10 +523,9 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
     ) -> list[tuple[Message, ClientReport]]:
         """Keep the replies whose arrays match the model sent, are finite and can be rescaled within
         their dtype (``array_screening``)."""
-        reference = getattr(self, "_reference_layout", None)
-        sent = self._sent_numpy()
-        bound = bounded_rescale(self.aggregation.weighting, self.aggregation.max_rescale, sent)
-        return usable_arrays(server_round, pairs, skipped, reference, getattr(self, "_records_of", {}), self.who, bound)
+        bound = self.sent_model.bound(self.aggregation.weighting, self.aggregation.max_rescale)
+        layout = self.sent_model.layout
+        return usable_arrays(server_round, pairs, skipped, layout, getattr(self, "_records_of", {}), self.who, bound)
 
     _records_of: dict[int, tuple[ArrayRecord, MetricRecord]]  # this round: id(reply) -> its records (screening)
 

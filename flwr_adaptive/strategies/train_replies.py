@@ -97,7 +97,7 @@ def screen_replies(
         if reason := size_reason(
             metrics,
             record_sizes(array_items[0][1]),
-            getattr(strategy, "_reference_layout", None),
+            strategy.sent_model.layout,
             strategy.lists_sized_elsewhere,
         ):
             skipped[node] = "invalid"
