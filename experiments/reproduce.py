@@ -36,7 +36,10 @@ Pairing and clocks: within one invocation every policy of a (task, scenario, see
 data partitions, initial model, sample order and device jitter draws. The default
 ``--clock modelled`` makes device time ``per_sample_s(task) × samples × slowdown × jitter``, the
 per-sample cost calibrated once at start (printed, and written to the page), so comparisons are
-deterministic on a shared machine; ``--clock measured`` uses each training call's CPU time instead.
+deterministic on a shared machine; ``--per-sample-s`` gives that unit instead (the page's values make
+a rerun bit-identical: a few decisions compare costs the rules made equal, and another unit can round
+such a tie the other way, e.g. which of two nodes gets one more sample); ``--clock measured`` uses
+each training call's CPU time instead.
 The same PMA comparison through ``flwr run apps/pma`` (one Flower run per policy) is
 ``python -m experiments.baselines``. DDP and HFL use their own clocks (stated on the page).
 
@@ -211,6 +214,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="a non-IID run's round cap, as a multiple of Equal + FedAvg's rounds")
     ap.add_argument("--noniid-lr", default="sentiment=0.1",
                     help="local learning rate per task in the non-IID runs, task=lr,… (others: the task's default)")
+    ap.add_argument("--per-sample-s", default="",
+                    help="the modelled clock's host seconds per training sample, task=seconds,… (or one number for "
+                    "every task), instead of calibrating at start: the page's provenance values rerun its modelled "
+                    "runs bit for bit (another unit can round a tie between equal costs the other way)")
     ap.add_argument("--noniid-rows", default="main",
                     help="comma-separated rows of experiments.noniid.ROWS, 'main' (the main part's rows, "
                     "experiments.noniid.MAIN_ROWS; the other parts run their own) or 'all' (every row, in every part)")
@@ -292,6 +299,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.noniid_lr = _per_task(ap, "--noniid-lr", args.noniid_lr, float, KNOWN_TASKS, lr_default)
     if any(not (math.isfinite(v) and v > 0) for v in args.noniid_lr.values()):
         ap.error(f"--noniid-lr must give positive learning rates, got {args.noniid_lr}")
+    args.per_sample_s = _per_task(ap, "--per-sample-s", args.per_sample_s, float, KNOWN_TASKS)
+    if any(not (math.isfinite(v) and v > 0) for v in args.per_sample_s.values()):
+        ap.error(f"--per-sample-s must give positive seconds per sample, got {args.per_sample_s}")
     if "equal-fedavg" not in args.noniid_rows:
         ap.error("the non-IID target and every ratio are against Equal + FedAvg: keep 'equal-fedavg' in --noniid-rows")
     if not args.noniid_alphas or any(not (math.isfinite(a) and a > 0) for a in args.noniid_alphas):
@@ -338,6 +348,21 @@ def _per_task(ap: argparse.ArgumentParser, flag: str, text: str, kind: type, tas
     return out
 
 
+def modelled_unit(task: str, saved: dict[str, float], given: dict[str, float], measured: dict[str, float],
+                  where: Path) -> float:
+    """The modelled clock's host seconds per sample for ``task``: ``--per-sample-s``'s (``given``), else the one the
+    work folder's runs used (``saved``), else this invocation's calibration (``measured``), else calibrated now.
+    A given unit other than the saved one stops the command with the fix: the saved runs were timed on the other."""
+    if task in given:
+        if task in saved and saved[task] != given[task]:
+            raise SystemExit(f"{where} holds {task} runs on a modelled clock of {saved[task]!r} s per sample, not the "
+                             f"{given[task]!r} of --per-sample-s; pass --fresh or another --work")
+        return given[task]
+    if task in saved:
+        return saved[task]
+    return measured[task] if task in measured else calibrate(task)
+
+
 def _stop_on_sigterm() -> None:
     """SIGTERM ends the command like Ctrl-C, so its worker processes are stopped too."""
     import signal
@@ -368,8 +393,7 @@ def noniid_lines(args: argparse.Namespace, work: Path, figs: Path, per_sample: d
         raise SystemExit(f"{work} holds non-IID runs of other settings; pass --fresh or another --work")
     calib = dict(saved.get("per_sample_s", {}))
     for t in args.noniid_tasks:
-        if t not in calib:
-            calib[t] = per_sample[t] if t in per_sample else calibrate(t)
+        calib[t] = modelled_unit(t, calib, args.per_sample_s, per_sample, path)
     path.write_text(json.dumps({"settings": settings, "per_sample_s": calib}, indent=1))
     tasks = {*args.noniid_tasks, args.noniid_measured_task}
     metric_of = {t: load_task(t).metric for t in tasks}
@@ -436,9 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.clock == "modelled":
         saved = json.loads(settings_path.read_text()).get("per_sample_s", {}) if settings_path.exists() else {}
         for t in tasks_needed:
-            per_sample[t] = saved[t] if t in saved else calibrate(t)
-            print(f"[reproduce] calibration: {t}: {per_sample[t]:.3e} host CPU s per training sample"
-                  f"{' (reused from ' + str(settings_path) + ')' if t in saved else ''}", flush=True)
+            per_sample[t] = modelled_unit(t, saved, args.per_sample_s, {}, settings_path)
+            source = ("given" if t in args.per_sample_s else f"reused from {settings_path}" if t in saved
+                      else "calibrated now")
+            print(f"[reproduce] calibration: {t}: {per_sample[t]:.3e} host CPU s per training sample ({source})",
+                  flush=True)
     previous = json.loads(settings_path.read_text()) if settings_path.exists() else {}
     earlier, earlier_commits = previous.get("walls_s", []), previous.get("commits", [])
     record = {"settings": settings, "per_sample_s": per_sample, "walls_s": earlier,

@@ -438,3 +438,27 @@ def test_the_objective_part_follows_the_trust_part_and_reuses_the_rows_it_shares
     pooled = s[s["row"] == "time-norm-cap8-shrink-datasize"].set_index(["task", "scenario", "seed"])
     default = s[s["row"] == "time-norm-cap8-shrink"].set_index(["task", "scenario", "seed"])
     assert (pooled["final_metric"] != default.loc[pooled.index, "final_metric"]).any()
+
+
+def test_a_given_modelled_clock_unit_is_the_runs_and_one_unlike_the_work_folders_stops_before_running(quick, tmp_path):
+    # Prepare: the quick run's work folder and the units its runs were timed on
+    import json
+
+    from experiments import reproduce
+
+    out, _, _ = quick
+    work = out / "work"
+    iid = json.loads((work / "settings.json").read_text())["per_sample_s"]
+    noniid = json.loads((work / "noniid-settings.json").read_text())["per_sample_s"]
+    task = next(iter(noniid))
+    (tmp_path / "results.md").write_text((out / "results.md").read_text())
+    common = ["--quick", "--out", str(tmp_path), "--work", str(work), "--jobs", "1"]
+    # Execute / Assert: another unit than the saved runs' stops both sections with the fix, before anything runs
+    with pytest.raises(SystemExit, match="s per sample, not the .* of --per-sample-s; pass --fresh"):
+        other = {t: 2 * v for t, v in iid.items()}
+        reproduce.main([*common, "--skip-noniid", "--per-sample-s", ",".join(f"{t}={v!r}" for t, v in other.items())])
+    with pytest.raises(SystemExit, match="s per sample, not the .* of --per-sample-s; pass --fresh"):
+        reproduce.main([*common, "--only-noniid", "--per-sample-s", f"{task}={2 * noniid[task]!r}"])
+    # the saved unit given again: every run is reused, the page says that unit
+    assert reproduce.main([*common, "--only-noniid", "--per-sample-s", f"{task}={noniid[task]!r}"]) == 0
+    assert reproduce.REUSED["non-IID"] > 0 and f"{task} {noniid[task]:.3e}" in (tmp_path / "results.md").read_text()

@@ -233,3 +233,31 @@ def test_a_page_whose_part_markers_are_out_of_order_is_refused_with_the_fix():
     page = f"# R\n\n{base.end}\nold\n{base.start}\n"
     with pytest.raises(ValueError, match="comes before its .*restore the pair in order"):
         splice_part(page, [base.start, "B", base.end], "baselines")
+
+
+def test_the_modelled_clock_unit_given_is_used_and_one_unlike_the_work_folders_runs_stops_with_the_fix(
+        monkeypatch, tmp_path):
+    from experiments import reproduce
+
+    args = reproduce.parse_args(["--per-sample-s", "mnist=1.878e-04,weather=2.517e-05"])
+    assert args.per_sample_s == {"mnist": 1.878e-04, "weather": 2.517e-05}
+    assert reproduce.parse_args([]).per_sample_s == {}  # default: calibrated at start
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--per-sample-s", "mnist=-1"])
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--per-sample-s", "mnist=0.1,cifar=1"])
+
+    def calibrate(task):
+        calls.append(task)
+        return 9.0
+
+    calls: list[str] = []
+    monkeypatch.setattr(reproduce, "calibrate", calibrate)
+    unit = reproduce.modelled_unit
+    assert unit("mnist", {}, {"mnist": 1e-4}, {"mnist": 2e-4}, tmp_path) == 1e-4  # given beats measured
+    assert unit("mnist", {"mnist": 3e-4}, {}, {"mnist": 2e-4}, tmp_path) == 3e-4  # the saved runs' unit
+    assert unit("mnist", {}, {}, {"mnist": 2e-4}, tmp_path) == 2e-4  # this invocation's calibration
+    assert calls == [] and unit("sentiment", {}, {}, {}, tmp_path) == 9.0 and calls == ["sentiment"]
+    assert unit("mnist", {"mnist": 1e-4}, {"mnist": 1e-4}, {}, tmp_path) == 1e-4
+    with pytest.raises(SystemExit, match="--fresh or another --work"):
+        unit("mnist", {"mnist": 3e-4}, {"mnist": 1e-4}, {}, tmp_path)
