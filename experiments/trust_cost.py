@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="';'-separated CostTrust settings beside the default, each 'name=value[,name=value]'")
     args = ap.parse_args(argv)
     settings = {"default": CostTrust()}
+    ints = {f.name for f in dataclasses.fields(CostTrust) if f.type in (int, "int")}
     for spec in filter(None, (s.strip() for s in args.settings.split(";"))):
-        ints = {f.name for f in dataclasses.fields(CostTrust) if f.type in (int, "int")}
         pairs = [(k.strip(), v) for k, v in (kv.split("=") for kv in spec.split(","))]
         options = {k: (int if k in ints else float)(v) for k, v in pairs}
         if "plausible_range" in options and "absurd_range" not in options:

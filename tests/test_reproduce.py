@@ -454,8 +454,8 @@ def test_a_given_modelled_clock_unit_is_the_runs_and_one_unlike_the_work_folders
     (tmp_path / "results.md").write_text((out / "results.md").read_text())
     common = ["--quick", "--out", str(tmp_path), "--work", str(work), "--jobs", "1"]
     # Execute / Assert: another unit than the saved runs' stops both sections with the fix, before anything runs
+    other = {t: 2 * v for t, v in iid.items()}
     with pytest.raises(SystemExit, match="s per sample, not the .* of --per-sample-s; pass --fresh"):
-        other = {t: 2 * v for t, v in iid.items()}
         reproduce.main([*common, "--skip-noniid", "--per-sample-s", ",".join(f"{t}={v!r}" for t, v in other.items())])
     with pytest.raises(SystemExit, match="s per sample, not the .* of --per-sample-s; pass --fresh"):
         reproduce.main([*common, "--only-noniid", "--per-sample-s", f"{task}={2 * noniid[task]!r}"])
