@@ -352,6 +352,58 @@ def test_in_a_sampled_federation_a_round_of_two_screens_an_optimizer_claim_again
     assert any("claims an optimizer" in line for line in sup.adaptive_lines(caplog))
 
 
+def test_a_resumed_server_screens_its_first_round_of_two_against_the_claims_saved_before_the_restart():
+    # The population's claims are in the state: a ServerApp restarted between rounds (node ids survive a
+    # SuperLink on its database) judges its first sampled round of two as the uninterrupted one would.
+    # Without them that round had no median: the liar's α = 0.995 claim got its update scaled to the cap.
+    import json
+    import random
+
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    nodes = [100 + i for i in range(5)]
+    honest = dict(steps=10, momentum=0.9, lr=0.1)
+
+    def sampled_strategy(fraction):
+        return AdaptiveStrategy(FedAvg(fraction_train=fraction, fraction_evaluate=0.0, min_train_nodes=2,
+                                       min_available_nodes=5), budget=500, policy="equal")
+
+    def play(strategy, rnd, liar=None):
+        msgs = list(strategy.configure_train(rnd, ArrayRecord(X), ConfigRecord(), FakeGrid(nodes)))
+        liar = msgs[0].metadata.dst_node_id if liar else None
+        strategy.aggregate_train(rnd, [
+            reply(m, telemetry(100, nodes.index(m.metadata.dst_node_id),
+                               **(dict(steps=10, lr=0.1, mu=9.95) if m.metadata.dst_node_id == liar else honest)),
+                  [np.ones(2)]) for m in msgs])
+        return liar
+
+    first = sampled_strategy(1.0)
+    play(first, 1)  # every node replies honestly once
+    saved = json.loads(json.dumps(first.state_dict()))  # as the state file holds it
+    assert {n for n, _ in saved["peer_optimizers"]} == {n for n, _ in saved["peer_steps"]} == set(nodes)
+    resumed = sampled_strategy(0.4)
+    resumed.load_state_dict(saved)
+    random.seed(0)
+    liar = play(resumed, 2, liar=True)
+    partner = next(n for n in resumed.last_scales if n != liar)
+    # its work is kept at half the honest one's, as in an uninterrupted run (the population test above)
+    assert resumed.last_scales == pytest.approx({liar: 1.5, partner: 0.75})
+
+
+def test_a_state_written_before_the_claims_were_saved_resumes_without_them():
+    from flwr.serverapp.strategy import FedAvg
+
+    def make():
+        return AdaptiveStrategy(FedAvg(fraction_evaluate=0.0), budget=200, policy="equal")
+
+    state = make().state_dict()
+    del state["peer_steps"], state["peer_optimizers"]
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.aggregation.peer_steps == {} and resumed.aggregation.peer_optimizers == {}
+
+
 def test_colluders_who_reply_first_do_not_hold_the_small_rounds_medians():
     # Nodes 1 and 2 collude (lr·μ = 0.995: 10 steps worth ~1), 3, 4, 5 are honest (momentum 0.9), 2 per round.
     # Keeping only the claims that passed, the colluders' unscreened first round filled the memory, every

@@ -135,6 +135,13 @@ def _rounds(state):
     return state
 
 
+def _peer_claim(field, entry):
+    def edit(state):
+        state[field] = entry
+        return state
+    return edit
+
+
 CORRUPTIONS = {
     "empty": lambda path, state: path.write_text(""),
     "truncated": lambda path, state: path.write_text(json.dumps(state)[:57]),
@@ -147,6 +154,14 @@ CORRUPTIONS = {
     "no-controller": lambda path, state: path.write_text(json.dumps(_no_controller(state))),
     "other-version": lambda path, state: path.write_text(json.dumps(_version(state))),
     "negative-rounds": lambda path, state: path.write_text(json.dumps(_rounds(state))),
+    "peer-momentum-1": lambda path, state: path.write_text(
+        json.dumps(_peer_claim("peer_optimizers", [[7, [1.0, 0.0]]])(state))),
+    "peer-steps-short": lambda path, state: path.write_text(
+        json.dumps(_peer_claim("peer_steps", [[7, [0.1, 0.1]]])(state))),
+    "peer-steps-zero": lambda path, state: path.write_text(
+        json.dumps(_peer_claim("peer_steps", [[7, [0.0, 0.1, 10]]])(state))),
+    "peer-claims-a-dict": lambda path, state: path.write_text(
+        json.dumps(_peer_claim("peer_steps", {"7": [0.1, 0.1, 10]})(state))),
 }
 
 

@@ -524,6 +524,7 @@ class AdaptiveCore:
             self.nodes.partition_of,
             self.bounds.caps,
             self.overheads.state(),
+            (self.aggregation.peer_steps, self.aggregation.peer_optimizers),
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -548,6 +549,9 @@ class AdaptiveCore:
         self.bounds.update_caps(saved.caps)
         for key, fixed in self.overheads.load(saved.overheads, self.overhead_window).items():
             self.controller.set_fixed_time(key, fixed)
+        steps, optimizers = saved.peer_claims
+        self.aggregation.peer_steps.update(steps)
+        self.aggregation.peer_optimizers.update(optimizers)
 
     def save_state(self) -> None:
         """Write the state to ``state_dir`` (atomically and durably) and/or the ServerApp context.

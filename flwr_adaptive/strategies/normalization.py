@@ -305,9 +305,10 @@ class AggregationWeights:
         #: reference), steps)}``, and optimizer claim, ``{node id: (momentum, α)}``, as claimed (clipped or
         #: not): the medians a round of fewer than 3 replies is screened against. Every claim is kept, so a
         #: minority of liars stays a minority of the medians; storing only the claims that passed let two
-        #: colluders who replied first hold the medians for good (``retain`` drops departed nodes).
-        self.peer_steps: dict[Hashable, tuple[float, float, float]] = {}
-        self.peer_optimizers: dict[Hashable, tuple[float, float]] = {}
+        #: colluders who replied first hold the medians for good (``retain`` drops departed nodes). Saved in
+        #: the state file (``state_store.encode_state``), so a resumed server screens its small rounds too.
+        self.peer_steps: dict[Hashable, tuple[float, ...]] = {}
+        self.peer_optimizers: dict[Hashable, tuple[float, ...]] = {}
 
     def retain(self, live_node_ids: Collection[Hashable]) -> None:
         """Keep the claims of the connected nodes only."""

@@ -10,7 +10,7 @@ Contract
   state to ``load`` (the coordinator's ``load_state_dict``); it returns where the state came from,
   or ``None`` when there was none or it was set aside.
 - A saved state is untrusted input. :func:`parse_state` refuses, with :class:`StateFileError`
-  (nothing changed), a state of another version, a round count, partition map, data sizes or
+  (nothing changed), a state of another version, a round count, partition map, data sizes, peer claims or
   overheads that are not what this strategy writes, and a controller whose numbers cannot be
   computed with (:func:`check_controller`: non-finite or non-positive costs, a split that does not
   sum to its budget, an ``allocate`` that fails); a state of another policy is a ``ValueError``
@@ -40,6 +40,7 @@ from typing import Any
 
 from flwr_adaptive._logging import logger
 from flwr_adaptive.controller import AllocationController
+from flwr_adaptive.strategies.reports import MAX_COUNT
 from flwr_adaptive.strategies.state_file import StateFileError, check_state_dir, read_state, set_aside, write_or_log
 
 __all__ = [
@@ -58,6 +59,10 @@ __all__ = [
 STATE_FILE = "adaptive-state.json"
 CONTEXT_STATE_KEY = "flwr-adaptive"
 STATE_VERSION = 1
+
+#: The latest claims kept to screen small rounds: ``({node id: (steps per sample, steps per reference
+#: quota, steps)}, {node id: (momentum, α)})`` (``AggregationWeights.peer_steps`` / ``peer_optimizers``).
+PeerClaims = tuple[Mapping[Hashable, tuple[float, ...]], Mapping[Hashable, tuple[float, ...]]]
 
 
 class StateStore:
@@ -154,8 +159,10 @@ def encode_state(
     partition_of: Mapping[Hashable, int],
     caps: Mapping[Hashable, int],
     overheads: list[list],
+    peer_claims: PeerClaims | None = None,
 ) -> dict[str, Any]:
     """The saved state, as JSON types (what :func:`parse_state` reads back), keyed by partition id."""
+    steps, optimizers = peer_claims if peer_claims is not None else ({}, {})
     return {
         "version": STATE_VERSION,
         "policy": policy,
@@ -169,6 +176,10 @@ def encode_state(
         "caps": [[k, c] for k, c in caps.items() if type(k) is int],
         # partition -> its recent server-observed overheads: the fixed terms survive a resume
         "overheads": overheads,
+        # node id -> its latest step and optimizer claims: a resumed server's rounds of fewer than 3
+        # replies are screened against the nodes that replied before the restart, not left unscreened
+        "peer_steps": [[n, list(v)] for n, v in steps.items() if isinstance(n, (int, str))],
+        "peer_optimizers": [[n, list(v)] for n, v in optimizers.items() if isinstance(n, (int, str))],
     }
 
 
@@ -181,6 +192,7 @@ class SavedState:
     partitions: dict[Hashable, int]
     caps: dict[Hashable, int]
     overheads: dict[int, list[float]]
+    peer_claims: PeerClaims
 
 
 def parse_state(state: Any, policy: str, controller: AllocationController) -> SavedState:
@@ -221,7 +233,48 @@ def parse_state(state: Any, policy: str, controller: AllocationController) -> Sa
         raise StateFileError(f"a saved partition data size is < 1: {caps}")
     check_controller(controller)
     overheads = _saved_overheads(state.get("overheads", []))
-    return SavedState(rounds, controller, partitions, caps, overheads)
+    peer_claims = (
+        _saved_claims(state.get("peer_steps", []), "step", _plausible_step_claim),
+        _saved_claims(state.get("peer_optimizers", []), "optimizer", _plausible_optimizer_claim),
+    )
+    return SavedState(rounds, controller, partitions, caps, overheads, peer_claims)
+
+
+def _plausible_step_claim(v: tuple[float, ...]) -> bool:
+    """(steps per sample, steps per reference quota, steps): what ``parse_report`` accepts, 1 to
+    ``MAX_COUNT`` steps for at least one sample."""
+    return len(v) == 3 and all(0 < x <= MAX_COUNT for x in v) and v[2] >= 1
+
+
+def _plausible_optimizer_claim(v: tuple[float, ...]) -> bool:
+    """(momentum, α = lr × μ): what ``parse_report`` accepts, both in [0, 1)."""
+    return len(v) == 2 and 0 <= v[0] < 1 and 0 <= v[1] < 1
+
+
+def _saved_claims(
+    pairs: Any, what: str, plausible: Callable[[tuple[float, ...]], bool]
+) -> dict[Hashable, tuple[float, ...]]:
+    """The saved ``[[node id, [claim, ...]], ...]`` (``StateFileError`` when malformed).
+
+    Absent in a state written before they were kept: no saved claims (small rounds are then screened
+    once nodes have replied, as before)."""
+    if not isinstance(pairs, list):
+        raise StateFileError(f"the saved peer {what} claims are not a list of [node id, [numbers]]: {pairs!r:.200}")
+    out: dict[Hashable, tuple[float, ...]] = {}
+    for pair in pairs:
+        ok = (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and not isinstance(pair[0], bool)
+            and isinstance(pair[0], (int, str))
+            and isinstance(pair[1], list)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pair[1])
+            and plausible(tuple(float(v) for v in pair[1]))
+        )
+        if not ok:
+            raise StateFileError(f"a saved peer {what} claim {pair!r:.200} is not one this strategy writes")
+        out[pair[0]] = tuple(float(v) for v in pair[1])
+    return out
 
 
 def _saved_overheads(pairs: Any) -> dict[int, list[float]]:
