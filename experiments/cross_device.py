@@ -154,7 +154,8 @@ def run(policy: str, s: Scenario) -> pd.DataFrame:
             rows.append(dict(policy=policy, round=rnd, makespan_s=float(row["makespan_s"]),
                              energy_j=float(row["energy_j"]), sampled=len(msgs), returning=len(returning),
                              with_estimate=kept,
-                             not_processed=int(row["short_capped"] + row["short_skipped"] + row["short_unassigned"])))
+                             not_processed=int(row["short_capped"] + row["short_untrained"] + row["short_skipped"]
+                                               + row["short_unassigned"])))
     return pd.DataFrame(rows)
 
 

@@ -123,7 +123,8 @@ def test_without_drop_last_or_with_a_full_batch_nothing_changes_and_nothing_is_s
 def test_every_non_empty_quota_gives_at_least_one_batch_and_otherwise_torchs_batches(quota, batch_size, drop_last):
     # Prepare
     user = _user_loader(size=150, batch_size=batch_size, drop_last=drop_last)
-    token = open_window(QuotaWindow(quota, seed=2, partition=0, server_round=1))
+    window = QuotaWindow(quota, seed=2, partition=0, server_round=1)
+    token = open_window(window)
     try:
         # Execute
         loader = quota_data(user)
@@ -131,10 +132,22 @@ def test_every_non_empty_quota_gives_at_least_one_batch_and_otherwise_torchs_bat
         length = len(loader)
     finally:
         close_window(token)
-    # Assert: torch's batches, except that a quota below one batch is one batch rather than none
+    # Assert: torch's batches, except that a quota below one batch is one batch rather than none; the
+    # window counts the samples those batches hold (the reply's samples: trained, not only selected)
     full, rest = divmod(quota, batch_size)
     torch_sizes = [batch_size] * full + ([rest] if rest and not drop_last else [])
     assert sizes == (torch_sizes or [quota]) and length == len(sizes)
+    assert window.samples - window.dropped == sum(sizes)
+
+
+def test_a_dropped_partial_batch_is_not_reported_as_trained(flower_identity):
+    # A quota of 150 read in batches of 32 with drop_last: torch trains 4 batches, 128 samples. Reporting the
+    # 150 selected made the node's cost per sample look 15 % lower than the work it did.
+    record = {}
+    wrapped = telemetry_train(_train(_user_loader(), record))
+    metrics = wrapped(_message({keys.QUOTA: 150, keys.ROUND: 1}), _context(3)).content["metrics"]
+    assert record["batches"] == [32] * 4
+    assert metrics[keys.SAMPLES] == 128 and metrics[keys.LOCAL_STEPS] == 4 and metrics[keys.NUM_EXAMPLES] == 128
 
 
 # ----------------------------------------------------------------------------- the user's own loader: 0 steps said

@@ -99,7 +99,9 @@ class QuotaWindow:
     """What one wrapped training call may read: its quota and how the order is seeded.
 
     ``quota is None`` means no quota was sent: all local data. ``size``, ``samples`` and
-    ``capped`` describe the first selection made in the window (what the client reports).
+    ``capped`` describe the first selection made in the window (what the client reports);
+    ``dropped`` is what a ``quota_data(DataLoader)`` with ``drop_last=True`` leaves out of each pass
+    (a partial last batch), so the reply counts the samples trained, not only selected.
     ``reference`` is the round's reference quota (``keys.REFERENCE_QUOTA``; ``None``: not sent or
     malformed): batch sizes scale by quota / reference (:func:`quota_batch_size`). ``read`` says
     whether the selection reached the training: arrays, tuples and lists when selected, a lazy view
@@ -117,6 +119,7 @@ class QuotaWindow:
     size: int | None = None
     samples: int | None = None
     capped: bool = False
+    dropped: int = 0
     read: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     # one byte mapped shared: a forked worker's write reaches this process (its copy of ``read`` does not)

@@ -19,7 +19,9 @@ keeps the user's ``batch_size`` attribute and applies the scaled size each time 
 or measured with ``len`` inside a call with a reference quota. Without one it is the user's
 loader over the quota.
 
-``drop_last`` drops a partial last batch after a full one, as torch does; a quota smaller than the
+``drop_last`` drops a partial last batch after a full one, as torch does, and the reply counts the
+samples trained (the quota less that batch: ``QuotaWindow.dropped``), so the node's cost per sample
+and its weight are those of the work it did; a quota smaller than the
 batch size (a slow node's share read at the user's batch size: ``scale_batch_size=False``) has no
 full batch, and torch would yield none, so the round would take no optimizer step and reply with
 the model it was sent. The loader reads such a quota as one batch instead, with one warning per
@@ -46,7 +48,7 @@ from flwr_adaptive._logging import logger as log
 from flwr_adaptive.clients.batch_scaling import MAX_BATCH_SCALE, scaled_batch_size
 from flwr_adaptive.clients.data import current_window
 
-__all__ = ["QuotaLoader", "loader_over", "batch_size_now", "keeps_one_batch"]
+__all__ = ["QuotaLoader", "loader_over", "batch_size_now", "keeps_one_batch", "dropped_per_pass"]
 
 _WARNED: set[str] = set()  # what was said once in this process
 
@@ -81,6 +83,13 @@ def keeps_one_batch(dataset: Any, batch_size: int, drop_last: bool) -> bool:
             batch_size,
         )
     return True
+
+
+def dropped_per_pass(loader: DataLoader) -> int:
+    """Samples of ``loader``'s dataset its batches leave out of each pass: the partial last batch that
+    ``drop_last`` drops."""
+    dataset: Any = loader.dataset
+    return len(dataset) % int(loader.batch_size or 1) if loader.drop_last else 0
 
 
 class QuotaLoader(DataLoader):
@@ -118,9 +127,11 @@ class QuotaLoader(DataLoader):
 
     def __iter__(self) -> Any:
         other = self._other()
+        window = current_window()
+        if window is not None:
+            window.dropped = dropped_per_pass(other if other is not None else self)
         if other is not None:
             return iter(other)
-        window = current_window()
         if self._iterator is not None and getattr(self, "_workers_window", None) is not window:
             # persistent workers read the selection of the call that started them (a forked worker's copy of
             # the window, a spawned one's pickled indices): not kept into another call

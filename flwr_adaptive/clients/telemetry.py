@@ -17,7 +17,8 @@ training data. For each training call the wrapper
 3. adds the telemetry to the reply's metrics (the MetricRecord / ``fit`` metrics dict):
 
    ===================  =====================================================================
-   ``keys.SAMPLES``     samples selected by ``quota_data`` (per pass over the data); without a
+   ``keys.SAMPLES``     samples selected by ``quota_data`` (per pass over the data), less the
+                        partial last batch its DataLoader drops (``drop_last=True``); without a
                         ``quota_data`` call, the reply's ``num-examples``
    ``keys.TIME_S``      the meter's seconds (virtual clock when emulated, else wall)
    ``keys.CPU_TIME_S``  process CPU seconds of the call
@@ -195,7 +196,7 @@ class Measured:
         setup = self.work.setup_s(self.wall_s)
         w = self.window
         if w.samples is not None:
-            samples = int(w.samples)
+            samples = int(w.samples) - w.dropped
         elif isinstance(num_examples, (int, float)) and not isinstance(num_examples, bool):
             samples = int(num_examples)
         else:

@@ -47,7 +47,7 @@ Contract
   its next round (unless ``uses_probation = False``): it gets ``probe_quota()`` samples, its
   share is re-split among the others, and its next good reply (not observed) ends it.
 - ``end_round``: one log line, one history row (samples not processed counted:
-  ``short_capped``, ``short_skipped``, ``short_unassigned``), one row per client, and the state
+  ``short_capped``, ``short_untrained``, ``short_skipped``, ``short_unassigned``), one row per client, and the state
   saved to ``state_dir`` and/or ``context.state``; a resumed state's estimates are checked
   against each participant's first reply like a claim. Memory and the state file stay linear
   in the partitions plus the connected nodes, whatever the node-id churn (docs/scale.md).

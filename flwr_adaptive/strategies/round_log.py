@@ -9,8 +9,9 @@ knows at the end of a round; they change nothing:
   time; every other kept client idles for the difference at its reported idle power), CV of busy
   time, active + idle energy (NaN when a kept client did not measure it), the clock of the
   reports, the quota spread, and where budgeted samples went unprocessed (``short_capped``: above
-  a capped node's data, ``short_skipped``: quotas of skipped nodes, ``short_unassigned``: budget
-  nobody was given). Skipped clients are counted, not timed.
+  a capped node's data, ``short_untrained``: what an uncapped node left of its quota, e.g. a
+  partial batch its ``drop_last`` loader dropped, ``short_skipped``: quotas of skipped nodes,
+  ``short_unassigned``: budget nobody was given). Skipped clients are counted, not timed.
 - :func:`client_rows` (:func:`client_row` / :func:`skipped_row`): one ``client_history`` row per
   client and round, with its status (``ok``, ``probe``, why it was held or skipped).
 - :func:`log_round`: the one line per round (a warning when quotas exceeded some nodes' data),
@@ -85,8 +86,11 @@ def round_figures(
         }
     )
     # Where the budget's samples went when fewer were processed: quotas above a node's data
-    # (capped), quotas of skipped nodes, and budget no node was given (all local data used).
-    row["short_capped"] = int(sum(r.quota - r.samples for r in reports if r.quota is not None and r.samples < r.quota))
+    # (capped), what an uncapped node left of its quota (a partial batch its drop_last loader
+    # dropped), quotas of skipped nodes, and budget no node was given (all local data used).
+    short = [(r.capped, r.quota - r.samples) for r in reports if r.quota is not None and r.samples < r.quota]
+    row["short_capped"] = int(sum(n for capped, n in short if capped))
+    row["short_untrained"] = int(sum(n for capped, n in short if not capped))
     row["short_skipped"] = int(sum(assigned.get(n) or 0 for n in skipped))
     row["short_unassigned"] = max(budget - row["quota_sum"], 0) if len(quotas) else 0
     return row
@@ -204,11 +208,13 @@ def log_round(row: Mapping[str, Any], budget: int, listing: str) -> None:
         if math.isfinite(row["active_j"])
         else "energy unmeasured"
     )
-    short = [row.get(k, 0) for k in ("short_capped", "short_skipped", "short_unassigned")]
+    short = [row.get(k, 0) for k in ("short_capped", "short_skipped", "short_unassigned", "short_untrained")]
     # samples the budget held that no node processed, and where they went
     shortfall = (
         f" | {sum(short)} of {budget} budgeted samples not processed ({short[0]} above "
-        f"capped nodes' data, {short[1]} of skipped nodes, {short[2]} given to nobody)"
+        f"capped nodes' data, {short[1]} of skipped nodes, {short[2]} given to nobody"
+        + (f", {short[3]} left of their quota by nodes, e.g. a partial batch dropped by drop_last" if short[3] else "")
+        + ")"
         if sum(short)
         else ""
     )
