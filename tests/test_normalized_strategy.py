@@ -525,7 +525,9 @@ def test_a_float16_reply_is_rescaled_at_the_models_precision(api):
     # beyond float16's 65504. Rescaled at its own dtype it became inf and the global model with it.
     per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)]) for _ in range(3)]
     per_node.append((dict(steps=5), [np.full(2, 60000.0, dtype=np.float16)]))
-    got = _precision_round(api, _precision_strategy(api, 4), F32, per_node, rnd=1)
+    strategy = _precision_strategy(api, 4)
+    strategy.max_update_ratio = math.inf  # such an update is outsized (test_update_size.py): the rescale is what is tested
+    got = _precision_round(api, strategy, F32, per_node, rnd=1)
     assert got[0].dtype == np.float32 and np.isfinite(got[0]).all()
     fair = fednova_update([F32[0].astype(np.float64)], [[m[0].astype(np.float64)] for _, m in per_node],
                           [1, 1, 1, 1], [10, 10, 10, 5])[0]
@@ -571,6 +573,7 @@ def test_with_an_unbounded_rescale_an_overflowing_update_is_skipped_after_rescal
     per_node.append((dict(steps=5), [np.full(2, 3e38, dtype=np.float32)]))
     strategy = _precision_strategy(api, 4)
     strategy.max_rescale = math.inf
+    strategy.max_update_ratio = math.inf  # by default the update-size screen skips it first (test_update_size.py)
     with caplog.at_level("WARNING", logger="flwr"):
         got = _precision_round(api, strategy, F32, per_node, rnd=1)
     # the three others at the scale the round computed with all four (τ_eff = 35/4, scale 0.875 for 10 steps)
@@ -681,6 +684,7 @@ def test_message_api_caps_the_one_step_nodes_factor_at_max_rescale():
     # Prepare: node 0 took one momentum step, the others ten (FedNova would scale node 0 ~28×)
     strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal", max_rescale=3.0)
     strategy.step_tolerance = 20.0  # hand-picked claims
+    strategy.max_update_ratio = math.inf  # node 0's one step is 20× the others' average: the cap is tested here
     # Execute
     got = message_round(strategy, X, list(zip(CAPPED_KWS, CAPPED_MODELS)))
     # Assert: node 0's factor is the cap, the others' FedNova's, and the model is the capped rule's
@@ -704,6 +708,7 @@ def test_legacy_api_caps_the_factor_the_same_way():
     strategy = LegacyAdaptiveStrategy(FedAvg(min_fit_clients=3, min_available_clients=3), budget=300,
                                       policy="equal", max_rescale=3.0)
     strategy.step_tolerance = 20.0
+    strategy.max_update_ratio = math.inf  # as in the Message-API test
     pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11, 12, 13]))
     ok = Status(Code.OK, "")
     results = [(proxy, FitRes(ok, ndarrays_to_parameters(m), 1, telemetry(100, i, **kw)))
@@ -816,6 +821,7 @@ def test_the_default_cap_binds_on_a_one_step_node_next_to_ten_step_ones():
     # FedNova would scale node 0 (one momentum step next to two ten-step nodes) 28×: the default caps it at 8
     strategy = AdaptiveStrategy(_fedavg(3), budget=300, policy="equal")
     strategy.step_tolerance = 20.0
+    strategy.max_update_ratio = math.inf  # as above
     got = message_round(strategy, X, list(zip(CAPPED_KWS, CAPPED_MODELS)))
     assert strategy.last_scales[100] == 8.0
     np.testing.assert_allclose(got[0], _capped_expected(8.0), rtol=1e-12)

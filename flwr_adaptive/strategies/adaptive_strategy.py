@@ -46,6 +46,7 @@ copied); screening is O(replies × keys); see ``flwr_adaptive.strategies.core`` 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Hashable, Iterable, Sequence
@@ -80,6 +81,7 @@ from flwr_adaptive.strategies.step_floor import default_min_local_steps
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 from flwr_adaptive.strategies.train_replies import screen_replies
 from flwr_adaptive.strategies.trust import CostTrust
+from flwr_adaptive.strategies.update_size import skip_outsized, update_length
 
 __all__ = ["AdaptiveStrategy"]
 
@@ -447,6 +449,13 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
+        if far := self._outsized(server_round, kept, reports):
+            for node in far:
+                skipped[node] = "invalid"
+            pairs = [(m, r) for m, r in zip(kept, reports) if r.node_id not in far]
+            kept, reports = [m for m, _ in pairs], [r for _, r in pairs]
+            weights = self.weights(server_round, reports)  # the round's weights and τ_eff without them
+            scales = self.update_scales(server_round, reports, weights)
         overflowed = set()  # only with max_rescale=inf: screening refuses a reply a bounded factor can overflow
         for msg, report in zip(kept, reports):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
@@ -472,6 +481,21 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
+
+    def _outsized(self, server_round: int, kept: list[Message], reports: list[ClientReport]) -> set[Hashable]:
+        """The kept replies whose normalised update is outsized (``update_size``), said and to be skipped."""
+        sent = self.sent_model.numpy()
+        self.last_update_ratio = math.nan
+        if self.aggregation.weighting != "normalized" or sent is None or len(kept) < 3:
+            return set()
+        lengths = {}
+        for msg, report in zip(kept, reports):
+            record = self._records_of[id(msg)][0]
+            lengths[report.node_id] = update_length((v.numpy(), sent[k]) for k, v in record.items() if k in sent)
+        far, self.last_update_ratio = skip_outsized(
+            server_round, lengths, self.aggregation.last_work, self.max_update_ratio, self.who
+        )
+        return far
 
     def _rescale(self, msg: Message, scale: float) -> str | None:
         """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round,

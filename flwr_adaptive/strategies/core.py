@@ -61,6 +61,7 @@ reductions, and one small JSON write when ``state_dir`` is set.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
@@ -99,6 +100,7 @@ from flwr_adaptive.strategies.state_store import (
 )
 from flwr_adaptive.strategies.step_floor import StepFloor, checked_floor
 from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
+from flwr_adaptive.strategies.update_size import MAX_UPDATE_RATIO
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
@@ -497,11 +499,19 @@ class AdaptiveCore:
     ) -> dict[str, Any]:
         """The round's figures (``round_log.round_figures``): makespan, busy-time CV, active + idle
         energy, quota spread, unprocessed samples. Baselines add their own columns."""
-        return round_log.round_figures(server_round, self.policy, self.budget, self._assigned, reports, skipped)
+        row = round_log.round_figures(server_round, self.policy, self.budget, self._assigned, reports, skipped)
+        row["update_ratio"] = self.last_update_ratio
+        return row
 
     def log_round(self, row: Mapping[str, Any]) -> None:
         """The one log line per round (a warning when quotas exceeded some nodes' data)."""
         round_log.log_round(row, self.budget, self.quota_listing())
+
+    #: Under normalised aggregation a reply whose average local step (x_i − x)/‖a_i‖₁ is longer than this ×
+    #: the round's median is skipped (``update_size``; ``math.inf``: not screened).
+    max_update_ratio: float = MAX_UPDATE_RATIO
+    #: This round's largest average step over the median (``update_size.skip_outsized``; NaN: not judged).
+    last_update_ratio: float = math.nan
 
     #: Up to this many nodes the round line lists every quota by partition; above, its
     #: min/median/max summary is all.

@@ -32,6 +32,7 @@ One ``FitIns`` (a dict copy; parameters shared) per client per round; see ``flwr
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Hashable, Mapping
 from dataclasses import replace
@@ -80,6 +81,7 @@ from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 from flwr_adaptive.strategies.trust import CostTrust
+from flwr_adaptive.strategies.update_size import skip_outsized, update_length
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
@@ -378,6 +380,13 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         accepted = self.observe_replies(server_round, reports)
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
+        if far := self._outsized(server_round, kept):
+            for node in far:
+                skipped[node] = "invalid"
+            kept = [(proxy, res) for proxy, res in kept if node_id_of(proxy) not in far]
+            reports = [r for r in reports if r.node_id not in far]
+            weights = self.weights(server_round, reports)  # the round's weights and τ_eff without them
+            scales = self.update_scales(server_round, reports, weights)
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
         reweighted, overflowed = [], set()
         for proxy, res in kept:
@@ -406,6 +415,20 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
+
+    def _outsized(self, server_round: int, kept: list[tuple[ClientProxy, FitRes]]) -> set[Hashable]:
+        """The kept results whose normalised update is outsized (``update_size``), said and to be skipped."""
+        sent = getattr(self, "_sent_ndarrays", None)
+        self.last_update_ratio = math.nan
+        if self.aggregation.weighting != "normalized" or sent is None or len(kept) < 3:
+            return set()
+        lengths = {
+            node_id_of(proxy): update_length(zip(parameters_to_ndarrays(res.parameters), sent)) for proxy, res in kept
+        }
+        far, self.last_update_ratio = skip_outsized(
+            server_round, lengths, self.aggregation.last_work, self.max_update_ratio, self.who
+        )
+        return far
 
     def _at_model_dtypes(self, params: Parameters | None) -> Parameters | None:
         """The aggregate with every array the average moved off the model's dtype put back at it

@@ -299,6 +299,9 @@ class AggregationWeights:
         self.equal_share: int | None = None
         #: The factors of the last round's normalised aggregation, ``{node id: τ_eff / ‖a_i‖₁}``.
         self.last_scales: dict[Hashable, float] = {}
+        #: The local work ‖a_i‖₁ each update of the last round is normalised by, ``{node id: work}``: its
+        #: update over this is its average step (what ``update_size`` compares, whatever the rescale cap).
+        self.last_work: dict[Hashable, float] = {}
         #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
         self.last_weights: dict[Hashable, int] = {}
         #: Each connected node's latest step claim, ``{node id: (steps per sample, steps per max(samples,
@@ -383,7 +386,7 @@ class AggregationWeights:
     ) -> dict[Hashable, float]:
         """``{node: τ_eff/‖a_i‖₁}`` with ``weighting="normalized"`` (else ``{}``); ``local_steps``
         gives each reply's steps (``None``: a reply does not say them)."""
-        self.last_scales = {}
+        self.last_scales, self.last_work = {}, {}
         if self.weighting != "normalized" or not reports:
             return {}
         samples = np.array([r.samples for r in reports], dtype=float)
@@ -478,4 +481,5 @@ class AggregationWeights:
             self._warn_once(f"work-{r.partition_id if r.partition_id is not None else r.node_id}", head + why, *args)
         _, _, scale = normalized_plan([weights[r.node_id] for r in reports], own, self.max_rescale, step_work=work)
         self.last_scales = {r.node_id: float(s) for r, s in zip(reports, scale)}
+        self.last_work = {r.node_id: float(a) for r, a in zip(reports, own)}
         return dict(self.last_scales)

@@ -1,0 +1,130 @@
+"""The update-size screen: a reply whose normalised update is far longer than the round's is skipped."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import adaptive_support as sup
+from flwr_adaptive.strategies import AdaptiveStrategy, LegacyAdaptiveStrategy
+from flwr_adaptive.strategies.update_size import MAX_UPDATE_RATIO, outsized, update_length
+from test_normalized_strategy import _fedavg, message_round, telemetry
+
+pytestmark = pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+
+X = [np.array([1.0, -2.0, 0.5])]
+
+
+def test_update_length_and_outsized_by_hand():
+    x = np.array([1.0, 1.0])
+    pairs = [(np.array([4.0, 5.0]), x), (np.array([7, 9]), np.array([0, 0])), (np.ones(3), np.ones(2))]
+    assert update_length(pairs) == 5.0  # integer arrays and another shape are not an update to measure
+    assert outsized({"a": 1.0, "b": 2.0, "c": 3.0, "d": 100.0}, 10.0) == {"d": 40.0}  # median 2.5
+    assert outsized({"a": 1.0, "b": 2.0, "c": 19.0}, 10.0) == {}  # 9.5× a median of 2 is not above 10× …
+    assert outsized({"a": 1.0, "b": 2.0, "c": 21.0}, 10.0) == {"c": 10.5}  # … 10.5× is
+    assert outsized({"a": 1.0, "d": 1e30}, 10.0) == {}  # no median of 2
+    assert outsized({"a": 0.0, "b": 0.0, "c": 5.0}, 10.0) == {}  # nothing moved: no scale to judge by
+    assert outsized({"a": 1.0, "b": 2.0, "c": 1e30}, math.inf) == {}  # turned off
+
+
+def _honest(i):
+    return [X[0] + 0.1 * np.array([1.0 + i, -1.0, 0.5 * i])]
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+@pytest.mark.parametrize("lie", ["scaled", "poisoned"])
+def test_one_scaled_or_poisoned_update_of_six_is_skipped_and_the_round_is_the_others_average(api, lie, caplog):
+    # Seen from a user's app: one node of six multiplied its model by 1e30. Finite, so it passed screening,
+    # and the global model was that reply's for the rest of the run. Or it sent x − 500·(an honest update).
+    liar = [X[0] * 1e30] if lie == "scaled" else [X[0] - 500 * (_honest(0)[0] - X[0])]
+    per_node = [(dict(steps=4), _honest(i)) for i in range(5)] + [(dict(steps=4), liar)]
+    strategy = _strategy(api, 6)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        out = _round(api, strategy, per_node)
+    # every node took the same steps: FedAvg of the five honest ones, exactly
+    np.testing.assert_allclose(out[0], np.mean([_honest(i)[0] for i in range(5)], axis=0), rtol=1e-12)
+    said = [line for line in sup.adaptive_lines(caplog) if "max_update_ratio" in line]
+    assert len(said) == 1 and "partition 5" in said[0]
+    row = strategy.history.iloc[-1]
+    assert row["short_skipped"] == 100  # its quota is counted as not processed, not lost silently
+    assert row["update_ratio"] > 100  # the round's largest average step over the median: the liar's
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_node_with_twenty_times_the_steps_is_not_outsized_once_normalised(api):
+    # Honest steps grow with the quota (here the data: 10, 10 and 200 samples, one step per 5): under
+    # normalised aggregation each update counts as its average step
+    per_node = [(dict(steps=2, samples=10, data_size=10), _honest(0)),
+                (dict(steps=2, samples=10, data_size=10), _honest(1)),
+                (dict(steps=40, samples=200, data_size=200), [X[0] + 20 * (_honest(2)[0] - X[0])])]
+    strategy = _strategy(api, 3, quota=200)
+    _round(api, strategy, per_node)
+    assert strategy.history.iloc[-1]["short_skipped"] == 0
+
+
+def test_other_weightings_are_not_screened_by_update_size():
+    strategy = AdaptiveStrategy(_fedavg(4), budget=400, policy="equal", weighting="samples")
+    out = message_round(strategy, X, [(dict(steps=4), _honest(i)) for i in range(3)] + [(dict(steps=4), [X[0] * 1e3])])
+    assert out[0][0] > 100  # the documented limit: with "samples" a robust inner strategy bounds it
+    assert math.isnan(strategy.history.iloc[-1]["update_ratio"])  # not judged
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=st.lists(st.integers(1, 200), min_size=3, max_size=8),
+       tilt=st.lists(st.floats(0.5, 2.0), min_size=8, max_size=8))
+def test_property_honest_steps_of_any_count_are_never_outsized(steps, tilt):
+    # an honest update is its step count (one a sample: its data) times a step of comparable length (within
+    # 4× of each other; the non-IID experiments' honest steps reach ~30× their round's median)
+    strategy = AdaptiveStrategy(_fedavg(len(steps)), budget=200 * len(steps), policy="equal")
+    per_node = [(dict(steps=s, samples=s, data_size=s), [X[0] + s * t * 0.001 * np.array([1.0, -1.0, 0.5])])
+                for s, t in zip(steps, tilt)]
+    message_round(strategy, X, per_node)
+    assert strategy.history.iloc[-1]["short_skipped"] == 0
+    assert 1.0 <= strategy.history.iloc[-1]["update_ratio"] <= 4.0 + 1e-9  # the steps' own spread, whatever the counts
+    assert MAX_UPDATE_RATIO == 100.0
+
+
+def _strategy(api, n, quota=100):
+    if api == "message":
+        return AdaptiveStrategy(_fedavg(n), budget=quota * n, policy="equal")
+    from flwr.server.strategy import FedAvg
+
+    return LegacyAdaptiveStrategy(FedAvg(min_fit_clients=n, min_available_clients=n), budget=quota * n,
+                                  policy="equal")
+
+
+def _round(api, strategy, per_node):
+    if api == "message":
+        return message_round(strategy, X, per_node)
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+
+    from test_strategy_core import _Manager
+
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters(X), _Manager([11 + i for i in range(len(per_node))]))
+    results = []
+    for i, ((proxy, _), (kw, model)) in enumerate(zip(pairs, per_node)):
+        kw = dict(kw)
+        metrics = telemetry(kw.pop("samples", 100), i, **kw)
+        results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(model), 1, metrics)))
+    params, _ = strategy.aggregate_fit(1, results, [])
+    return parameters_to_ndarrays(params)
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_with_an_unbounded_rescale_an_outsized_update_is_skipped_before_the_factors(api):
+    # Skipped after rescaling, such a reply's steps stayed in τ_eff (the others at 0.875); skipped as outsized,
+    # the factors are the three others' own: equal steps, FedAvg's 0.5
+    from test_normalized_strategy import F32, _precision_round, _precision_strategy
+
+    per_node = [(dict(steps=10), [np.full(2, 0.5, dtype=np.float32)]) for _ in range(3)]
+    per_node.append((dict(steps=5), [np.full(2, 3e38, dtype=np.float32)]))
+    strategy = _precision_strategy(api, 4)
+    strategy.max_rescale = math.inf
+    got = _precision_round(api, strategy, F32, per_node, rnd=1)
+    np.testing.assert_allclose(got[0], 0.5, rtol=1e-6)
+    assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 1
