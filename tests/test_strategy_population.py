@@ -147,6 +147,20 @@ def test_a_shortfall_is_reported_in_the_history_row_and_as_a_warning(caplog):
     assert strategy.history.iloc[-1]["short_unassigned"] == 10  # all local data: 10 given to nobody
 
 
+@pytest.mark.parametrize("budget, said", [(200, True), (150, False)])
+def test_a_budget_of_exactly_the_nodes_data_is_said_once(budget, said, caplog):
+    # Two nodes of 100 samples and a budget of 200 (Flower's template with budget = its nodes' data): the only
+    # exact split is all of everyone's data, every round, and nothing is balanced; before, nothing said so
+    fleet = Fleet({1: (1, 100, 0.001), 2: (2, 100, 0.004)})
+    strategy = AdaptiveStrategy(_fedavg(2), budget=budget, policy="time")
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        for rnd in (1, 2, 3):
+            play(strategy, fleet, rnd)
+    lines = [r.getMessage() for r in caplog.records if "equals the local data" in r.getMessage()]
+    assert len(lines) == int(said)
+    assert not said or ("budget 200" in lines[0] and "budget_per_node" in lines[0])
+
+
 def test_a_partial_batch_a_node_dropped_is_counted_apart_from_capped_nodes(caplog):
     # Node 1 reads its quota with drop_last in batches of 32: of 75 samples it trains 64. Those 11 are not
     # "above a capped node's data" (it holds 100): they have their own column and words in the round line.

@@ -217,6 +217,17 @@ def split_round(core: AdaptiveCore, server_round: int, node_ids: Sequence[Hashab
     )
     caps = [probe if n in probation else (core.bounds.caps.get(k) if known else None) for n, k in zip(node_ids, ids)]
     full = [c for c in caps if c is not None]
+    if len(full) == len(caps) and core.budget == sum(full) and core.policy != "equal" and not probation:
+        # the only exact split is all of everyone's data: nothing to balance (said once, like a setting)
+        core._warn_once(
+            "budget-is-all-data",
+            "[adaptive] round %s: the budget %d equals the local data of the %d nodes training this round, so "
+            "the only split is all of each node's data and no time is balanced; pass a smaller budget (or "
+            "budget_per_node when the strategy samples nodes). Said once",
+            server_round,
+            core.budget,
+            len(node_ids),
+        )
     if len(full) == len(caps) and core.budget > sum(full):
         split = all_local_data(server_round, node_ids, full, core.budget)
     elif not known:
