@@ -32,7 +32,8 @@ def strategy(state_dir, policy="time", **kw):
                             budget=BUDGET, policy=policy, state_dir=state_dir, deadband=0.0, **kw)
 
 
-def play(s, rnd, nodes=NODES):
+def play(s, rnd, nodes=NODES, cold=()):
+    """One round; the partitions in ``cold`` report a cold start (1.5 s of start-up on top)."""
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     msgs = list(s.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(nodes)))
@@ -41,10 +42,10 @@ def play(s, rnd, nodes=NODES):
     for m in msgs:
         n = m.metadata.dst_node_id
         p = nodes.index(n)
-        t = q[n] * COSTS[p]
+        t = q[n] * COSTS[p] + (1.5 if p in cold else 0.0)
         metrics = {keys.NUM_EXAMPLES: q[n], keys.SAMPLES: q[n], keys.TIME_S: t, keys.CPU_TIME_S: t,
                    keys.WALL_TIME_S: t, keys.ENERGY_J: q[n] * 0.01, keys.DATA_SIZE: 10_000, keys.PARTITION_ID: p,
-                   keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 1}
+                   keys.QUOTA_CAPPED: 0, keys.IDLE_W: 2.0, keys.VIRTUAL_CLOCK: 1, keys.COLD_START: int(p in cold)}
         replies.append(Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord(metrics)}),
                                reply_to=m))
     s.aggregate_train(rnd, replies)
@@ -344,3 +345,19 @@ def test_a_resumed_estimate_no_reply_confirmed_is_not_a_median_a_sampled_round_i
                                                                         9002: pytest.approx(0.002)}
     assert not [line for line in sup.adaptive_lines(caplog) if "claims" in line or "contradicted" in line]
     assert quotas[1] == {9001: 667, 9002: 333}
+
+
+@pytest.mark.parametrize("cold", [(), (0, 1)])
+def test_a_resumed_node_whose_first_reply_is_a_cold_start_keeps_its_saved_share(tmp_path, cold):
+    # A restarted federation (new node ids, as in simulation) whose nodes 0 and 1 start cold: their cold replies
+    # are held (start-up is not a per-sample cost), so they are not observed in round 1. Their saved estimates
+    # stood, but they were capped like newcomers at the cautious share: round 2 was 250 each (a fresh run's)
+    # instead of the saved split, which the warm resume gets
+    first = strategy(tmp_path)
+    for rnd in (1, 2, 3, 4):
+        settled = play(first, rnd)
+    resumed = strategy(tmp_path)
+    new_ids = [7001, 7002, 7003, 7004]
+    play(resumed, 1, new_ids, cold=cold)  # the equal split: node ids are new
+    by_partition = {new_ids.index(n): q for n, q in play(resumed, 2, new_ids).items()}
+    assert by_partition == pytest.approx({NODES.index(n): q for n, q in settled.items()}, abs=5)

@@ -555,6 +555,10 @@ class AdaptiveCore:
         self.controller = saved.controller
         self._rounds_done = saved.rounds
         self._unverified = set(saved.controller.estimates())
+        for key, (seconds, _) in saved.controller.estimates().items():
+            # priced as the controller prices it: a resumed node whose first reply is held (a cold start)
+            # is not capped at a newcomer's cautious share for as long as it has not been observed again
+            self.bounds.note_cost(key, seconds)
         self.nodes.partition_of.update(saved.partitions)
         self.bounds.update_caps(saved.caps)
         for key, fixed in self.overheads.load(saved.overheads, self.overhead_window).items():
