@@ -410,6 +410,8 @@ def test_constructor_rejects_bad_arguments_naming_the_value():
         from flwr.server.strategy import FedAvg as LegacyFedAvg
 
         AdaptiveStrategy(LegacyFedAvg(), budget=10)
+    with pytest.raises(ValueError, match="got float 0.5$"):  # not a strategy at all: no hint about the legacy API
+        AdaptiveStrategy(0.5, budget=10)
 
 
 # --------------------------------------------------------------------------- legacy API

@@ -244,10 +244,15 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         #: This round's model: what replies' arrays are screened and rescaled against (``sent_model``).
         self.sent_model = SentModel()
         if not isinstance(self.strategy, Strategy):
+            legacy = type(self.strategy).__module__.startswith("flwr.server.strategy")
             raise ValueError(
-                f"strategy must be a flwr.serverapp.strategy.Strategy, got "
-                f"{type(self.strategy).__name__}; for a flwr.server.strategy one use "
-                "flwr_adaptive.strategies.LegacyAdaptiveStrategy"
+                f"strategy must be a flwr.serverapp.strategy.Strategy (e.g. AdaptiveStrategy(FedAvg(), budget=...) "
+                f"with FedAvg from flwr.serverapp.strategy), got {type(self.strategy).__name__} {self.strategy!r:.80}"
+                + (
+                    "; for a flwr.server.strategy one use flwr_adaptive.strategies.LegacyAdaptiveStrategy"
+                    if legacy
+                    else ""
+                )
             )
         default_max_rescale(max_rescale, policy, allow_cycling)  # a bad value fails before anything is built
         min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
