@@ -384,6 +384,7 @@ def test_a_resumed_server_screens_its_first_round_of_two_against_the_claims_save
     assert {n for n, _ in saved["peer_optimizers"]} == {n for n, _ in saved["peer_steps"]} == set(nodes)
     resumed = sampled_strategy(0.4)
     resumed.load_state_dict(saved)
+    assert resumed.aggregation.peer_steps == first.aggregation.peer_steps  # the step claims come back too
     random.seed(0)
     liar = play(resumed, 2, liar=True)
     partner = next(n for n in resumed.last_scales if n != liar)

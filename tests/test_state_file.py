@@ -159,6 +159,8 @@ CORRUPTIONS = {
         json.dumps(_peer_claim("peer_optimizers", [[7, [1.0, 0.0]]])(state))),
     "peer-steps-short": lambda path, state: path.write_text(
         json.dumps(_peer_claim("peer_steps", [[7, [0.1, 0.1]]])(state))),
+    "peer-steps-fractional": lambda path, state: path.write_text(
+        json.dumps(_peer_claim("peer_steps", [[7, [0.1, 0.1, 0.5]]])(state))),
     "peer-steps-zero": lambda path, state: path.write_text(
         json.dumps(_peer_claim("peer_steps", [[7, [0.0, 0.1, 10]]])(state))),
     "peer-claims-a-dict": lambda path, state: path.write_text(

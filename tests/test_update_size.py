@@ -24,12 +24,18 @@ def test_update_length_and_outsized_by_hand():
     x = np.array([1.0, 1.0])
     pairs = [(np.array([4.0, 5.0]), x), (np.array([7, 9]), np.array([0, 0])), (np.ones(3), np.ones(2))]
     assert update_length(pairs) == 5.0  # integer arrays and another shape are not an update to measure
-    assert outsized({"a": 1.0, "b": 2.0, "c": 3.0, "d": 100.0}, 10.0) == {"d": 40.0}  # median 2.5
+    assert outsized({"a": 1.0, "b": 2.0, "c": 3.0, "d": 100.0}, 10.0) == {"d": 50.0}  # the lower median, 2
     assert outsized({"a": 1.0, "b": 2.0, "c": 19.0}, 10.0) == {}  # 9.5× a median of 2 is not above 10× …
     assert outsized({"a": 1.0, "b": 2.0, "c": 21.0}, 10.0) == {"c": 10.5}  # … 10.5× is
     assert outsized({"a": 1.0, "d": 1e30}, 10.0) == {}  # no median of 2
     assert outsized({"a": 0.0, "b": 0.0, "c": 5.0}, 10.0) == {}  # nothing moved: no scale to judge by
     assert outsized({"a": 1.0, "b": 2.0, "c": 1e30}, math.inf) == {}  # turned off
+    # half the round, not a majority: with the average of the middle two (5e29) each was 2× it and kept
+    assert outsized({"a": 1.0, "b": 1.2, "c": 1e30, "d": 1e30}, 100.0) == {"c": 1e30 / 1.2, "d": 1e30 / 1.2}
+    # a decoy far beyond the rest raised the median to 60 and let 5000 through; judged again without it
+    assert set(outsized({"a": 1.0, "b": 1.1, "c": 60.0, "d": 5000.0, "e": 1e30}, 100.0)) == {"d", "e"}
+    assert outsized({"a": 1.0, "b": 1.0, "c": math.inf}, 100.0) == {"c": math.inf}  # an overflowed length
+    assert update_length([(np.full(4, 1e200), np.zeros(4))]) == math.inf
 
 
 def _honest(i):
@@ -128,3 +134,12 @@ def test_with_an_unbounded_rescale_an_outsized_update_is_skipped_before_the_fact
     got = _precision_round(api, strategy, F32, per_node, rnd=1)
     np.testing.assert_allclose(got[0], 0.5, rtol=1e-6)
     assert strategy.history.iloc[-1]["clients"] == 3 and strategy.history.iloc[-1]["skipped"] == 1
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_two_colluders_of_four_sending_scaled_models_are_both_skipped(api):
+    per_node = [(dict(steps=4), _honest(i)) for i in range(2)] + [(dict(steps=4), [X[0] * 1e30])] * 2
+    strategy = _strategy(api, 4)
+    out = _round(api, strategy, per_node)
+    np.testing.assert_allclose(out[0], np.mean([_honest(i)[0] for i in range(2)], axis=0), rtol=1e-12)
+    assert strategy.history.iloc[-1]["short_skipped"] == 200

@@ -137,7 +137,7 @@ def test_every_non_empty_quota_gives_at_least_one_batch_and_otherwise_torchs_bat
     full, rest = divmod(quota, batch_size)
     torch_sizes = [batch_size] * full + ([rest] if rest and not drop_last else [])
     assert sizes == (torch_sizes or [quota]) and length == len(sizes)
-    assert window.samples - window.dropped == sum(sizes)
+    assert window.samples - (window.dropped or 0) == sum(sizes)
 
 
 def test_a_dropped_partial_batch_is_not_reported_as_trained(flower_identity):
@@ -313,3 +313,18 @@ def test_zero_steps_on_every_reply_of_round_one_stops_the_run_with_the_fix(api, 
         strategy = LegacyAdaptiveStrategy(LegacyFedAvg(min_fit_clients=3, min_available_clients=3), budget=300)
         with pytest.raises(SetupError, match=fix):
             _legacy_round(strategy, lambda cid, ins: zero(100, cid - 11))
+
+
+def test_a_second_loader_in_the_call_does_not_change_the_samples_trained(flower_identity):
+    # a train-loss pass over the quota at batch 64 without drop_last after training at batch 32 with it:
+    # 128 were trained, and the second loader's remainder (0) no longer overwrote the first's (22)
+    record = {}
+    train = _train(_user_loader(), record)
+
+    def train_then_measure(msg, context):
+        reply = train(msg, context)
+        record["eval"] = sum(len(b[0]) for b in quota_data(_user_loader(batch_size=64, drop_last=False)))
+        return reply
+
+    metrics = telemetry_train(train_then_measure)(_message({keys.QUOTA: 150, keys.ROUND: 1}), _context(3))
+    assert record["eval"] == 150 and metrics.content["metrics"][keys.SAMPLES] == 128

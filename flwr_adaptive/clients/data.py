@@ -100,8 +100,9 @@ class QuotaWindow:
 
     ``quota is None`` means no quota was sent: all local data. ``size``, ``samples`` and
     ``capped`` describe the first selection made in the window (what the client reports);
-    ``dropped`` is what a ``quota_data(DataLoader)`` with ``drop_last=True`` leaves out of each pass
-    (a partial last batch), so the reply counts the samples trained, not only selected.
+    ``dropped`` is what the first ``quota_data(DataLoader)`` iterated in the window leaves out of each
+    pass with ``drop_last=True`` (a partial last batch; ``None``: none iterated), so the reply counts
+    the samples trained, not only selected.
     ``reference`` is the round's reference quota (``keys.REFERENCE_QUOTA``; ``None``: not sent or
     malformed): batch sizes scale by quota / reference (:func:`quota_batch_size`). ``read`` says
     whether the selection reached the training: arrays, tuples and lists when selected, a lazy view
@@ -119,7 +120,7 @@ class QuotaWindow:
     size: int | None = None
     samples: int | None = None
     capped: bool = False
-    dropped: int = 0
+    dropped: int | None = None
     read: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     # one byte mapped shared: a forked worker's write reaches this process (its copy of ``read`` does not)

@@ -128,7 +128,9 @@ class QuotaLoader(DataLoader):
     def __iter__(self) -> Any:
         other = self._other()
         window = current_window()
-        if window is not None:
+        if window is not None and window.dropped is None:
+            # the first loader read in the call is its training (a second one, e.g. a train-loss pass at
+            # another batch size, does not change what was trained)
             window.dropped = dropped_per_pass(other if other is not None else self)
         if other is not None:
             return iter(other)

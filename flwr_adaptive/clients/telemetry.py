@@ -196,7 +196,7 @@ class Measured:
         setup = self.work.setup_s(self.wall_s)
         w = self.window
         if w.samples is not None:
-            samples = int(w.samples) - w.dropped
+            samples = int(w.samples) - (w.dropped or 0)
         elif isinstance(num_examples, (int, float)) and not isinstance(num_examples, bool):
             samples = int(num_examples)
         else:

@@ -133,15 +133,23 @@ def check_resumed(
 def believed_reports(
     core: AdaptiveCore, server_round: int, reports: Sequence[ClientReport]
 ) -> dict[Hashable, ClientReport]:
-    """``{node: report as believed}`` by ``core.trust`` (probes excluded: they time overhead).
+    """``{node: report as believed}`` by ``core.trust`` (probes excluded: they time overhead; cold starts
+    beside warm replies are returned as reported, outside the medians: they are held, not observed).
 
     Where a reported set-up moves into the fixed term (``core.models_setup()``), the rules judge
     the compute without it and the believed set-up is added back
     (``observation.believe_without_setup``).
     """
     claims = [r for r in reports if r.node_id not in core._probation]
+    # A cold start's time holds the process's start-up: beside warm replies it is held, not observed
+    # (``HeldReasons``), and as a claim it would raise the medians the warm ones are judged by (3 cold
+    # nodes of 6 made an honest warm node look 6.65× too fast, its energy 52.6× and "absurd"). Judged
+    # among themselves only when no reply is warm.
+    held_cold = [r for r in claims if r.cold_start] if any(not r.cold_start for r in claims) else []
+    if held_cold:
+        claims = [r for r in claims if not r.cold_start]
     if core.trust is None or not claims:
-        return {r.node_id: r for r in claims}
+        return {r.node_id: r for r in (*claims, *held_cold)}
     for r in claims:
         if r.partition_id is not None:
             core._partition_of.setdefault(r.node_id, r.partition_id)
@@ -159,6 +167,7 @@ def believed_reports(
     population = [est for key, est in estimates.items() if key not in in_round and key not in core._unverified]
     # judged without a claimed set-up: the compute the controller learns the per-sample cost from
     setups = {r.node_id: r.setup_part() for r in claims} if core.models_setup() else {}
-    return believe_without_setup(
+    believed = believe_without_setup(
         core.trust, server_round, claims, core.observed_seconds(claims), estimate, setups, population
     )
+    return {**believed, **{r.node_id: r for r in held_cold}}
