@@ -346,3 +346,28 @@ if __name__ == "__main__":
     for label, claim in (("claims 1e-9 s per sample", 1e-9), ("honest", None)):
         shares = liar_share_in_sampled_rounds(claim=claim)
         print(f"{label:>25}: {min(shares):.3f}-{max(shares):.3f} ({len(shares)} rounds)")
+
+
+def test_cold_starts_beside_warm_replies_are_not_the_median_a_warm_node_is_judged_by(caplog):
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    # Round 1 of a restarted federation (flwr run, helper-52): 3 of 6 nodes start cold (1.5 s of start-up in
+    # their time), the fast warm node 0 honestly at 1 ms per sample. Against the cold ones (~8 ms a sample)
+    # it was "not believed" and its energy "absurd"; cold replies are held, not observed, and now also stay
+    # out of the medians while warm replies are there.
+    nodes = [701, 702, 703, 704, 705, 706]
+    cost = [0.001, 0.002, 0.002, 0.002, 0.002, 0.002]
+    cold = {704, 705, 706}
+    strategy = AdaptiveStrategy(fedavg(6), budget=1500, policy="time")
+    msgs, q = configure(strategy, 1, nodes)
+    replies = []
+    for m in msgs:
+        n = m.metadata.dst_node_id
+        i = nodes.index(n)
+        t = q[n] * cost[i] + (1.5 if n in cold else 0.0)
+        metrics = {**telemetry(q[n], t, i, energy=q[n] * cost[i] * 10), keys.COLD_START: int(n in cold)}
+        replies.append(reply(m, metrics))
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy.aggregate_train(1, replies)
+    assert not [line for line in caplog.messages if "not believed" in line or "absurd" in line]
+    assert strategy.controller.estimates()[0][0] == pytest.approx(0.001)
