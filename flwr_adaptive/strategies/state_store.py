@@ -159,10 +159,10 @@ def encode_state(
     partition_of: Mapping[Hashable, int],
     caps: Mapping[Hashable, int],
     overheads: list[list],
-    peer_claims: PeerClaims | None = None,
+    peer_claims: PeerClaims,
 ) -> dict[str, Any]:
     """The saved state, as JSON types (what :func:`parse_state` reads back), keyed by partition id."""
-    steps, optimizers = peer_claims if peer_claims is not None else ({}, {})
+    steps, optimizers = peer_claims
     return {
         "version": STATE_VERSION,
         "policy": policy,
@@ -269,11 +269,11 @@ def _saved_claims(
             and isinstance(pair[0], (int, str))
             and isinstance(pair[1], list)
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pair[1])
-            and plausible(tuple(float(v) for v in pair[1]))
         )
-        if not ok:
+        claim = tuple(float(v) for v in pair[1]) if ok else ()
+        if not (ok and plausible(claim)):
             raise StateFileError(f"a saved peer {what} claim {pair!r:.200} is not one this strategy writes")
-        out[pair[0]] = tuple(float(v) for v in pair[1])
+        out[pair[0]] = claim
     return out
 
 
