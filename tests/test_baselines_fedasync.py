@@ -98,6 +98,27 @@ def test_fedasync_failing_node_is_dropped_and_the_others_do_its_work(caplog):
     assert any("dropped for the rest of the run" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("ratio", [100.0, float("inf")])
+def test_fedasync_skips_a_scaled_model_from_the_first_wave_on(ratio, caplog):
+    # Seen with a user's app: FedAsync mixed a model multiplied by 1e30 (finite: it passed screening)
+    # and the global model stayed that reply's for the rest of the run. Partition 3 replies 1e30 each job;
+    # judged with the wave (lower median of 1, 2, 3, 1e30: 2) and its retry against the latest accepted.
+    grid = SimGrid([2.0 ** -10] * 4, value=[1.0, 2.0, 3.0, 1e30])
+    strategy = _fedasync(max_update_ratio=ratio)
+    with caplog.at_level("WARNING", logger="flwr"):
+        result = run(strategy, grid, rounds=2)
+    final = result.arrays.to_numpy_ndarrays()[0]
+    if ratio == float("inf"):  # turned off: the documented attack, so the test shows what it guards
+        assert final[0] > 1e20
+        return
+    assert 1.0 <= final[0] <= 3.0  # a mix of the honest nodes' values
+    jobs = strategy.client_history
+    liar = jobs[jobs["partition_id"] == 3]
+    assert list(liar["status"].str.contains("max_update_ratio 100")) == [True, True]  # failed twice: dropped
+    assert jobs[jobs["status"] == "ok"]["samples"].sum() == 2 * 384  # the others did its work
+    assert "dropped for the rest of the run" in caplog.text
+
+
 def test_fedasync_judges_the_first_wave_as_one_group(caplog):
     # Prepare: the fastest device (partition 2, 1c per sample) is processed after partitions 0 (3c)
     # and 1 (6c) in the first wave (node order). Against those two alone (median 4.5c) its claim would look

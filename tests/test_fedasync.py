@@ -217,3 +217,33 @@ def test_a_reply_with_non_finite_arrays_is_not_mixed_into_the_model(bad, caplog)
     assert set(jobs[jobs["status"] == "ok"]["node_id"]) == {2}
     assert "non-finite value(s)" in caplog.text
 
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_arrival_order_skips_a_scaled_model_once_two_others_are_measured(caplog):
+    # Node 3 replies 1e30 every job; it arrives after nodes 1 and 2 were accepted (their updates of 1 and 2
+    # from the zero model): 5e29× the lower median, beyond max_update_ratio 100; failed twice, dropped.
+    grid = ArrivalGrid({1: 1.0, 2: 1.0, 3: 1.0}, values={1: [1.0] * 50, 2: [2.0] * 50, 3: [1e30] * 50},
+                       arrivals=[1, 2, 3, 3])
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy, result = _run_arrival(grid, budget=6, rounds=2)
+    final = result.arrays.to_numpy_ndarrays()[0]
+    assert np.isfinite(final).all() and 0.0 < final[0] <= 2.0
+    jobs = strategy.client_history
+    liar = jobs[jobs["node_id"] == 3]
+    assert len(liar) == 2 and liar["status"].str.contains("beyond max_update_ratio").all()
+    assert int(jobs[jobs["status"] == "ok"]["samples"].sum()) == 12
+
+
+def test_latest_updates_judges_the_arriving_with_the_peers_latest_by_hand():
+    from flwr_adaptive.strategies.update_size import LatestUpdates
+
+    screen = LatestUpdates(10.0)
+    assert screen.judge({1: 1e30, 2: 1.0}) == {}  # two lengths: no median to judge by
+    screen.note(1, 1.0)
+    screen.note(2, 2.0)
+    assert screen.judge({3: 21.0}) == {3: 10.5}  # lower median of 1, 2, 21: 2
+    assert screen.judge({3: 19.0}) == {}
+    assert screen.judge({2: 30.0, 3: 1.0}) == {2: 30.0}  # node 2's arriving length replaces its latest
+    screen.forget(2)
+    assert screen.judge({3: 1e30}) == {}  # a dropped node no longer judges the others

@@ -46,7 +46,6 @@ copied); screening is O(replies × keys); see ``flwr_adaptive.strategies.core`` 
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Hashable, Iterable, Sequence
@@ -81,7 +80,6 @@ from flwr_adaptive.strategies.step_floor import default_min_local_steps
 from flwr_adaptive.strategies.train_metrics import STRIPPED_KEYS, strip_telemetry, telemetry_metrics
 from flwr_adaptive.strategies.train_replies import screen_replies
 from flwr_adaptive.strategies.trust import CostTrust
-from flwr_adaptive.strategies.update_size import skip_outsized, update_length
 
 __all__ = ["AdaptiveStrategy"]
 
@@ -452,15 +450,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self._note_overhead(reports)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
-        weights = self.weights(server_round, reports)
-        scales = self.update_scales(server_round, reports, weights)
-        if far := self._outsized(server_round, kept, reports):
-            for node in far:
-                skipped[node] = "invalid"
-            pairs = [(m, r) for m, r in zip(kept, reports) if r.node_id not in far]
-            kept, reports = [m for m, _ in pairs], [r for _, r in pairs]
-            weights = self.weights(server_round, reports)  # the round's weights and τ_eff without them
-            scales = self.update_scales(server_round, reports, weights)
+        settled, weights, scales = self.settled_weights(server_round, reports, skipped)
+        kept, reports = [m for m, r in zip(kept, reports) if r.node_id in weights], settled
         overflowed = set()  # only with max_rescale=inf: screening refuses a reply a bounded factor can overflow
         for msg, report in zip(kept, reports):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]
@@ -486,21 +477,6 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return arrays, metrics
-
-    def _outsized(self, server_round: int, kept: list[Message], reports: list[ClientReport]) -> set[Hashable]:
-        """The kept replies whose normalised update is outsized (``update_size``), said and to be skipped."""
-        sent = self.sent_model.numpy()
-        self.last_update_ratio = math.nan
-        if self.aggregation.weighting != "normalized" or sent is None or len(kept) < 3:
-            return set()
-        lengths = {}
-        for msg, report in zip(kept, reports):
-            record = self._records_of[id(msg)][0]
-            lengths[report.node_id] = update_length((v.numpy(), sent[k]) for k, v in record.items() if k in sent)
-        far, self.last_update_ratio = skip_outsized(
-            server_round, lengths, self.aggregation.last_work, self.max_update_ratio, self.who
-        )
-        return far
 
     def _rescale(self, msg: Message, scale: float) -> str | None:
         """Replace the reply's model x_i by ``x + scale·(x_i − x)`` (x: the model sent this round,
@@ -553,8 +529,16 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         """Keep the replies whose arrays match the model sent, are finite and can be rescaled within
         their dtype (``array_screening``)."""
         bound = self.sent_model.bound(self.aggregation.weighting, self.aggregation.max_rescale)
-        layout = self.sent_model.layout
-        return usable_arrays(server_round, pairs, skipped, layout, getattr(self, "_records_of", {}), self.who, bound)
+        self.update_size.start(self.sent_model.numpy() if self.aggregation.weighting == "normalized" else None)
+        return usable_arrays(
+            server_round,
+            pairs,
+            skipped,
+            self.sent_model.layout,
+            getattr(self, "_records_of", {}),
+            self.who,
+            lambda node: self.update_size.value_check(node, bound),
+        )
 
     _records_of: dict[int, tuple[ArrayRecord, MetricRecord]]  # this round: id(reply) -> its records (screening)
 

@@ -7,9 +7,9 @@ sent this round: names, shapes, dtypes) and holds finite values (``screening.che
 other reply is marked ``"invalid"`` in ``skipped`` with one warning naming its node and why (its
 update would break the inner average or corrupt the model). A kept reply holding an array at lower
 precision than the model's gets it cast up to the model's dtype, in the reply and in
-``records_of`` (``screening.lower_precision``); with ``rescale_bound`` a reply whose update could
-overflow its dtype when rescaled is skipped too (``screening.RescaleBound``, checked as each array
-is decoded). Without a known model layout
+``records_of`` (``screening.lower_precision``); ``value_checks`` runs a further check on each array
+as it is decoded (the strategies': ``screening.RescaleBound``, which skips a reply whose update could
+overflow its dtype when rescaled, and the update-size screen's measurement). Without a known model layout
 (``configure_train`` not called) the most common layout among the replies is the reference, so a
 minority of odd replies cannot set it.
 
@@ -31,7 +31,8 @@ from flwr.app import Message
 from flwr_adaptive._logging import logger
 from flwr_adaptive.strategies.records import cast_record, replace_record
 from flwr_adaptive.strategies.reports import ClientReport
-from flwr_adaptive.strategies.screening import ArrayLayout, RescaleBound, array_layout, check_arrays, lower_precision
+from flwr_adaptive.strategies.screening import ArrayLayout, array_layout, check_arrays, lower_precision
+from flwr_adaptive.strategies.update_size import ValueCheck
 
 __all__ = ["usable_arrays"]
 
@@ -43,13 +44,13 @@ def usable_arrays(
     reference: ArrayLayout | None,
     records_of: MutableMapping[int, tuple[Any, Any]],
     who: Callable[[Hashable], str],
-    rescale_bound: RescaleBound | None = None,
+    value_checks: Callable[[Hashable], ValueCheck | None] | None = None,
 ) -> list[tuple[Message, ClientReport]]:
     """The ``(reply, report)`` pairs whose arrays can be averaged (see the module docstring).
 
     ``records_of``: ``{id(reply): (its ArrayRecord, its MetricRecord)}`` as screening found them;
-    ``who``: how a log line names a node; ``rescale_bound``: when normalised aggregation will rescale
-    the updates by a bounded factor, the round's ``screening.RescaleBound``.
+    ``who``: how a log line names a node; ``value_checks(node)``: the ``check_arrays`` value check for
+    that node's reply (``None``: none).
     """
     if reference is None and pairs:
         layouts = []
@@ -62,7 +63,7 @@ def usable_arrays(
     kept = []
     for msg, report in pairs:
         record = records_of[id(msg)][0] if id(msg) in records_of else next(iter(msg.content.array_records.values()))
-        reason = check_arrays(record, reference, rescale_bound)
+        reason = check_arrays(record, reference, value_checks(report.node_id) if value_checks else None)
         if reason is None:
             if dtypes := lower_precision(array_layout(record), reference):
                 cast = cast_record(record, dtypes)

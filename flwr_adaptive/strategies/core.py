@@ -14,8 +14,12 @@ in its own file with its own contract, instead of inheriting a mixin stack:
   aggregation weights and normalised (FedNova) factors of the kept replies;
 - ``self.tables`` (:class:`~flwr_adaptive.strategies.history.RunHistory`): the round and client
   tables and their per-round CSV (``history_path``);
+- ``self.update_size`` (:class:`~flwr_adaptive.strategies.update_size.UpdateSizeScreen`): each
+  reply's update measured at screening, the outsized ones skipped (``settled_weights``);
 - ``self.store`` (:class:`~flwr_adaptive.strategies.state_store.StateStore`): the state file
   and ``context.state``, and the checks a saved state passes (``state_store.parse_state``);
+- :mod:`~flwr_adaptive.strategies.core_state`: the state saved, restored and forgotten (node-id
+  churn);
 - :mod:`~flwr_adaptive.strategies.round_log`: the round's history row and its log lines;
 - :mod:`~flwr_adaptive.strategies.round_quotas`: quotas out, the round's split (``quotas_for``);
 - :mod:`~flwr_adaptive.strategies.observe_round`: telemetry in, a round's replies turned into
@@ -41,7 +45,8 @@ Contract
   :class:`~flwr_adaptive.controller.Report` per client (as ``trust`` believes it, with its idle
   watts) to the controller; replies that would mislead it are held back (``held_reason``), an
   observation it rejects is logged and dropped. ``weights`` / ``update_scales`` give each kept
-  reply its aggregation weight and normalised factor; ``participants`` chooses who trains among
+  reply its aggregation weight and normalised factor (``settled_weights``: after the update-size
+  screen); ``participants`` chooses who trains among
   the sampled nodes (all here; selection baselines override it).
 - Faults: a node whose reply was skipped (error, timeout, invalid telemetry) is on probation for
   its next round (unless ``uses_probation = False``): it gets ``probe_quota()`` samples, its
@@ -61,7 +66,6 @@ reductions, and one small JSON write when ``state_dir`` is set.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
@@ -70,8 +74,8 @@ from typing import Any
 import numpy as np
 
 from flwr_adaptive._logging import logger
-from flwr_adaptive.controller import AllocationController, Report
-from flwr_adaptive.strategies import round_log
+from flwr_adaptive.controller import AllocationController
+from flwr_adaptive.strategies import core_state, round_log
 from flwr_adaptive.strategies.delegation import CheckedSetting, Delegated
 from flwr_adaptive.strategies.history import RunHistory
 from flwr_adaptive.strategies.normalization import (
@@ -91,16 +95,10 @@ from flwr_adaptive.strategies.partitions import PartitionMap
 from flwr_adaptive.strategies.quota_bounds import QuotaBounds, pick_trainers
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import FollowedSetting, split_round
-from flwr_adaptive.strategies.state_store import (
-    CONTEXT_STATE_KEY,
-    STATE_FILE,
-    StateStore,
-    encode_state,
-    parse_state,
-)
+from flwr_adaptive.strategies.state_store import CONTEXT_STATE_KEY, STATE_FILE, StateStore
 from flwr_adaptive.strategies.step_floor import StepFloor, checked_floor
 from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
-from flwr_adaptive.strategies.update_size import MAX_UPDATE_RATIO
+from flwr_adaptive.strategies.update_size import UpdateSizeScreen
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
@@ -193,6 +191,7 @@ class AdaptiveCore:
         self.step_floor = StepFloor()  # min_local_steps: off until the API class sets it
         self.holds = HeldReasons()
         self.overheads = ServerOverheads()
+        self.update_size = UpdateSizeScreen()  # the API classes start it at screening (normalised weighting)
         self._assigned: dict[Hashable, int] = {}  # this round's quotas by node id
         self._round_keys: dict[Hashable, Hashable] = {}  # this round's node id -> controller id
         self._round_sampled: set[Hashable] = set()  # the node ids this round's split was asked for
@@ -229,6 +228,15 @@ class AdaptiveCore:
     )
     last_weights = Delegated("aggregation", "last_weights", "The last round's ``{node id: weight}``.", writable=False)
     last_scales = Delegated("aggregation", "last_scales", "The last round's FedNova factors.", writable=False)
+    max_update_ratio = Delegated(
+        "update_size", "ratio", "An average local step above this × the round's median is skipped (inf: off)."
+    )
+    last_update_ratio = Delegated(
+        "update_size",
+        "last_ratio",
+        "The round's largest average step over the median (NaN: not judged).",
+        writable=False,
+    )
     #: CSV the round's rows are appended to after every round (its ``-clients`` file beside it);
     #: ``None``: in memory only (``save_history`` writes them on demand). The legacy API's round
     #: loop belongs to Flower, so this is where it saves its history.
@@ -358,24 +366,6 @@ class AdaptiveCore:
     #: Rounds of observed overhead per participant whose median is its fixed per-round term.
     overhead_window: int = 5
 
-    def server_report(self, key: Hashable, believed: ClientReport, observed: Mapping[Hashable, float]) -> Report:
-        """The controller's observation (the believed compute); the node's fixed overhead set beside it.
-
-        Each round the server timed the node (``observed``), ``observed − compute`` joins its
-        last ``overhead_window`` values and their median is its fixed per-round time
-        (``observation.ServerOverheads``). The compute was already bounded by the server's
-        evidence (``trust``); the remainder is the server's own measurement. The call's one-off
-        set-up the client reports (``keys.SETUP_S``: ``ClientReport.setup_part``) moves from the
-        compute into the same fixed term when the controller models one (affine costs,
-        min-energy), so it does not inflate the per-sample term.
-        """
-        # the call's own one-off set-up (keys.SETUP_S) goes to the fixed term where one is modelled
-        setup = believed.setup_part() if self.models_setup() else 0.0
-        fixed = self.overheads.note(key, believed, observed.get(believed.node_id), self.overhead_window, setup)
-        if fixed is not None:
-            self.controller.set_fixed_time(key, fixed)
-        return believed.to_report(setup)
-
     def models_setup(self) -> bool:
         """Whether the controller models a fixed per-round term a reported set-up moves into."""
         c = self.controller
@@ -424,6 +414,22 @@ class AdaptiveCore:
     ) -> dict[Hashable, float]:
         """``{node: τ_eff/‖a_i‖₁}`` with ``weighting="normalized"`` (else ``{}``), steps from ``local_steps``."""
         return self.aggregation.update_scales(server_round, reports, weights, self.local_steps)
+
+    def settled_weights(
+        self, server_round: int, reports: Sequence[ClientReport], skipped: dict[Hashable, str]
+    ) -> tuple[list[ClientReport], dict[Hashable, int], dict[Hashable, float]]:
+        """The reports to aggregate, their ``weights`` and ``update_scales``: a reply whose normalised
+        update is outsized (``update_size``) is skipped (``skipped[node] = "invalid"``) and the round's
+        weights and τ_eff are computed again without it."""
+        weights = self.weights(server_round, reports)
+        scales = self.update_scales(server_round, reports, weights)
+        nodes = [r.node_id for r in reports] if self.aggregation.weighting == "normalized" else []
+        if not (far := self.update_size.skip(server_round, nodes, self.aggregation.last_work, self.who)):
+            return list(reports), weights, scales
+        skipped.update(dict.fromkeys(far, "invalid"))
+        reports = [r for r in reports if r.node_id not in far]
+        weights = self.weights(server_round, reports)
+        return reports, weights, self.update_scales(server_round, reports, weights)
 
     # ------------------------------------------------------------------ round bookkeeping
     def begin_round(self, server_round: int, quotas: Mapping[Hashable, int]) -> None:
@@ -507,12 +513,6 @@ class AdaptiveCore:
         """The one log line per round (a warning when quotas exceeded some nodes' data)."""
         round_log.log_round(row, self.budget, self.quota_listing())
 
-    #: Under normalised aggregation a reply whose average local step (x_i − x)/‖a_i‖₁ is longer than this ×
-    #: the round's median is skipped (``update_size``; ``math.inf``: not screened).
-    max_update_ratio: float = MAX_UPDATE_RATIO
-    #: This round's largest average step over the median (``update_size.skip_outsized``; NaN: not judged).
-    last_update_ratio: float = math.nan
-
     #: Up to this many nodes the round line lists every quota by partition; above, its
     #: min/median/max summary is all.
     quota_line_max_nodes: int = 20
@@ -525,20 +525,11 @@ class AdaptiveCore:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything a restarted ServerApp needs, as JSON types (keyed by partition id)."""
-        return encode_state(
-            self.policy,
-            self.budget,
-            self._rounds_done,
-            self.controller,
-            self.nodes.partition_of,
-            self.bounds.caps,
-            self.overheads.state(),
-            (self.aggregation.peer_steps, self.aggregation.peer_optimizers),
-        )
+        """Everything a restarted ServerApp needs, as JSON types (keyed by partition id; ``core_state``)."""
+        return core_state.state_of(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state_dict()`` output, checked first (``state_store.parse_state``).
+        """Resume from ``state_dict()`` output, checked first (``core_state.restore``).
 
         The node id → partition map is restored too: nodes that kept their id are keyed by
         partition from the first round; a node id that changed is unknown until its reply.
@@ -551,21 +542,7 @@ class AdaptiveCore:
         ValueError
             The state was saved under another policy.
         """
-        saved = parse_state(state, self.policy, self.make_controller())
-        self.controller = saved.controller
-        self._rounds_done = saved.rounds
-        self._unverified = set(saved.controller.estimates())
-        for key, (seconds, _) in saved.controller.estimates().items():
-            # priced as the controller prices it: a resumed node whose first reply is held (a cold start)
-            # is not capped at a newcomer's cautious share for as long as it has not been observed again
-            self.bounds.note_cost(key, seconds)
-        self.nodes.partition_of.update(saved.partitions)
-        self.bounds.update_caps(saved.caps)
-        for key, fixed in self.overheads.load(saved.overheads, self.overhead_window).items():
-            self.controller.set_fixed_time(key, fixed)
-        steps, optimizers = saved.peer_claims
-        self.aggregation.peer_steps.update(steps)
-        self.aggregation.peer_optimizers.update(optimizers)
+        core_state.restore(self, state)
 
     def save_state(self) -> None:
         """Write the state to ``state_dir`` (atomically and durably) and/or the ServerApp context.
@@ -592,33 +569,14 @@ class AdaptiveCore:
 
     # ------------------------------------------------------------------ helpers
     def forget_departed(self, live_node_ids: Iterable[Hashable]) -> list[Hashable]:
-        """Drop what is kept about node ids that are no longer connected; returns them.
-
-        The node book forgets them and releases their partitions (``PartitionMap.forget``: the
-        same partition under a new node id resumes its estimate); their assigned quota,
-        ``"node-<id>"`` controller slot and cap go too, and every departed node's claims kept to
-        screen small rounds.
-        The API classes call this with the grid's node ids before each round; memory stays linear
-        in the live nodes.
-        """
-        live = live_node_ids if isinstance(live_node_ids, (set, frozenset)) else set(live_node_ids)
-        gone = self.nodes.forget(live)
-        for n in gone:
-            self._assigned.pop(n, None)
-        self.aggregation.retain(live)
-        self._forget_keys([k for k in (f"node-{n}" for n in gone) if k in self.nodes.node_keys])
-        return gone
+        """Drop what is kept about node ids that are no longer connected; returns them
+        (``core_state.forget_departed``). The API classes call this with the grid's node ids before
+        each round; memory stays linear in the live nodes."""
+        return core_state.forget_departed(self, live_node_ids)
 
     def _forget_keys(self, ids: list[str]) -> None:
-        """Forget ``"node-<id>"`` controller ids (slot, bounds, cap) that will never be used again."""
-        if not ids:
-            return
-        for k in ids:
-            self.nodes.node_keys.discard(k)
-            self.bounds.forget(k)
-            self.step_floor.forget(k)
-            self.overheads.forget(k)  # the controller's fixed time goes with forget(config=True)
-        self.controller.forget(ids, config=True)
+        """Forget ``"node-<id>"`` controller ids that will never be used again (``core_state.forget_keys``)."""
+        core_state.forget_keys(self, ids)
 
     def _min_of(self) -> int:
         return int(self.min_quota) if isinstance(self.min_quota, (int, np.integer)) else 0

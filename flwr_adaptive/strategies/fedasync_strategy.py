@@ -45,15 +45,19 @@ says which ``order`` and which ``timeline`` clock (``virtual``/``wall``; ``virtu
 NaN on the wall clock, ``elapsed_s`` always set) produced it.
 
 A failed job (error reply, timeout, invalid telemetry or arrays, a reply too large to screen:
-``screening.size_reason``) is logged; its samples go back to
+``screening.size_reason``, an update more than ``max_update_ratio`` × the lower median of the
+arriving updates and the other nodes' latest accepted ones: ``update_size.LatestUpdates``, judged
+from 3 lengths, so a run's first two replies in ``"arrival"`` order are not) is logged; its samples go back to
 the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
 the rest of the run (in ``"arrival"`` order its samples go to nodes that had run out of work). A
 bad client never stops the run.
 
 Cost
 ----
-One message per job (``num_rounds × nodes`` jobs); one weighted sum over the model's arrays per
-update; O(log P) queue operations; the accounting keeps one small record per job.
+One message per job (``num_rounds × nodes`` jobs); one weighted sum and one float64 difference
+(the update's length) over the model's arrays per update; each in-flight job holds the model it was
+sent (a reference: up to one model per node in ``"arrival"`` order); O(log P) queue operations; the
+accounting keeps one small record per job (``fedasync_jobs``).
 """
 
 from __future__ import annotations
@@ -61,7 +65,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from logging import INFO, WARNING
 from typing import Any
 
@@ -75,38 +78,17 @@ from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.fedasync_belief import FedAsyncBelief
+from flwr_adaptive.strategies.fedasync_jobs import FEDASYNC, Job, client_row, energy_until, segment_row
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.node_wait import wait_for_nodes
-from flwr_adaptive.strategies.reports import ClientReport, parse_report
+from flwr_adaptive.strategies.reports import parse_report
 from flwr_adaptive.strategies.screening import check_arrays, record_sizes, size_reason
 from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
+from flwr_adaptive.strategies.update_size import MAX_UPDATE_RATIO, LatestUpdates, update_length
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
 
-FEDASYNC = "fedasync"  # the policy name in run configs, history rows and log lines
 ORDERS = ("virtual", "arrival")  # replay on the virtual clock | mix live replies as they are pulled
-
-
-@dataclass
-class _Job:
-    node: int  # Flower's node id
-    index: int  # this node's job number, 1-based (sent as keys.ROUND: seeds the sample order)
-    quota: int
-    start_s: float
-    base_version: int
-    report: ClientReport | None = None
-    arrays: list[np.ndarray] | None = None
-    finish_s: float = math.nan
-    staleness: int = -1
-    alpha_t: float = math.nan
-    mixed_in: int = 0  # round-equivalent in which it was mixed
-
-    @property
-    def accepted(self) -> ClientReport:
-        """The report :meth:`FedAsyncStrategy._accept` set: every in-flight, queued or mixed job has one."""
-        if self.report is None:
-            raise RuntimeError(f"fedasync: job {self.index} of node {self.node} is used before its reply was accepted")
-        return self.report
 
 
 class FedAsyncStrategy(HistoryMixin):
@@ -140,6 +122,11 @@ class FedAsyncStrategy(HistoryMixin):
         ``flwr_adaptive.strategies.trust``): ``True`` the default rules, a ``CostTrust(...)`` to
         tune them, ``False`` to believe every claim (clients you control). ``order="arrival"``
         times every job by the server's wall clock, so no claim is weighed there.
+    max_update_ratio : float (default: 100)
+        A job whose update ``‖x_new − x_sent‖`` is longer than this × the lower median of the
+        arriving updates and the other nodes' latest accepted ones fails like an invalid reply
+        (``update_size.LatestUpdates``; ``math.inf``: off): a model multiplied by 1e30 would
+        otherwise stay in the mix for the rest of the run.
     """
 
     #: What the server believes of each claimed duration (``flwr_adaptive.strategies.trust``; ``None``
@@ -163,6 +150,7 @@ class FedAsyncStrategy(HistoryMixin):
         wait_s: float = 600.0,
         order: str = "virtual",
         trust: CostTrust | bool = True,
+        max_update_ratio: float = MAX_UPDATE_RATIO,
     ) -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be a positive int (samples per round-equivalent), got {budget!r}")
@@ -189,6 +177,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows: list[dict[str, Any]] = []
         self.trust = trust
+        self.updates = LatestUpdates(max_update_ratio)
 
     # ------------------------------------------------------------------ Flower-like surface
     def summary(self) -> None:
@@ -253,8 +242,8 @@ class FedAsyncStrategy(HistoryMixin):
         self._model = [initial_arrays[k].numpy() for k in self._names]
         self._layout = {k: (tuple(m.shape), str(m.dtype)) for k, m in zip(self._names, self._model)}
         self._queue = VirtualClockQueue()
-        self._jobs: list[_Job] = []
-        self._inflight: dict[int, _Job] = {}
+        self._jobs: list[Job] = []
+        self._inflight: dict[int, Job] = {}
         self._jobs_of: dict[int, int] = {}
         self._failures: dict[int, int] = {}
         self._dropped: set[int] = set()
@@ -323,9 +312,9 @@ class FedAsyncStrategy(HistoryMixin):
         Times are wall-clock seconds since the first wave. Returns the first round-equivalent not closed.
         """
         started = time.monotonic()
-        pending: dict[str, _Job] = {}  # message id -> job in flight
+        pending: dict[str, Job] = {}  # message id -> job in flight
 
-        def push(job: _Job | None) -> None:
+        def push(job: Job | None) -> None:
             while job is not None:
                 ids = list(self._grid.push_messages([self._message(job)]))
                 if ids:
@@ -339,14 +328,16 @@ class FedAsyncStrategy(HistoryMixin):
         while pending:
             replies = list(self._grid.pull_messages(list(pending)))
             now = time.monotonic() - started
-            for reply in replies:
-                job = pending.pop(str(reply.metadata.reply_to_message_id), None)
-                if job is None:  # not one of ours, or already timed out
-                    continue
-                reason = self._accept(job, reply)
-                if reason is not None:
+            pulled = [
+                (job, reply) for reply in replies if (job := pending.pop(str(reply.metadata.reply_to_message_id), None))
+            ]
+            reasons = {job.node: self._accept(job, reply) for job, reply in pulled}  # others: not ours, or timed out
+            reasons.update(self._outsized([job for job, _ in pulled if reasons[job.node] is None]))
+            for job, _ in pulled:
+                if (reason := reasons[job.node]) is not None:
                     push(self._fail(job, reason, now))
                     continue
+                self._take(job)
                 self._failures[job.node] = 0
                 job.finish_s = now  # the wall clock orders and times the run, not the claimed duration
                 self._mix(job, boundary)
@@ -379,7 +370,7 @@ class FedAsyncStrategy(HistoryMixin):
         )
         return sorted(nodes)
 
-    def _new_job(self, node: int, start_s: float) -> _Job | None:
+    def _new_job(self, node: int, start_s: float) -> Job | None:
         """The node's next job starting at ``start_s``, or ``None`` when no samples are left."""
         left = self._total - self._assigned
         if left <= 0 or node in self._dropped:
@@ -387,9 +378,10 @@ class FedAsyncStrategy(HistoryMixin):
         quota = min(max(self._share[node], 1), left)
         self._assigned += quota
         self._jobs_of[node] = self._jobs_of.get(node, 0) + 1
-        return _Job(node, self._jobs_of[node], quota, start_s, self.mixer.version)
+        return Job(node, self._jobs_of[node], quota, start_s, self.mixer.version)
 
-    def _message(self, job: _Job) -> Message:
+    def _message(self, job: Job) -> Message:
+        job.sent = self._model  # mix() makes a new list: this one stays the model the job was sent
         config = ConfigRecord(
             {
                 **self._config,
@@ -404,7 +396,7 @@ class FedAsyncStrategy(HistoryMixin):
             message_type=MessageType.TRAIN,
         )
 
-    def _send(self, jobs: list[_Job]) -> None:
+    def _send(self, jobs: list[Job]) -> None:
         """Send jobs, wait for their replies, queue the good ones; failed ones are retried or dropped."""
         while jobs:
             replies = {
@@ -412,14 +404,13 @@ class FedAsyncStrategy(HistoryMixin):
                 for m in self._grid.send_and_receive([self._message(j) for j in jobs], timeout=self._timeout)
             }
             retry, accepted = [], []
+            reasons = {job.node: self._accept(job, replies.get(job.node)) for job in jobs}
+            reasons.update(self._outsized([job for job in jobs if reasons[job.node] is None]))
             for job in jobs:
-                reason = self._accept(job, replies.get(job.node))
-                if reason is None:
-                    accepted.append(job)
-                    continue
-                again = self._fail(job, reason, job.start_s)  # same start, job number and model
-                if again is not None:
-                    retry.append(again)
+                if reasons[job.node] is None:
+                    accepted.append(self._take(job))
+                elif (again := self._fail(job, str(reasons[job.node]), job.start_s)) is not None:
+                    retry.append(again)  # same start, job number and model
             # The wave is judged as one group: judged one by one, a fast node's claim would be
             # measured against whichever nodes happened to come before it in the wave.
             believed = self._belief.judge(max((j.index for j in accepted), default=0), [j.accepted for j in accepted])
@@ -430,13 +421,14 @@ class FedAsyncStrategy(HistoryMixin):
                 self._queue.push(job.node, job.finish_s, job)
             jobs = retry
 
-    def _fail(self, job: _Job, reason: str, retry_at: float) -> _Job | None:
+    def _fail(self, job: Job, reason: str, retry_at: float) -> Job | None:
         """Record a failed job; returns its retry starting at ``retry_at``, or ``None`` (node dropped, no work left)."""
         self._assigned -= job.quota  # its samples go back to the pool
         self._failures[job.node] = self._failures.get(job.node, 0) + 1
-        self._client_rows.append(self._client_row(job, reason))
+        self._client_rows.append(client_row(job, reason))
         if self._failures[job.node] >= self.max_failures:
             self._dropped.add(job.node)
+            self.updates.forget(job.node)
             log(
                 WARNING,
                 "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest of the run",
@@ -449,7 +441,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._jobs_of[job.node] -= 1
         return self._new_job(job.node, retry_at)
 
-    def _accept(self, job: _Job, reply: Message | None) -> str | None:
+    def _accept(self, job: Job, reply: Message | None) -> str | None:
         """Fill ``job`` from its reply; returns why the reply is unusable, or ``None``."""
         if reply is None:
             return "no-reply"
@@ -471,21 +463,38 @@ class FedAsyncStrategy(HistoryMixin):
         if reason := check_arrays(record, self._layout):
             return f"invalid: {reason}"
         job.report, job.arrays = report, [record[k].numpy() for k in self._names]
-        self._assigned += report.samples - job.quota  # a capped job processed fewer samples
-        self._idle_w[job.node] = report.idle_w
+        job.length = update_length(zip(job.arrays, job.sent or []))
         return None
 
-    def _mix(self, job: _Job, boundary: int) -> None:
+    def _outsized(self, jobs: list[Job]) -> dict[int, str]:
+        """``{node: why}`` for the accepted ``jobs`` whose update is outsized (``LatestUpdates.judge``)."""
+        far = self.updates.judge({job.node: job.length for job in jobs})
+        return {
+            job.node: f"invalid: its update is {far[job.node]:.3g}× the median of the arriving and latest accepted "
+            f"ones, beyond max_update_ratio {self.updates.ratio:g} (a scaled or far-off model)"
+            for job in jobs
+            if job.node in far
+        }
+
+    def _take(self, job: Job) -> Job:
+        """Count an accepted job's samples (a capped job processed fewer), its node's idle power and its
+        update's length (the node's latest: ``LatestUpdates.note``)."""
+        self.updates.note(job.node, job.length)
+        self._assigned += job.accepted.samples - job.quota
+        self._idle_w[job.node] = job.accepted.idle_w
+        return job
+
+    def _mix(self, job: Job, boundary: int) -> None:
         job.staleness = self.mixer.version - job.base_version
         job.alpha_t = self.mixer.weight(job.base_version)
         if job.arrays is None:
             raise RuntimeError(f"fedasync: job {job.index} of node {job.node} is mixed twice or before its reply")
         self._model = self.mixer.mix(self._model, job.arrays, job.base_version)
-        job.arrays = None  # mixed: free it
+        job.arrays = job.sent = None  # mixed: free them
         job.mixed_in = boundary
         self._mixed_samples += job.accepted.samples
         self._jobs.append(job)
-        self._client_rows.append(self._client_row(job, "ok"))
+        self._client_rows.append(client_row(job, "ok"))
 
     def _record(self, arrays: Sequence[np.ndarray]) -> ArrayRecord:
         record = ArrayRecord()
@@ -494,22 +503,6 @@ class FedAsyncStrategy(HistoryMixin):
         return record
 
     # ------------------------------------------------------------------ accounting
-    def _energy_until(self, t: float) -> tuple[float, float]:
-        """Active joules of all work up to virtual time ``t`` (pro-rated) and idle joules of nodes out of work."""
-        active = 0.0
-        for job in [*self._jobs, *self._inflight.values()]:
-            e = job.accepted.energy_j
-            if e is None:
-                return math.nan, math.nan
-            span = job.finish_s - job.start_s
-            share = 1.0 if span <= 0 else min(max((t - job.start_s) / span, 0.0), 1.0)
-            active += e * share
-        idle = 0.0
-        for node, done in self._done_at.items():
-            w = self._idle_w.get(node)
-            idle = math.nan if w is None else idle + w * max(t - done, 0.0)
-        return active, idle
-
     def _close(self, r: int, t: float) -> None:
         """Close round-equivalent ``r`` at virtual time ``t``: evaluate, one history row, one log line."""
         arrays = self._record(self._model)
@@ -517,46 +510,19 @@ class FedAsyncStrategy(HistoryMixin):
             res = self._evaluate_fn(r, arrays)
             if res is not None:
                 self._result.evaluate_metrics_serverapp[r] = res
-        active, idle = self._energy_until(t)
-        seg_active, seg_idle = active - self._cum[0], idle - self._cum[1]
-        self._cum = (active, idle)
-        t0 = self._segment_start
+        active, idle = energy_until([*self._jobs, *self._inflight.values()], self._done_at, self._idle_w, t)
         mixed = [j for j in self._jobs if j.mixed_in == r]
-        busy: dict[int, float] = {}
-        for job in [*self._jobs, *self._inflight.values()]:
-            overlap = min(job.finish_s, t) - max(job.start_s, t0)
-            if overlap > 0:
-                busy[job.node] = busy.get(job.node, 0.0) + overlap
-        values = np.array(list(busy.values()), dtype=float)
-        cv = float(values.std() / values.mean()) if len(values) > 1 and values.mean() > 0 else 0.0
-        clocks = {j.accepted.virtual_clock for j in mixed}
-        clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")  # the telemetry's
-        quotas = np.array([j.quota for j in mixed], dtype=float)
-        stale = np.array([j.staleness for j in mixed], dtype=float)
-        row: dict[str, Any] = {
-            "round": r,
-            "policy": FEDASYNC,
-            "clients": len(mixed),
-            "skipped": 0,
-            "makespan_s": t - t0,
-            "cv_busy": cv,
-            "active_j": seg_active,
-            "idle_j": seg_idle,
-            "energy_j": seg_active + seg_idle,
-            "clock": clock,
-            "samples": int(sum(j.accepted.samples for j in mixed)),
-            "quota_min": float(quotas.min()) if len(quotas) else math.nan,
-            "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
-            "quota_max": float(quotas.max()) if len(quotas) else math.nan,
-            "quota_sum": int(quotas.sum()),
-            "order": self.order,
-            "timeline": clock if self.order == "virtual" else "wall",
-            "virtual_time_s": t if self.order == "virtual" else math.nan,
-            "elapsed_s": t,
-            "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
-            "staleness_max": int(stale.max()) if len(stale) else 0,
-            "model_version": self.mixer.version,
-        }
+        row = segment_row(r, (self._segment_start, t), mixed, [*self._jobs, *self._inflight.values()])
+        row.update(
+            active_j=active - self._cum[0],
+            idle_j=idle - self._cum[1],
+            energy_j=active + idle - sum(self._cum),
+            order=self.order,
+            timeline=row["clock"] if self.order == "virtual" else "wall",
+            virtual_time_s=t if self.order == "virtual" else math.nan,
+            model_version=self.mixer.version,
+        )
+        self._cum = (active, idle)
         self._round_rows.append(row)
         self._segment_start = t
         self._belief.close_round()  # the growth cap counts per round-equivalent
@@ -571,27 +537,8 @@ class FedAsyncStrategy(HistoryMixin):
             self.budget,
             row["makespan_s"],
             energy,
-            cv,
+            row["cv_busy"],
             len(mixed),
             row["staleness_mean"],
             row["staleness_max"],
         )
-
-    def _client_row(self, job: _Job, status: str) -> dict[str, Any]:
-        r = job.report
-        return {
-            "round": job.mixed_in or None,
-            "node_id": job.node,
-            "partition_id": r.partition_id if r else None,
-            "job": job.index,
-            "quota": job.quota,
-            "samples": r.samples if r else 0,
-            "start_s": job.start_s,
-            "finish_s": job.finish_s,
-            "time_s": r.time_s if r else math.nan,
-            "energy_j": (math.nan if r is None or r.energy_j is None else r.energy_j),
-            "base_version": job.base_version,
-            "staleness": job.staleness,
-            "alpha_t": job.alpha_t,
-            "status": status,
-        }

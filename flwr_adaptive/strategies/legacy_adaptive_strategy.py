@@ -32,7 +32,6 @@ One ``FitIns`` (a dict copy; parameters shared) per client per round; see ``flwr
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Hashable, Mapping
 from dataclasses import replace
@@ -68,7 +67,6 @@ from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.screening import (
     ArrayLayout,
-    RescaleBound,
     at_model_dtype,
     bounded_rescale,
     check_ndarrays,
@@ -81,7 +79,7 @@ from flwr_adaptive.strategies.setup_check import CLIENT_SETUP, SetupCheck, setup
 from flwr_adaptive.strategies.step_floor import default_min_local_steps
 from flwr_adaptive.strategies.train_metrics import telemetry_metrics, user_metrics
 from flwr_adaptive.strategies.trust import CostTrust
-from flwr_adaptive.strategies.update_size import skip_outsized, update_length
+from flwr_adaptive.strategies.update_size import ValueCheck
 
 __all__ = ["LegacyAdaptiveStrategy", "node_id_of"]
 
@@ -378,15 +376,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         kept, reports, skipped = self.screen_fit_results(server_round, results, failures)
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
-        weights = self.weights(server_round, reports)
-        scales = self.update_scales(server_round, reports, weights)
-        if far := self._outsized(server_round, kept):
-            for node in far:
-                skipped[node] = "invalid"
-            kept = [(proxy, res) for proxy, res in kept if node_id_of(proxy) not in far]
-            reports = [r for r in reports if r.node_id not in far]
-            weights = self.weights(server_round, reports)  # the round's weights and τ_eff without them
-            scales = self.update_scales(server_round, reports, weights)
+        reports, weights, scales = self.settled_weights(server_round, reports, skipped)
+        kept = [(proxy, res) for proxy, res in kept if node_id_of(proxy) in weights]
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
         reweighted, overflowed = [], set()
         for proxy, res in kept:
@@ -415,20 +406,6 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         observed = {r.node_id for r in accepted}
         self.end_round(server_round, reports, skipped, [r.node_id for r in reports if r.node_id not in observed])
         return params, metrics
-
-    def _outsized(self, server_round: int, kept: list[tuple[ClientProxy, FitRes]]) -> set[Hashable]:
-        """The kept results whose normalised update is outsized (``update_size``), said and to be skipped."""
-        sent = getattr(self, "_sent_ndarrays", None)
-        self.last_update_ratio = math.nan
-        if self.aggregation.weighting != "normalized" or sent is None or len(kept) < 3:
-            return set()
-        lengths = {
-            node_id_of(proxy): update_length(zip(parameters_to_ndarrays(res.parameters), sent)) for proxy, res in kept
-        }
-        far, self.last_update_ratio = skip_outsized(
-            server_round, lengths, self.aggregation.last_work, self.max_update_ratio, self.who
-        )
-        return far
 
     def _at_model_dtypes(self, params: Parameters | None) -> Parameters | None:
         """The aggregate with every array the average moved off the model's dtype put back at it
@@ -484,6 +461,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         sent = getattr(self, "_sent_ndarrays", None)
         by_name = None if sent is None else {str(i): a for i, a in enumerate(sent)}
         bound = bounded_rescale(self.aggregation.weighting, self.aggregation.max_rescale, by_name)
+        self.update_size.start(by_name if self.aggregation.weighting == "normalized" else None)
         for proxy, res in results:
             node = node_id_of(proxy)
             if node not in self._assigned:
@@ -520,7 +498,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 skipped[node] = "invalid"
                 log(WARNING, "[adaptive] round %s: %s; skipped", server_round, err)
                 continue
-            res, reason = self._screened_arrays(res, bound)
+            res, reason = self._screened_arrays(res, self.update_size.value_check(node, bound))
             if reason:
                 skipped[node] = "invalid"
                 log(
@@ -558,10 +536,11 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 )
         return kept, reports, skipped
 
-    def _screened_arrays(self, res: FitRes, bound: RescaleBound | None = None) -> tuple[FitRes, str | None]:
+    def _screened_arrays(self, res: FitRes, value_check: ValueCheck | None = None) -> tuple[FitRes, str | None]:
         """``res`` with its arrays at the model's precision, and why they cannot be averaged into the
         model (``None``: they can). An array at lower precision than the model's is cast up
-        (``screening.lower_precision``: a reply's precision must not become the model's)."""
+        (``screening.lower_precision``: a reply's precision must not become the model's);
+        ``value_check(str(i), array)`` runs on each (``screening.RescaleBound``, the update-size screen)."""
         try:
             arrays = parameters_to_ndarrays(res.parameters)
         except Exception as err:  # noqa: BLE001 - undecodable parameters are the client's fault
@@ -569,9 +548,9 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         reference = getattr(self, "_reference_layout", None)
         if reason := check_ndarrays(arrays, reference):
             return res, reason
-        if bound is not None:
+        if value_check is not None:
             for i, values in enumerate(arrays):
-                if reason := bound(str(i), values):
+                if reason := value_check(str(i), values):
                     return res, reason.replace("array '", "array #").replace("' could", " could")
         if dtypes := lower_precision(ndarray_layout(arrays), reference):
             arrays = [a.astype(dtypes[str(i)]) if str(i) in dtypes else a for i, a in enumerate(arrays)]

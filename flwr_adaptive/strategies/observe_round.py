@@ -9,7 +9,7 @@ step floor's, ``core.step_floor.note``), skips probes (nodes on
 probation), holds back what would mislead the controller (``core.held_reason``), checks a
 resumed estimate against the participant's first believed reply (:func:`check_resumed`) and
 feeds one :class:`~flwr_adaptive.controller.Report` per kept client (as ``core.trust`` believes
-it, :func:`believed_reports`; with its fixed overhead, ``core.server_report``, and its idle
+it, :func:`believed_reports`; with its fixed overhead, :func:`_server_report`, and its idle
 watts). An observation the controller refuses is logged and dropped (the update itself is
 still aggregated); it returns the reports observed. ``"node-<id>"`` controller slots of nodes
 now keyed by their partition are forgotten. Every hook it calls is the coordinator's, so a
@@ -24,7 +24,7 @@ estimate needs it, and one median over the round's times per sample.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from logging import WARNING
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,7 @@ import numpy as np
 
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger
+from flwr_adaptive.controller import Report
 from flwr_adaptive.strategies import round_log
 from flwr_adaptive.strategies.observation import believe_without_setup
 from flwr_adaptive.strategies.reports import ClientReport
@@ -97,7 +98,7 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
         if key in core._unverified:
             discarded += core._check_resumed(key, estimated.get(key), core._believed.get(r.node_id, r))
         try:
-            core.controller.observe(key, core.server_report(key, core._believed.get(r.node_id, r), observed))
+            core.controller.observe(key, _server_report(core, key, core._believed.get(r.node_id, r), observed))
         except ValueError as err:
             who = core.who(r.node_id)
             logger.log(WARNING, "[adaptive] round %s: observation of %s dropped: %s", server_round, who, err)
@@ -112,6 +113,26 @@ def observe_round(core: AdaptiveCore, server_round: int, reports: Sequence[Clien
     if discarded:
         warn_contradicted(server_round, discarded, core.trust.plausible_range if core.trust is not None else math.inf)
     return accepted
+
+
+def _server_report(
+    core: AdaptiveCore, key: Hashable, believed: ClientReport, observed: Mapping[Hashable, float]
+) -> Report:
+    """The controller's observation (the believed compute); the node's fixed overhead set beside it.
+
+    Each round the server timed the node (``observed``), ``observed − compute`` joins its
+    last ``core.overhead_window`` values and their median is its fixed per-round time
+    (``observation.ServerOverheads``). The compute was already bounded by the server's
+    evidence (``core.trust``); the remainder is the server's own measurement. The call's one-off
+    set-up the client reports (``keys.SETUP_S``: ``ClientReport.setup_part``) moves from the
+    compute into the same fixed term when the controller models one (affine costs,
+    min-energy: ``core.models_setup()``), so it does not inflate the per-sample term.
+    """
+    setup = believed.setup_part() if core.models_setup() else 0.0
+    fixed = core.overheads.note(key, believed, observed.get(believed.node_id), core.overhead_window, setup)
+    if fixed is not None:
+        core.controller.set_fixed_time(key, fixed)
+    return believed.to_report(setup)
 
 
 def check_resumed(

@@ -21,10 +21,14 @@ strategy such as ``FedTrimmedAvg`` bounds what stays), rounds of fewer than
 3 replies, and the ``"samples"`` and ``"data-size"`` weightings, which do not normalise by work
 (a fast node's 20× quota is an honestly longer update there).
 
+:class:`UpdateSizeScreen` is the round's screen as the strategies use it: it measures each reply's
+update while screening decodes the reply's arrays (``value_check``), and judges the kept replies once
+their work is known (``skip``).
+
 Cost
 ----
-One pass over each kept reply's floating-point arrays (a float64 difference with the model sent),
-one median per round.
+A float64 difference with the model sent for each floating-point array, as screening decodes it (no
+second decode), and one median per round.
 """
 
 from __future__ import annotations
@@ -37,7 +41,16 @@ import numpy as np
 
 from flwr_adaptive._logging import logger
 
-__all__ = ["MAX_UPDATE_RATIO", "update_length", "relative_lengths", "outsized", "skip_outsized"]
+__all__ = [
+    "MAX_UPDATE_RATIO",
+    "UpdateSizeScreen",
+    "LatestUpdates",
+    "ValueCheck",
+    "update_length",
+    "relative_lengths",
+    "outsized",
+    "skip_outsized",
+]
 
 #: Default ``max_update_ratio``: an average step longer than this × the round's median is skipped. Honest
 #: ones reach 31× (the largest ``update_ratio`` of 1,394 normalised rounds: ``python -m experiments.reproduce
@@ -46,16 +59,18 @@ __all__ = ["MAX_UPDATE_RATIO", "update_length", "relative_lengths", "outsized", 
 MAX_UPDATE_RATIO = 100.0
 
 
+def _squared_distance(xi: np.ndarray, x: np.ndarray) -> float:
+    """``‖xi − x‖₂²`` for floating-point arrays of one shape, else 0 (not an update to measure)."""
+    if xi.dtype.kind != "f" or x.dtype.kind != "f" or xi.shape != x.shape:
+        return 0.0
+    d = np.asarray(xi, dtype=np.float64) - np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):  # a float64 update near its range: inf, which outsized() skips
+        return float(np.dot(d.ravel(), d.ravel()))
+
+
 def update_length(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> float:
     """``‖x_i − x‖₂`` over the floating-point ``(reply array, model array)`` pairs (others skipped)."""
-    total = 0.0
-    for xi, x in pairs:
-        if xi.dtype.kind != "f" or x.dtype.kind != "f" or xi.shape != x.shape:
-            continue
-        d = np.asarray(xi, dtype=np.float64) - np.asarray(x, dtype=np.float64)
-        with np.errstate(over="ignore"):  # a float64 update near its range: inf, which outsized() skips
-            total += float(np.dot(d.ravel(), d.ravel()))
-    return math.sqrt(total)
+    return math.sqrt(sum(_squared_distance(xi, x) for xi, x in pairs))
 
 
 def relative_lengths(lengths: Mapping[Hashable, float]) -> dict[Hashable, float]:
@@ -120,3 +135,97 @@ def skip_outsized(
             ratio,
         )
     return set(far), max(relative.values(), default=math.nan)  # inf when a length was not finite
+
+
+ValueCheck = Callable[[str, np.ndarray], "str | None"]
+
+
+class UpdateSizeScreen:
+    """One round's update-size screen: each reply's ``‖x_i − x‖`` measured as screening decodes its
+    arrays, the kept replies' average steps judged by :func:`skip_outsized` once their work is known.
+
+    Parameters
+    ----------
+    ratio : float (default: MAX_UPDATE_RATIO)
+        An average step longer than this × the round's lower median is skipped (``math.inf``: off).
+    """
+
+    def __init__(self, ratio: float = MAX_UPDATE_RATIO) -> None:
+        self.ratio = ratio
+        #: This round's largest average step over the median (the history's ``update_ratio``; NaN: not judged).
+        self.last_ratio = math.nan
+        self._sent: Mapping[str, np.ndarray] | None = None
+        self._squared: dict[Hashable, float] = {}
+
+    def start(self, sent: Mapping[str, np.ndarray] | None) -> None:
+        """A new round's screen against the model sent (``{name: array}``; ``None``: nothing measured)."""
+        self._sent, self._squared, self.last_ratio = sent, {}, math.nan
+
+    def value_check(self, node: Hashable, check: ValueCheck | None = None) -> ValueCheck | None:
+        """Screening's per-array check for ``node``'s reply: ``check`` (e.g. ``screening.RescaleBound``),
+        then the array's update added to the node's length (``check`` alone when no model was sent)."""
+        sent = self._sent
+        if sent is None:
+            return check
+        self._squared[node] = 0.0  # a node's reply is measured again from scratch (one reply counts)
+
+        def measured(name: str, xi: np.ndarray) -> str | None:
+            if check is not None and (reason := check(name, xi)):
+                return reason
+            if (x := sent.get(name)) is not None:
+                self._squared[node] += _squared_distance(xi, x)
+            return None
+
+        return measured
+
+    def skip(
+        self,
+        server_round: int,
+        nodes: Iterable[Hashable],
+        work: Mapping[Hashable, float],
+        who: Callable[[Hashable], str],
+    ) -> set[Hashable]:
+        """The kept ``nodes`` whose average step is outsized (:func:`skip_outsized`), each said in one
+        warning; judged from 3 measured replies (fewer, or a node not measured: none skipped)."""
+        nodes = list(nodes)
+        self.last_ratio = math.nan
+        if len(nodes) < 3 or any(n not in self._squared for n in nodes):
+            return set()
+        lengths = {n: math.sqrt(self._squared[n]) for n in nodes}
+        far, self.last_ratio = skip_outsized(server_round, lengths, work, self.ratio, who)
+        return far
+
+
+class LatestUpdates:
+    """The update-size screen of asynchronous updates (FedAsync): each arriving update judged with
+    the peers' latest accepted ones.
+
+    Every FedAsync job is the node's equal share of the budget, so update lengths ``‖x_new − x_sent‖``
+    (the model the job was sent: :func:`update_length`) compare without normalisation. :meth:`judge`
+    names the arriving updates that are :func:`outsized` among themselves and each other node's
+    latest accepted length (from 3 lengths in all: the first replies of a run, before that many nodes
+    are measured, are accepted unjudged); :meth:`note` records an accepted update's length,
+    :meth:`forget` a dropped node's.
+
+    Parameters
+    ----------
+    ratio : float (default: MAX_UPDATE_RATIO)
+        An update longer than this × the lower median is outsized (``math.inf``: off).
+    """
+
+    def __init__(self, ratio: float = MAX_UPDATE_RATIO) -> None:
+        self.ratio = ratio
+        self.latest: dict[Hashable, float] = {}
+
+    def judge(self, arriving: Mapping[Hashable, float]) -> dict[Hashable, float]:
+        """``{node: its length over the median}`` of the arriving updates that are outsized."""
+        lengths = {**{n: v for n, v in self.latest.items() if n not in arriving}, **arriving}
+        return {n: r for n, r in outsized(lengths, self.ratio).items() if n in arriving}
+
+    def note(self, node: Hashable, length: float) -> None:
+        """``node``'s update of this length was accepted: its latest."""
+        self.latest[node] = length
+
+    def forget(self, node: Hashable) -> None:
+        """``node`` is gone: its latest no longer judges the others."""
+        self.latest.pop(node, None)
