@@ -60,6 +60,12 @@ def test_fedasync_replays_the_virtual_clock_and_restarts_clients_at_once(caplog)
     assert list(hist["samples"]) == [384, 384]
     assert list(hist["active_j"]) == pytest.approx([10 * 0.25 + 5 * 0.25 + 2 * 0.25, 10 * 0.125 + 5 * 0.25 + 2 * 0.25])
     assert list(hist["idle_j"]) == pytest.approx([0.0, 1.0 * 0.125])
+    assert list(hist["energy_j"]) == list(hist["active_j"] + hist["idle_j"])  # exactly: the row's own sum
+    # a history CSV is appended by column position: the order is the one earlier releases wrote
+    assert list(hist.columns) == ["round", "policy", "clients", "skipped", "makespan_s", "cv_busy", "active_j", "idle_j",
+                                  "energy_j", "clock", "samples", "quota_min", "quota_median", "quota_max", "quota_sum",
+                                  "order", "timeline", "virtual_time_s", "elapsed_s", "staleness_mean", "staleness_max",
+                                  "model_version"]
     assert evaluated == [0, 1, 2]
     # the model is the FedAsync mix of the updates in that order
     x = 0.0
@@ -115,6 +121,7 @@ def test_fedasync_skips_a_scaled_model_from_the_first_wave_on(ratio, caplog):
     jobs = strategy.client_history
     liar = jobs[jobs["partition_id"] == 3]
     assert list(liar["status"].str.contains("max_update_ratio 100")) == [True, True]  # failed twice: dropped
+    assert (liar["samples"] == 0).all()  # its samples went back to the pool, like any failed job's
     assert jobs[jobs["status"] == "ok"]["samples"].sum() == 2 * 384  # the others did its work
     assert "dropped for the rest of the run" in caplog.text
 

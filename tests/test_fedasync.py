@@ -180,6 +180,7 @@ def test_arrival_order_mixes_replies_as_they_arrive_and_pushes_next_job_at_once(
     assert list(hist["samples"]) == [4, 4] and evaluated == [0, 1, 2]
     assert set(hist["order"]) == {"arrival"} and set(hist["timeline"]) == {"wall"}
     assert hist["virtual_time_s"].isna().all() and (hist["elapsed_s"].diff().dropna() >= 0).all()
+    assert "every update is mixed unjudged (connect 3 or more nodes" in caplog.text  # 2 nodes: said once
 
 
 @pytest.mark.usefixtures("flower_identity")
@@ -220,11 +221,14 @@ def test_a_reply_with_non_finite_arrays_is_not_mixed_into_the_model(bad, caplog)
 
 
 @pytest.mark.usefixtures("flower_identity")
-def test_arrival_order_skips_a_scaled_model_once_two_others_are_measured(caplog):
-    # Node 3 replies 1e30 every job; it arrives after nodes 1 and 2 were accepted (their updates of 1 and 2
-    # from the zero model): 5e29× the lower median, beyond max_update_ratio 100; failed twice, dropped.
+@pytest.mark.parametrize("arrivals", [[1, 2, 3, 3], [3, 1, 2, 3], [1, 3, 2, 3]])
+def test_arrival_order_skips_a_scaled_model_whenever_it_arrives(arrivals, caplog):
+    # Node 3 replies 1e30 every job (updates of 1 and 2 from the zero model for nodes 1 and 2): 5e29× the
+    # lower median, beyond max_update_ratio 100; failed twice, dropped. A liar need not train, so it replies
+    # first: mixed unjudged before 3 nodes were measured, it took the model (final 4e29) and every later
+    # update was measured from it; the first replies now wait and are judged as one group.
     grid = ArrivalGrid({1: 1.0, 2: 1.0, 3: 1.0}, values={1: [1.0] * 50, 2: [2.0] * 50, 3: [1e30] * 50},
-                       arrivals=[1, 2, 3, 3])
+                       arrivals=arrivals)
     with caplog.at_level("WARNING", logger="flwr"):
         strategy, result = _run_arrival(grid, budget=6, rounds=2)
     final = result.arrays.to_numpy_ndarrays()[0]
@@ -247,3 +251,23 @@ def test_latest_updates_judges_the_arriving_with_the_peers_latest_by_hand():
     assert screen.judge({2: 30.0, 3: 1.0}) == {2: 30.0}  # node 2's arriving length replaces its latest
     screen.forget(2)
     assert screen.judge({3: 1e30}) == {}  # a dropped node no longer judges the others
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_a_second_start_judges_updates_by_its_own_run_and_bad_ratios_fail_early():
+    from flwr.app import ArrayRecord
+
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
+
+    # the first run's lengths (a model of scale 1e-3) judged the second run's first updates (scale 1e3)
+    strategy = FedAsyncStrategy(budget=6, min_nodes=3, order="arrival")
+    strategy.poll_interval_s = 0.001
+    for run, scale in enumerate((1e-3, 1e3)):
+        grid = ArrivalGrid({1: 1.0, 2: 1.0, 3: 1.0}, values={n: [n * scale] * 50 for n in (1, 2, 3)})
+        strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=3)
+        assert (strategy.client_history["status"] == "ok").all(), run
+    for bad in (None, -1, 0.5, float("nan"), True):
+        with pytest.raises(ValueError, match="max_update_ratio"):
+            FedAsyncStrategy(budget=6, max_update_ratio=bad)
+    strategy.max_update_ratio = float("inf")
+    assert strategy.updates.ratio == float("inf")

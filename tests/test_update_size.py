@@ -143,3 +143,16 @@ def test_two_colluders_of_four_sending_scaled_models_are_both_skipped(api):
     out = _round(api, strategy, per_node)
     np.testing.assert_allclose(out[0], np.mean([_honest(i)[0] for i in range(2)], axis=0), rtol=1e-12)
     assert strategy.history.iloc[-1]["short_skipped"] == 200
+
+
+def test_a_subclass_setting_max_update_ratio_on_its_class_is_obeyed_and_bad_values_fail_early():
+    class Unscreened(AdaptiveStrategy):
+        max_update_ratio = math.inf  # a class attribute hides the strategy's descriptor: it must still count
+
+    strategy = Unscreened(_fedavg(4), budget=400, policy="equal")
+    message_round(strategy, X, [(dict(steps=4), _honest(i)) for i in range(3)] + [(dict(steps=4), [X[0] * 1e3])])
+    assert strategy.history.iloc[-1]["short_skipped"] == 0
+    strategy = AdaptiveStrategy(_fedavg(4), budget=400, policy="equal")
+    for bad in (None, 0.5, -1, float("nan")):
+        with pytest.raises(ValueError, match="max_update_ratio"):
+            strategy.max_update_ratio = bad

@@ -451,7 +451,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         settled, weights, scales = self.settled_weights(server_round, reports, skipped)
-        kept, reports = [m for m, r in zip(kept, reports) if r.node_id in weights], settled
+        left = {r.node_id for r in settled}
+        kept, reports = [m for m, r in zip(kept, reports) if r.node_id in left], settled
         overflowed = set()  # only with max_rescale=inf: screening refuses a reply a bounded factor can overflow
         for msg, report in zip(kept, reports):
             self._records_of[id(msg)][1][self.weighted_by_key] = weights[report.node_id]

@@ -98,7 +98,7 @@ from flwr_adaptive.strategies.round_quotas import FollowedSetting, split_round
 from flwr_adaptive.strategies.state_store import CONTEXT_STATE_KEY, STATE_FILE, StateStore
 from flwr_adaptive.strategies.step_floor import StepFloor, checked_floor
 from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
-from flwr_adaptive.strategies.update_size import UpdateSizeScreen
+from flwr_adaptive.strategies.update_size import UpdateSizeScreen, checked_update_ratio
 
 __all__ = ["AdaptiveCore", "WEIGHTINGS", "STATE_FILE", "CONTEXT_STATE_KEY", "log"]
 
@@ -229,7 +229,10 @@ class AdaptiveCore:
     last_weights = Delegated("aggregation", "last_weights", "The last round's ``{node id: weight}``.", writable=False)
     last_scales = Delegated("aggregation", "last_scales", "The last round's FedNova factors.", writable=False)
     max_update_ratio = Delegated(
-        "update_size", "ratio", "An average local step above this × the round's median is skipped (inf: off)."
+        "update_size",
+        "ratio",
+        "An average local step above this × the round's lower median is skipped (inf: off).",
+        check=checked_update_ratio,
     )
     last_update_ratio = Delegated(
         "update_size",
@@ -424,7 +427,8 @@ class AdaptiveCore:
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
         nodes = [r.node_id for r in reports] if self.aggregation.weighting == "normalized" else []
-        if not (far := self.update_size.skip(server_round, nodes, self.aggregation.last_work, self.who)):
+        far = self.update_size.skip(server_round, nodes, self.aggregation.last_work, self.max_update_ratio, self.who)
+        if not far:
             return list(reports), weights, scales
         skipped.update(dict.fromkeys(far, "invalid"))
         reports = [r for r in reports if r.node_id not in far]

@@ -5,9 +5,9 @@ Contract
 A :class:`Job` is one node's equal share of the budget sent on one model version; it is filled from
 its reply when accepted (``FedAsyncStrategy._accept``) and mixed once. :func:`energy_until` is the
 active energy of all work up to a time (a job straddling it pro-rated) and the idle energy of nodes
-out of work; :func:`segment_row` is a round-equivalent's history row without its energy and clock
-columns (the strategy adds them): makespan, the busy time's CV over the nodes that worked in it,
-samples, quota spread and staleness of the updates mixed in it; :func:`client_row` is one job's row
+out of work; :func:`segment_row` is a round-equivalent's history row: makespan, the busy time's CV
+over the nodes that worked in it, its energy, samples, quota spread and staleness of the updates
+mixed in it, and which clock timed it; :func:`client_row` is one job's row
 (``status``: ``"ok"`` or why it failed).
 
 Cost
@@ -77,9 +77,18 @@ def energy_until(
     return active, idle
 
 
-def segment_row(r: int, span: tuple[float, float], mixed: Sequence[Job], jobs: Iterable[Job]) -> dict[str, Any]:
+def segment_row(
+    r: int,
+    span: tuple[float, float],
+    mixed: Sequence[Job],
+    jobs: Iterable[Job],
+    energy: tuple[float, float],
+    order: str,
+    version: int,
+) -> dict[str, Any]:
     """Round-equivalent ``r``'s row over ``span = (start, end)``: ``mixed`` its updates, ``jobs`` every
-    job of the run so far (their overlap with the span is each node's busy time)."""
+    job of the run so far (their overlap with the span is each node's busy time), ``energy`` its
+    (active, idle) joules, ``order`` the run's, ``version`` the model's after it."""
     t0, t = span
     busy: dict[int, float] = {}
     for job in jobs:
@@ -89,6 +98,7 @@ def segment_row(r: int, span: tuple[float, float], mixed: Sequence[Job], jobs: I
     values = np.array(list(busy.values()), dtype=float)
     cv = float(values.std() / values.mean()) if len(values) > 1 and values.mean() > 0 else 0.0
     clocks = {j.accepted.virtual_clock for j in mixed}
+    clock = "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall")  # the telemetry's
     quotas = np.array([j.quota for j in mixed], dtype=float)
     stale = np.array([j.staleness for j in mixed], dtype=float)
     return {
@@ -98,15 +108,22 @@ def segment_row(r: int, span: tuple[float, float], mixed: Sequence[Job], jobs: I
         "skipped": 0,
         "makespan_s": t - t0,
         "cv_busy": cv,
-        "clock": "mixed" if len(clocks) > 1 else ("virtual" if clocks == {True} else "wall"),  # the telemetry's
+        "active_j": energy[0],
+        "idle_j": energy[1],
+        "energy_j": energy[0] + energy[1],
+        "clock": clock,
         "samples": int(sum(j.accepted.samples for j in mixed)),
         "quota_min": float(quotas.min()) if len(quotas) else math.nan,
         "quota_median": float(np.median(quotas)) if len(quotas) else math.nan,
         "quota_max": float(quotas.max()) if len(quotas) else math.nan,
         "quota_sum": int(quotas.sum()),
+        "order": order,
+        "timeline": clock if order == "virtual" else "wall",
+        "virtual_time_s": t if order == "virtual" else math.nan,
         "elapsed_s": t,
         "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
         "staleness_max": int(stale.max()) if len(stale) else 0,
+        "model_version": version,
     }
 
 
@@ -119,7 +136,7 @@ def client_row(job: Job, status: str) -> dict[str, Any]:
         "partition_id": r.partition_id if r else None,
         "job": job.index,
         "quota": job.quota,
-        "samples": r.samples if r else 0,
+        "samples": r.samples if r and status == "ok" else 0,  # a failed job's samples went back to the pool
         "start_s": job.start_s,
         "finish_s": job.finish_s,
         "time_s": r.time_s if r else math.nan,

@@ -47,7 +47,8 @@ NaN on the wall clock, ``elapsed_s`` always set) produced it.
 A failed job (error reply, timeout, invalid telemetry or arrays, a reply too large to screen:
 ``screening.size_reason``, an update more than ``max_update_ratio`` × the lower median of the
 arriving updates and the other nodes' latest accepted ones: ``update_size.LatestUpdates``, judged
-from 3 lengths, so a run's first two replies in ``"arrival"`` order are not) is logged; its samples go back to
+from 3 lengths; the first wave is judged as one group, in ``"arrival"`` order by holding the first
+accepted replies unmixed until 3 nodes have replied) is logged; its samples go back to
 the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
 the rest of the run (in ``"arrival"`` order its samples go to nodes that had run out of work). A
 bad client never stops the run.
@@ -84,7 +85,7 @@ from flwr_adaptive.strategies.node_wait import wait_for_nodes
 from flwr_adaptive.strategies.reports import parse_report
 from flwr_adaptive.strategies.screening import check_arrays, record_sizes, size_reason
 from flwr_adaptive.strategies.trust import CostTrust, TrustSetting
-from flwr_adaptive.strategies.update_size import MAX_UPDATE_RATIO, LatestUpdates, update_length
+from flwr_adaptive.strategies.update_size import MAX_UPDATE_RATIO, LatestUpdates, checked_update_ratio, update_length
 
 __all__ = ["FedAsyncStrategy", "FEDASYNC"]
 
@@ -136,6 +137,15 @@ class FedAsyncStrategy(HistoryMixin):
     #: Seconds between two ``pull_messages`` polls that returned nothing (``order="arrival"``).
     poll_interval_s: float = 0.2
 
+    @property
+    def max_update_ratio(self) -> float:
+        """An update longer than this × the lower median is an invalid reply (``math.inf``: not screened)."""
+        return self.updates.ratio
+
+    @max_update_ratio.setter
+    def max_update_ratio(self, value: float) -> None:
+        self.updates.ratio = checked_update_ratio(value)
+
     def __init__(
         self,
         *,
@@ -177,7 +187,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._round_rows: list[dict[str, Any]] = []
         self._client_rows: list[dict[str, Any]] = []
         self.trust = trust
-        self.updates = LatestUpdates(max_update_ratio)
+        self.updates = LatestUpdates(checked_update_ratio(max_update_ratio))
 
     # ------------------------------------------------------------------ Flower-like surface
     def summary(self) -> None:
@@ -256,6 +266,7 @@ class FedAsyncStrategy(HistoryMixin):
         self._cum = (0.0, 0.0)  # (active J, idle J) up to the last boundary
         self._evaluate_fn = evaluate_fn
         self._belief = FedAsyncBelief(self.trust)  # what the server believes of each claimed duration
+        self.updates = LatestUpdates(self.max_update_ratio)  # a second start() judges by its own run only
         result = Result()
         self._result = result
         if evaluate_fn is not None:
@@ -264,6 +275,13 @@ class FedAsyncStrategy(HistoryMixin):
                 result.evaluate_metrics_serverapp[0] = res
 
         nodes = self._wait_for_nodes()
+        if len(nodes) < 3 and math.isfinite(self.updates.ratio):
+            log(
+                WARNING,
+                "[adaptive] fedasync: %d node(s): the update-size screen judges an update against the median of "
+                "3 or more, so every update is mixed unjudged (connect 3 or more nodes: min_nodes=3)",
+                len(nodes),
+            )
         self._share = dict(
             zip(
                 nodes,
@@ -309,10 +327,15 @@ class FedAsyncStrategy(HistoryMixin):
     def _run_arrival(self, nodes: list[int], num_rounds: int) -> int:
         """Live FedAsync: mix every reply as it is pulled, push that node's next job at once.
 
-        Times are wall-clock seconds since the first wave. Returns the first round-equivalent not closed.
+        Until 3 nodes' updates are measured (the update-size screen's median) accepted replies wait
+        unmixed and are judged as one group, like the replay's first wave: a liar that replies first
+        (it need not train) is judged too. Times are wall-clock seconds since the first wave. Returns
+        the first round-equivalent not closed.
         """
         started = time.monotonic()
         pending: dict[str, Job] = {}  # message id -> job in flight
+        waiting: list[Job] = []  # accepted, not yet judged by size (fewer than 3 nodes measured)
+        boundary = 1
 
         def push(job: Job | None) -> None:
             while job is not None:
@@ -322,24 +345,19 @@ class FedAsyncStrategy(HistoryMixin):
                     return
                 job = self._fail(job, "push-failed", time.monotonic() - started)
 
-        for node in nodes:
-            push(self._new_job(node, 0.0))
-        boundary = 1
-        while pending:
-            replies = list(self._grid.pull_messages(list(pending)))
-            now = time.monotonic() - started
-            pulled = [
-                (job, reply) for reply in replies if (job := pending.pop(str(reply.metadata.reply_to_message_id), None))
-            ]
-            reasons = {job.node: self._accept(job, reply) for job, reply in pulled}  # others: not ours, or timed out
-            reasons.update(self._outsized([job for job, _ in pulled if reasons[job.node] is None]))
-            for job, _ in pulled:
-                if (reason := reasons[job.node]) is not None:
-                    push(self._fail(job, reason, now))
+        def release(now: float) -> None:
+            """Judge and mix the waiting replies once 3 nodes are measured or nothing else is in flight."""
+            nonlocal boundary
+            measured = set(self.updates.latest) | {j.node for j in waiting}
+            if pending and len(measured) < 3 <= len(nodes) - len(self._dropped):
+                return
+            far = self._outsized(waiting)
+            for job in waiting:
+                if job.node in far:
+                    push(self._fail(job, far[job.node], now))
                     continue
                 self._take(job)
                 self._failures[job.node] = 0
-                job.finish_s = now  # the wall clock orders and times the run, not the claimed duration
                 self._mix(job, boundary)
                 while boundary <= num_rounds and self._mixed_samples >= boundary * self.budget:
                     self._close(boundary, now)
@@ -348,10 +366,27 @@ class FedAsyncStrategy(HistoryMixin):
                 if nxt is None:
                     self._done_at.setdefault(job.node, now)
                 push(nxt)
+            waiting.clear()
+
+        for node in nodes:
+            push(self._new_job(node, 0.0))
+        while pending or waiting:
+            replies = list(self._grid.pull_messages(list(pending))) if pending else []
+            now = time.monotonic() - started
+            for reply in replies:
+                job = pending.pop(str(reply.metadata.reply_to_message_id), None)
+                if job is None:  # not one of ours, or already timed out
+                    continue
+                if (reason := self._accept(job, reply)) is not None:
+                    push(self._fail(job, reason, now))
+                    continue
+                job.finish_s = now  # the wall clock orders and times the run, not the claimed duration
+                waiting.append(job)
             for message_id, job in list(pending.items()):
                 if now - job.start_s > self._timeout:
                     del pending[message_id]
                     push(self._fail(job, f"no reply within timeout={self._timeout:g} s", now))
+            release(now)
             if self._total > self._assigned:  # a dropped node's samples: give them to nodes that ran out of work
                 for node in [n for n in self._done_at if n not in self._dropped]:
                     del self._done_at[node]  # it works again (its idle time so far goes uncounted)
@@ -512,15 +547,15 @@ class FedAsyncStrategy(HistoryMixin):
                 self._result.evaluate_metrics_serverapp[r] = res
         active, idle = energy_until([*self._jobs, *self._inflight.values()], self._done_at, self._idle_w, t)
         mixed = [j for j in self._jobs if j.mixed_in == r]
-        row = segment_row(r, (self._segment_start, t), mixed, [*self._jobs, *self._inflight.values()])
-        row.update(
-            active_j=active - self._cum[0],
-            idle_j=idle - self._cum[1],
-            energy_j=active + idle - sum(self._cum),
-            order=self.order,
-            timeline=row["clock"] if self.order == "virtual" else "wall",
-            virtual_time_s=t if self.order == "virtual" else math.nan,
-            model_version=self.mixer.version,
+        joules = (active - self._cum[0], idle - self._cum[1])
+        row = segment_row(
+            r,
+            (self._segment_start, t),
+            mixed,
+            [*self._jobs, *self._inflight.values()],
+            joules,
+            self.order,
+            self.mixer.version,
         )
         self._cum = (active, idle)
         self._round_rows.append(row)

@@ -377,7 +377,8 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         self.note_outcomes(skipped, [r.node_id for r in reports])
         accepted = self.observe_replies(server_round, reports)
         reports, weights, scales = self.settled_weights(server_round, reports, skipped)
-        kept = [(proxy, res) for proxy, res in kept if node_id_of(proxy) in weights]
+        left = {r.node_id for r in reports}
+        kept = [(proxy, res) for proxy, res in kept if node_id_of(proxy) in left]
         # the inner strategy's metric function sees the user's own metrics, not the telemetry
         reweighted, overflowed = [], set()
         for proxy, res in kept:

@@ -46,6 +46,7 @@ __all__ = [
     "UpdateSizeScreen",
     "LatestUpdates",
     "ValueCheck",
+    "checked_update_ratio",
     "update_length",
     "relative_lengths",
     "outsized",
@@ -53,10 +54,25 @@ __all__ = [
 ]
 
 #: Default ``max_update_ratio``: an average step longer than this × the round's median is skipped. Honest
-#: ones reach 31× (the largest ``update_ratio`` of 1,394 normalised rounds: ``python -m experiments.reproduce
-#: --only-noniid --noniid-part main --noniid-alphas 0.3 --noniid-seeds 2 --noniid-measured-seeds 0``; a slow
-#: node's few small, shrunk batches are noisy steps), so 100 leaves them alone and catches a scaled model.
+#: ones reach 37× (the largest ``update_ratio`` of 3,697 normalised rounds: ``python -m experiments.reproduce
+#: --only-noniid --noniid-part main --noniid-alphas 0.3 --noniid-seeds 2 --noniid-measured-seeds 0`` and the
+#: same with ``--noniid-part baselines``; a slow node's few small, shrunk batches are noisy steps), so 100
+#: leaves them alone and catches a scaled model.
 MAX_UPDATE_RATIO = 100.0
+
+
+def checked_update_ratio(value: object) -> float:
+    """``value`` as a ``max_update_ratio``: a number >= 1 or ``math.inf`` (below 1 even the median reply
+    would be outsized), else a ``ValueError`` with the fix."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"max_update_ratio must be a number >= 1 (math.inf: no screen), got {value!r}")
+    ratio = float(value)
+    if not ratio >= 1:
+        raise ValueError(
+            f"max_update_ratio must be >= 1 (math.inf: no screen), got {value!r}: below 1 the median reply "
+            "itself would be skipped; honest updates reach ~31x the median, the default is 100"
+        )
+    return ratio
 
 
 def _squared_distance(xi: np.ndarray, x: np.ndarray) -> float:
@@ -144,14 +160,12 @@ class UpdateSizeScreen:
     """One round's update-size screen: each reply's ``‖x_i − x‖`` measured as screening decodes its
     arrays, the kept replies' average steps judged by :func:`skip_outsized` once their work is known.
 
-    Parameters
-    ----------
-    ratio : float (default: MAX_UPDATE_RATIO)
-        An average step longer than this × the round's lower median is skipped (``math.inf``: off).
+    ``ratio`` (default ``MAX_UPDATE_RATIO``) holds the strategy's ``max_update_ratio``; :meth:`skip` is
+    given the ratio to judge by (the strategy's attribute, which a subclass may set on its class).
     """
 
-    def __init__(self, ratio: float = MAX_UPDATE_RATIO) -> None:
-        self.ratio = ratio
+    def __init__(self) -> None:
+        self.ratio = MAX_UPDATE_RATIO
         #: This round's largest average step over the median (the history's ``update_ratio``; NaN: not judged).
         self.last_ratio = math.nan
         self._sent: Mapping[str, np.ndarray] | None = None
@@ -183,16 +197,18 @@ class UpdateSizeScreen:
         server_round: int,
         nodes: Iterable[Hashable],
         work: Mapping[Hashable, float],
+        ratio: float,
         who: Callable[[Hashable], str],
     ) -> set[Hashable]:
-        """The kept ``nodes`` whose average step is outsized (:func:`skip_outsized`), each said in one
-        warning; judged from 3 measured replies (fewer, or a node not measured: none skipped)."""
+        """The kept ``nodes`` whose average step is more than ``ratio`` × the lower median
+        (:func:`skip_outsized`), each said in one warning; judged from 3 measured replies (fewer, or a
+        node not measured: none skipped)."""
         nodes = list(nodes)
         self.last_ratio = math.nan
         if len(nodes) < 3 or any(n not in self._squared for n in nodes):
             return set()
         lengths = {n: math.sqrt(self._squared[n]) for n in nodes}
-        far, self.last_ratio = skip_outsized(server_round, lengths, work, self.ratio, who)
+        far, self.last_ratio = skip_outsized(server_round, lengths, work, ratio, who)
         return far
 
 
@@ -203,8 +219,8 @@ class LatestUpdates:
     Every FedAsync job is the node's equal share of the budget, so update lengths ``‖x_new − x_sent‖``
     (the model the job was sent: :func:`update_length`) compare without normalisation. :meth:`judge`
     names the arriving updates that are :func:`outsized` among themselves and each other node's
-    latest accepted length (from 3 lengths in all: the first replies of a run, before that many nodes
-    are measured, are accepted unjudged); :meth:`note` records an accepted update's length,
+    latest accepted length (from 3 lengths in all: fewer are not judged, so the strategy judges its
+    first replies as one group); :meth:`note` records an accepted update's length,
     :meth:`forget` a dropped node's.
 
     Parameters
