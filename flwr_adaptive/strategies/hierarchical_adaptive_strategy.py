@@ -52,7 +52,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -66,6 +65,7 @@ from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.strategies.adaptive_strategy import AdaptiveStrategy
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.reports import ClientReport
+from flwr_adaptive.strategies.silo_observation import observe_silo_round
 from flwr_adaptive.strategies.silo_reports import RankReport, aggregate_silo_metrics, parse_rank_reports, rank_id
 from flwr_adaptive.strategies.state_file import StateFileError
 from flwr_adaptive.strategies.step_floor import check_min_local_steps
@@ -348,112 +348,7 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         ``trust.plausible_range`` off; start-up rounds do not check, their set-up would read as a
         contradiction).
         """
-        accepted = []
-        estimated = self.controller.estimates()
-        discarded: list[str] = []  # resumed rank estimates this round's replies contradict
-        for r in reports:
-            if r.partition_id is not None:
-                self.nodes.claim(r.node_id, r.partition_id)
-            silo = self._keys([r.node_id])[0]
-            ranks = self._rank_reports.get(r.node_id, [])
-            if not ranks:
-                continue  # not screened by screen_train_replies: nothing per rank to learn from
-            self._ranks_of[silo] = len(ranks)
-            # a start-up round: cold after a warm reply, a failed round or none; cold after cold is
-            # the silo's normal (it starts its ranks for every message)
-            first_cold = r.cold_start and not self._cold_before.get(silo, False)
-            self._cold_before[silo] = r.cold_start
-            # estimates from a start-up round are replaced by the next warm round (or start-up round)
-            replaced = (
-                [rid for rid in (rank_id(silo, k.rank) for k in ranks if k.samples > 0) if rid in self._cold_seeded]
-                if first_cold or not r.cold_start
-                else []
-            )
-            if replaced:
-                self.controller.forget(replaced)
-                self._unverified.difference_update(replaced)  # learned again from this round
-            believed = self._believed_ranks(server_round, r, silo, ranks, estimated)
-            ok = True
-            kept = []  # ranks whose estimate this start-up round leaves as it was
-            for rank in ranks:
-                rid = rank_id(silo, rank.rank)
-                if (self.controller.groups or {}).get(rid) != silo:
-                    self.controller.set_group(rid, silo, self.silo_budget(silo))
-                if rank.samples == 0:
-                    continue  # an idle rank measured nothing; its estimate carries over
-                if first_cold and rid in estimated and rid not in self._cold_seeded:
-                    kept.append(rid)  # a restarted silo: its ranks' start-up would read as slowness
-                    continue
-                if rid in self._unverified and not first_cold:
-                    # A resumed rank estimate is a claim until a warm reply confirms it, as for the flat
-                    # strategies (a start-up round would read as a contradiction: it is checked at the next).
-                    discarded += self._check_resumed(rid, estimated.get(rid), believed[rid])
-                if first_cold:
-                    self._cold_seeded.add(rid)
-                else:
-                    self._cold_seeded.discard(rid)
-                try:
-                    self.controller.observe(rid, believed[rid].to_report())
-                except ValueError as err:
-                    ok = False
-                    log(WARNING, "[hfl] round %s: observation of rank %s dropped: %s", server_round, rid, err)
-                    continue
-                if r.idle_w is not None:  # one figure for the silo (screened: finite, >= 0), shared evenly
-                    self.controller.set_idle_power(rid, r.idle_w / len(ranks))
-            if kept:
-                log(
-                    INFO,
-                    "[hfl] round %s: silo %s started its ranks again; the start-up round is not observed for "
-                    "%s (their estimates are kept)",
-                    server_round,
-                    silo,
-                    ", ".join(kept),
-                )
-            if ok:
-                accepted.append(r)
-        if discarded:
-            log(
-                WARNING,
-                "[hfl] round %s: the resumed state is contradicted by this round's replies for %d rank(s) (%s): "
-                "their saved estimates are more than %g× off their reported times, so they are learned again "
-                "from these replies (a tampered or stale state file)",
-                server_round,
-                len(discarded),
-                "; ".join(discarded[:5]) + ("…" if len(discarded) > 5 else ""),
-                self.trust.plausible_range if self.trust is not None else math.inf,
-            )
-        return accepted
-
-    def _believed_ranks(
-        self,
-        server_round: int,
-        report: ClientReport,
-        silo: Hashable,
-        ranks: Sequence[RankReport],
-        estimated: Mapping[Hashable, tuple[float, float | None]],
-    ) -> dict[str, ClientReport]:
-        """``{rank id: its claim as the server believes it}`` for the ranks that trained (``self.trust``).
-
-        Each rank's claim is judged against the *other ranks of its silo* (plausibility, groups)
-        and its own estimate (growth cap), as the flat strategies judge nodes: the silo's split
-        is among those ranks, so they are the reference, and a faster rank elsewhere says nothing
-        about this silo's hardware. A rank's estimate from a start-up round or an unconfirmed
-        resumed state caps nothing (it is not history). Fewer than ``min_group + 1`` ranks that
-        trained: nothing to compare, the claims stand.
-        """
-        claims = [
-            replace(report, node_id=rank_id(silo, k.rank), time_s=k.time_s, samples=k.samples, energy_j=k.energy_j)
-            for k in ranks
-            if k.samples > 0
-        ]
-        if self.trust is None:
-            return {str(c.node_id): c for c in claims}
-
-        def estimate(rid: Hashable) -> float | None:
-            est = estimated.get(rid)
-            return None if est is None or rid in self._unverified or rid in self._cold_seeded else est[0]
-
-        return {str(k): v for k, v in self.trust.believe(server_round, claims, None, estimate).items()}
+        return observe_silo_round(self, server_round, reports)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
