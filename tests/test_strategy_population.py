@@ -161,6 +161,23 @@ def test_a_budget_of_exactly_the_nodes_data_is_said_once(budget, said, caplog):
     assert not said or ("budget 200" in lines[0] and "budget_per_node" in lines[0])
 
 
+def test_a_probe_whose_cap_makes_the_sum_equal_the_budget_is_not_said_to_be_all_data(caplog):
+    # Node 3 sent nothing in round 1: in round 2 it is on probation (1 sample), so the caps are 100, 100 and 1,
+    # which sum to the budget of 201 for this round only; 201 of 300 samples is a budget that balances (the
+    # advice to lower it would be wrong)
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    fleet = Fleet({1: (1, 100, 0.001), 2: (2, 100, 0.004), 3: (3, 100, 0.002)})
+    strategy = AdaptiveStrategy(_fedavg(3), budget=201, policy="time")
+    grid = SampledGrid(fleet.nodes, fleet.nodes)
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), grid))
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        strategy.aggregate_train(1, [r for r in fleet.replies(msgs) if r.metadata.src_node_id != 3])
+        quotas = play(strategy, fleet, 2)
+    assert quotas == {1: 100, 2: 100, 3: 1}
+    assert not [r for r in caplog.records if "equals the local data" in r.getMessage()]
+
+
 def test_a_partial_batch_a_node_dropped_is_counted_apart_from_capped_nodes(caplog):
     # Node 1 reads its quota with drop_last in batches of 32: of 75 samples it trains 64. Those 11 are not
     # "above a capped node's data" (it holds 100): they have their own column and words in the round line.
