@@ -70,7 +70,7 @@ def checked_update_ratio(value: object) -> float:
     if not ratio >= 1:
         raise ValueError(
             f"max_update_ratio must be >= 1 (math.inf: no screen), got {value!r}: below 1 the median reply "
-            "itself would be skipped; honest updates reach ~31x the median, the default is 100"
+            "itself would be skipped; honest updates reach ~37x the median, the default is 100"
         )
     return ratio
 
