@@ -271,3 +271,32 @@ def test_a_second_start_judges_updates_by_its_own_run_and_bad_ratios_fail_early(
             FedAsyncStrategy(budget=6, max_update_ratio=bad)
     strategy.max_update_ratio = float("inf")
     assert strategy.updates.ratio == float("inf")
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_two_liars_of_five_replying_first_are_judged_by_the_whole_first_wave(caplog):
+    # Seen on a real deployment (helper-55): two nodes replying 1e30 without training came first; judged with the
+    # first 3 replies, the lower median was a liar's, both were mixed, every honest node then replied NaN and was
+    # dropped: the run stopped after 1 of 3 round-equivalents. Judged with the whole wave the median is honest.
+    values = {n: [float(n)] * 50 for n in (1, 2, 3)} | {4: [1e30] * 50, 5: [1e30] * 50}
+    grid = ArrivalGrid({n: 1.0 for n in range(1, 6)}, values=values, arrivals=[4, 5, 1, 2, 3])
+    from flwr.app import ArrayRecord
+
+    from flwr_adaptive.strategies.fedasync_strategy import FedAsyncStrategy
+
+    strategy = FedAsyncStrategy(budget=10, min_nodes=5, order="arrival")
+    strategy.poll_interval_s = 0.001
+    evaluated = []
+    with caplog.at_level("INFO", logger="flwr"):
+        result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=3,
+                                evaluate_fn=lambda r, arrays: evaluated.append((r, len(strategy._round_rows))))
+    final = result.arrays.to_numpy_ndarrays()[0]
+    assert np.isfinite(final).all() and 0.0 < final[0] <= 3.0
+    jobs = strategy.client_history
+    liars = jobs[jobs["node_id"].isin([4, 5])]
+    assert len(liars) == 4 and liars["status"].str.contains("beyond max_update_ratio").all()
+    assert liars["round"].notna().all()  # a failed job's row belongs to a round-equivalent (appended to the CSV)
+    assert int(jobs[jobs["status"] == "ok"]["samples"].sum()) == 30
+    assert "the first wave's replies are mixed once all 5 nodes' first jobs replied" in caplog.text
+    # each round-equivalent's row is in the history when it is evaluated (an app appends it to its CSV there)
+    assert evaluated == [(0, 0), (1, 1), (2, 2), (3, 3)]

@@ -47,8 +47,8 @@ NaN on the wall clock, ``elapsed_s`` always set) produced it.
 A failed job (error reply, timeout, invalid telemetry or arrays, a reply too large to screen:
 ``screening.size_reason``, an update more than ``max_update_ratio`` × the lower median of the
 arriving updates and the other nodes' latest accepted ones: ``update_size.LatestUpdates``, judged
-from 3 lengths; the first wave is judged as one group, in ``"arrival"`` order by holding the first
-accepted replies unmixed until 3 nodes have replied) is logged; its samples go back to
+from 3 lengths; the first wave is judged as one group, in ``"arrival"`` order by holding its
+accepted replies unmixed until all of it replied or failed) is logged; its samples go back to
 the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
 the rest of the run (in ``"arrival"`` order its samples go to nodes that had run out of work). A
 bad client never stops the run.
@@ -279,7 +279,8 @@ class FedAsyncStrategy(HistoryMixin):
             log(
                 WARNING,
                 "[adaptive] fedasync: %d node(s): the update-size screen judges an update against the median of "
-                "3 or more, so every update is mixed unjudged (connect 3 or more nodes: min_nodes=3)",
+                "3 or more, so every update is mixed unjudged (connect 3 or more nodes and wait for them: "
+                "min_nodes=3, in an app's run config min-nodes=3)",
                 len(nodes),
             )
         self._share = dict(
@@ -327,10 +328,11 @@ class FedAsyncStrategy(HistoryMixin):
     def _run_arrival(self, nodes: list[int], num_rounds: int) -> int:
         """Live FedAsync: mix every reply as it is pulled, push that node's next job at once.
 
-        Until 3 nodes' updates are measured (the update-size screen's median) accepted replies wait
-        unmixed and are judged as one group, like the replay's first wave: a liar that replies first
-        (it need not train) is judged too. Times are wall-clock seconds since the first wave. Returns
-        the first round-equivalent not closed.
+        The first wave's accepted replies wait unmixed until every node's first job has replied or
+        failed and are judged as one group (the update-size screen's lower median), like the replay's
+        first wave: liars that reply first (they need not train) are judged by the whole wave, not by
+        whoever came first (2 of 5 were the median of the first 3). Times are wall-clock seconds since
+        the first wave. Returns the first round-equivalent not closed.
         """
         started = time.monotonic()
         pending: dict[str, Job] = {}  # message id -> job in flight
@@ -346,11 +348,10 @@ class FedAsyncStrategy(HistoryMixin):
                 job = self._fail(job, "push-failed", time.monotonic() - started)
 
         def release(now: float) -> None:
-            """Judge and mix the waiting replies once 3 nodes are measured or nothing else is in flight."""
+            """Judge and mix the waiting replies (the first wave's once all of it is in)."""
             nonlocal boundary
-            measured = set(self.updates.latest) | {j.node for j in waiting}
-            if pending and len(measured) < 3 <= len(nodes) - len(self._dropped):
-                return
+            if pending and not self.updates.latest and len(nodes) - len(self._dropped) >= 3:
+                return  # the first wave: every node's first reply (or failure) first
             far = self._outsized(waiting)
             for job in waiting:
                 if job.node in far:
@@ -370,6 +371,13 @@ class FedAsyncStrategy(HistoryMixin):
 
         for node in nodes:
             push(self._new_job(node, 0.0))
+        if len(nodes) >= 3 and math.isfinite(self.updates.ratio):
+            log(
+                INFO,
+                "[adaptive] fedasync: the first wave's replies are mixed once all %d nodes' first jobs replied or "
+                "failed (the update-size screen judges them as one group); then every reply at once",
+                len(nodes),
+            )
         while pending or waiting:
             replies = list(self._grid.pull_messages(list(pending))) if pending else []
             now = time.monotonic() - started
@@ -460,6 +468,7 @@ class FedAsyncStrategy(HistoryMixin):
         """Record a failed job; returns its retry starting at ``retry_at``, or ``None`` (node dropped, no work left)."""
         self._assigned -= job.quota  # its samples go back to the pool
         self._failures[job.node] = self._failures.get(job.node, 0) + 1
+        job.mixed_in = len(self._round_rows) + 1  # not mixed: its row is in the open round-equivalent's
         self._client_rows.append(client_row(job, reason))
         if self._failures[job.node] >= self.max_failures:
             self._dropped.add(job.node)
@@ -539,12 +548,10 @@ class FedAsyncStrategy(HistoryMixin):
 
     # ------------------------------------------------------------------ accounting
     def _close(self, r: int, t: float) -> None:
-        """Close round-equivalent ``r`` at virtual time ``t``: evaluate, one history row, one log line."""
-        arrays = self._record(self._model)
-        if self._evaluate_fn is not None:
-            res = self._evaluate_fn(r, arrays)
-            if res is not None:
-                self._result.evaluate_metrics_serverapp[r] = res
+        """Close round-equivalent ``r`` at virtual time ``t``: one history row, evaluate, one log line.
+
+        The row is in ``history`` before ``evaluate_fn`` runs (an app's evaluation may append the
+        round's rows to its CSV, as it does after a synchronous round)."""
         active, idle = energy_until([*self._jobs, *self._inflight.values()], self._done_at, self._idle_w, t)
         mixed = [j for j in self._jobs if j.mixed_in == r]
         joules = (active - self._cum[0], idle - self._cum[1])
@@ -559,6 +566,10 @@ class FedAsyncStrategy(HistoryMixin):
         )
         self._cum = (active, idle)
         self._round_rows.append(row)
+        if self._evaluate_fn is not None:
+            res = self._evaluate_fn(r, self._record(self._model))
+            if res is not None:
+                self._result.evaluate_metrics_serverapp[r] = res
         self._segment_start = t
         self._belief.close_round()  # the growth cap counts per round-equivalent
         energy = f"energy {row['energy_j']:.1f} J" if math.isfinite(row["energy_j"]) else "energy unmeasured"
