@@ -32,8 +32,11 @@ def test_update_length_and_outsized_by_hand():
     assert outsized({"a": 1.0, "b": 2.0, "c": 1e30}, math.inf) == {}  # turned off
     # half the round, not a majority: with the average of the middle two (5e29) each was 2× it and kept
     assert outsized({"a": 1.0, "b": 1.2, "c": 1e30, "d": 1e30}, 100.0) == {"c": 1e30 / 1.2, "d": 1e30 / 1.2}
-    # a decoy far beyond the rest raised the median to 60 and let 5000 through; judged again without it
-    assert set(outsized({"a": 1.0, "b": 1.1, "c": 60.0, "d": 5000.0, "e": 1e30}, 100.0)) == {"d", "e"}
+    # a decoy far beyond the rest does not raise the lower median while the liars are fewer than half
+    assert set(outsized({"a": 1.0, "b": 1.1, "c": 1.2, "d": 1.3, "x": 60.0, "y": 5000.0, "z": 1e30}, 100.0)) == {"y", "z"}
+    # one pass: judged again without the 101, two near-zero liars of 5 were the lower median and every
+    # honest reply was skipped in turn; now only the one beyond 100× the smallest honest step is
+    assert outsized({"a": 1.0, "b": 3.0, "c": 101.0, "x": 1e-9, "y": 1e-9}, 100.0) == {"c": 101.0}
     assert outsized({"a": 1.0, "b": 1.0, "c": math.inf}, 100.0) == {"c": math.inf}  # an overflowed length
     assert update_length([(np.full(4, 1e200), np.zeros(4))]) == math.inf
 
@@ -73,11 +76,20 @@ def test_a_node_with_twenty_times_the_steps_is_not_outsized_once_normalised(api)
     assert strategy.history.iloc[-1]["short_skipped"] == 0
 
 
-def test_other_weightings_are_not_screened_by_update_size():
-    strategy = AdaptiveStrategy(_fedavg(4), budget=400, policy="equal", weighting="samples")
-    out = message_round(strategy, X, [(dict(steps=4), _honest(i)) for i in range(3)] + [(dict(steps=4), [X[0] * 1e3])])
-    assert out[0][0] > 100  # the documented limit: with "samples" a robust inner strategy bounds it
-    assert math.isnan(strategy.history.iloc[-1]["update_ratio"])  # not judged
+@pytest.mark.parametrize("api", ["message", "legacy"])
+@pytest.mark.parametrize("weighting", ["samples", "data-size"])
+def test_the_other_weightings_judge_whole_updates_a_scaled_model_is_skipped_a_longer_honest_one_kept(api, weighting):
+    # Seen through flwr run (helper-56): apps/hfl weighs by samples, and one silo's × 1e30 model was the
+    # global model from round 1 (the screen judged only normalised rounds); the whole update is judged here
+    strategy = _strategy(api, 4, weighting=weighting)
+    scaled = _round(api, strategy, [(dict(steps=4), _honest(i)) for i in range(3)] + [(dict(steps=4), [X[0] * 1e30])])
+    np.testing.assert_allclose(scaled[0], np.mean([_honest(i)[0] for i in range(3)], axis=0), rtol=1e-12)
+    assert strategy.history.iloc[-1]["skipped"] == 1 and strategy.history.iloc[-1]["update_ratio"] > 1e29
+    # a node whose update is 20× an honest one (a fast node's larger quota) is kept: 20× is inside the ratio
+    strategy = _strategy(api, 4, weighting=weighting)
+    longer = [X[0] + 20 * (_honest(0)[0] - X[0])]
+    _round(api, strategy, [(dict(steps=4), _honest(i)) for i in range(3)] + [(dict(steps=80), longer)])
+    assert strategy.history.iloc[-1]["skipped"] == 0 and 10 < strategy.history.iloc[-1]["update_ratio"] < 30
 
 
 @settings(max_examples=30, deadline=None)
@@ -95,13 +107,13 @@ def test_property_honest_steps_of_any_count_are_never_outsized(steps, tilt):
     assert MAX_UPDATE_RATIO == 100.0
 
 
-def _strategy(api, n, quota=100):
+def _strategy(api, n, quota=100, **kw):
     if api == "message":
-        return AdaptiveStrategy(_fedavg(n), budget=quota * n, policy="equal")
+        return AdaptiveStrategy(_fedavg(n), budget=quota * n, policy="equal", **kw)
     from flwr.server.strategy import FedAvg
 
     return LegacyAdaptiveStrategy(FedAvg(min_fit_clients=n, min_available_clients=n), budget=quota * n,
-                                  policy="equal")
+                                  policy="equal", **kw)
 
 
 def _round(api, strategy, per_node):

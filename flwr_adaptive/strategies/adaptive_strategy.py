@@ -530,7 +530,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
         """Keep the replies whose arrays match the model sent, are finite and can be rescaled within
         their dtype (``array_screening``)."""
         bound = self.sent_model.bound(self.aggregation.weighting, self.aggregation.max_rescale)
-        self.update_size.start(self.sent_model.numpy() if self.aggregation.weighting == "normalized" else None)
+        self.update_size.start(self.sent_model.numpy())
         return usable_arrays(
             server_round,
             pairs,

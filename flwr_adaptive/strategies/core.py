@@ -421,13 +421,15 @@ class AdaptiveCore:
     def settled_weights(
         self, server_round: int, reports: Sequence[ClientReport], skipped: dict[Hashable, str]
     ) -> tuple[list[ClientReport], dict[Hashable, int], dict[Hashable, float]]:
-        """The reports to aggregate, their ``weights`` and ``update_scales``: a reply whose normalised
-        update is outsized (``update_size``) is skipped (``skipped[node] = "invalid"``) and the round's
-        weights and τ_eff are computed again without it."""
+        """The reports to aggregate, their ``weights`` and ``update_scales``: a reply whose update is
+        outsized (``update_size``: its average step under the normalised rule, its whole update under
+        the others) is skipped (``skipped[node] = "invalid"``) and the round's weights and τ_eff are
+        computed again without it."""
         weights = self.weights(server_round, reports)
         scales = self.update_scales(server_round, reports, weights)
-        nodes = [r.node_id for r in reports] if self.aggregation.weighting == "normalized" else []
-        far = self.update_size.skip(server_round, nodes, self.aggregation.last_work, self.max_update_ratio, self.who)
+        work = self.aggregation.last_work if self.aggregation.weighting == "normalized" else {}
+        nodes = [r.node_id for r in reports]
+        far = self.update_size.skip(server_round, nodes, work, self.max_update_ratio, self.who)
         if not far:
             return list(reports), weights, scales
         skipped.update(dict.fromkeys(far, "invalid"))

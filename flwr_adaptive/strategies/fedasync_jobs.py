@@ -5,7 +5,8 @@ Contract
 A :class:`Job` is one node's equal share of the budget sent on one model version; it is filled from
 its reply when accepted (``FedAsyncStrategy._accept``) and mixed once. :func:`energy_until` is the
 active energy of all work up to a time (a job straddling it pro-rated) and the idle energy of nodes
-out of work; :func:`segment_row` is a round-equivalent's history row: makespan, the busy time's CV
+out of work (at the end, or while the first wave waits to be judged); :func:`segment_row` is a
+round-equivalent's history row: makespan, the busy time's CV
 over the nodes that worked in it, its energy, samples, quota spread and staleness of the updates
 mixed in it, and which clock timed it; :func:`client_row` is one job's row
 (``status``: ``"ok"`` or why it failed).
@@ -43,11 +44,17 @@ class Job:
     report: ClientReport | None = None
     arrays: list[np.ndarray] | None = None
     sent: list[np.ndarray] | None = None  # the model the job was sent (its update is measured from it)
-    length: float = math.nan  # ‖x_new − x_sent‖ (update_size.LatestUpdates)
+    length: float = math.nan  # ‖x_new − x_sent‖ (update_size.update_length)
     finish_s: float = math.nan
     staleness: int = -1
     alpha_t: float = math.nan
     mixed_in: int = 0  # round-equivalent in which it was mixed
+
+    @property
+    def length_per_sample(self) -> float:
+        """The update's length per sample it processed (what ``LatestUpdates`` judges): at most its quota's
+        (``parse_report``), so a claim of fewer samples only lengthens it."""
+        return self.length / self.accepted.samples
 
     @property
     def accepted(self) -> ClientReport:
@@ -58,10 +65,15 @@ class Job:
 
 
 def energy_until(
-    jobs: Iterable[Job], done_at: Mapping[int, float], idle_w: Mapping[int, float | None], t: float
+    jobs: Iterable[Job],
+    done_at: Mapping[int, float],
+    idle_w: Mapping[int, float | None],
+    t: float,
+    idle_s: Mapping[int, float] | None = None,
 ) -> tuple[float, float]:
     """Active joules of the ``jobs``' work up to ``t`` (pro-rated) and idle joules of the nodes out of
-    work since ``done_at`` (NaN where a job's energy or a node's idle power is unmeasured)."""
+    work since ``done_at`` and for the ``idle_s`` seconds of their idle spans that ended before ``t``
+    (NaN where a job's energy or a node's idle power is unmeasured)."""
     active = 0.0
     for job in jobs:
         e = job.accepted.energy_j
@@ -71,9 +83,11 @@ def energy_until(
         share = 1.0 if span <= 0 else min(max((t - job.start_s) / span, 0.0), 1.0)
         active += e * share
     idle = 0.0
-    for node, done in done_at.items():
+    ended = idle_s or {}
+    for node in [*done_at, *(n for n in ended if n not in done_at)]:  # (done_at's order: the same sums as before)
         w = idle_w.get(node)
-        idle = math.nan if w is None else idle + w * max(t - done, 0.0)
+        seconds = ended.get(node, 0.0) + (max(t - done_at[node], 0.0) if node in done_at else 0.0)
+        idle = math.nan if w is None else idle + w * seconds
     return active, idle
 
 

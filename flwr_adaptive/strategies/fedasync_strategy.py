@@ -259,6 +259,10 @@ class FedAsyncStrategy(HistoryMixin):
         self._dropped: set[int] = set()
         self._done_at: dict[int, float] = {}  # node -> virtual time it ran out of work
         self._idle_w: dict[int, float | None] = {}
+        self._idle_s: dict[int, float] = {}  # node -> seconds of its idle spans that ended (it worked again)
+        # a run's history, version and model are its own: a second start() begins again at round-equivalent 1
+        self._round_rows, self._client_rows = [], []
+        self.mixer.version = 0
         self._total = num_rounds * self.budget
         self._assigned = 0  # samples in flight or processed
         self._mixed_samples = 0
@@ -328,15 +332,18 @@ class FedAsyncStrategy(HistoryMixin):
     def _run_arrival(self, nodes: list[int], num_rounds: int) -> int:
         """Live FedAsync: mix every reply as it is pulled, push that node's next job at once.
 
-        The first wave's accepted replies wait unmixed until every node's first job has replied or
-        failed and are judged as one group (the update-size screen's lower median), like the replay's
-        first wave: liars that reply first (they need not train) are judged by the whole wave, not by
-        whoever came first (2 of 5 were the median of the first 3). Times are wall-clock seconds since
-        the first wave. Returns the first round-equivalent not closed.
+        The first wave's accepted replies wait unmixed (their nodes idle) until every node's first
+        job has replied or failed once, and, while fewer than 3 of them are in, until the retries
+        have too; they are judged as one group (the update-size screen's lower median), like the
+        replay's first wave: liars that reply first (they need not train) are judged by the whole
+        wave, not by whoever came first (2 of 5 were the median of the first 3). A silent node holds
+        the wave for one ``timeout``, not for its retries. Times are wall-clock seconds since the
+        first wave. Returns the first round-equivalent not closed.
         """
         started = time.monotonic()
         pending: dict[str, Job] = {}  # message id -> job in flight
-        waiting: list[Job] = []  # accepted, not yet judged by size (fewer than 3 nodes measured)
+        waiting: list[Job] = []  # accepted, not yet judged by size (the first wave)
+        heard: set[int] = set()  # nodes whose first job replied or failed
         boundary = 1
 
         def push(job: Job | None) -> None:
@@ -345,14 +352,26 @@ class FedAsyncStrategy(HistoryMixin):
                 if ids:
                     pending[str(ids[0])] = job
                     return
+                heard.add(job.node)
                 job = self._fail(job, "push-failed", time.monotonic() - started)
+
+        def first_wave_open() -> bool:
+            if self.updates.latest or not math.isfinite(self.updates.ratio):
+                return False  # judged once already, or no screen
+            live = [n for n in nodes if n not in self._dropped]
+            if len(live) < 3:
+                return False
+            return any(n not in heard for n in live) or (len(waiting) < 3 and bool(pending))
 
         def release(now: float) -> None:
             """Judge and mix the waiting replies (the first wave's once all of it is in)."""
             nonlocal boundary
-            if pending and not self.updates.latest and len(nodes) - len(self._dropped) >= 3:
-                return  # the first wave: every node's first reply (or failure) first
+            if first_wave_open():
+                return
             far = self._outsized(waiting)
+            for job in waiting:  # each node idled from its reply until now
+                self._idle_w[job.node] = job.accepted.idle_w
+                self._idle_s[job.node] = self._idle_s.get(job.node, 0.0) + max(now - job.finish_s, 0.0)
             for job in waiting:
                 if job.node in far:
                     push(self._fail(job, far[job.node], now))
@@ -385,6 +404,7 @@ class FedAsyncStrategy(HistoryMixin):
                 job = pending.pop(str(reply.metadata.reply_to_message_id), None)
                 if job is None:  # not one of ours, or already timed out
                     continue
+                heard.add(job.node)
                 if (reason := self._accept(job, reply)) is not None:
                     push(self._fail(job, reason, now))
                     continue
@@ -393,11 +413,12 @@ class FedAsyncStrategy(HistoryMixin):
             for message_id, job in list(pending.items()):
                 if now - job.start_s > self._timeout:
                     del pending[message_id]
+                    heard.add(job.node)
                     push(self._fail(job, f"no reply within timeout={self._timeout:g} s", now))
             release(now)
             if self._total > self._assigned:  # a dropped node's samples: give them to nodes that ran out of work
                 for node in [n for n in self._done_at if n not in self._dropped]:
-                    del self._done_at[node]  # it works again (its idle time so far goes uncounted)
+                    self._work_again(node, now)
                     push(self._new_job(node, now))
             if pending and not replies:
                 time.sleep(self.poll_interval_s)
@@ -464,6 +485,12 @@ class FedAsyncStrategy(HistoryMixin):
                 self._queue.push(job.node, job.finish_s, job)
             jobs = retry
 
+    def _work_again(self, node: int, now: float) -> None:
+        """``node`` is given work again at ``now``: its idle span since ``_done_at`` ends (its seconds are kept)."""
+        done = self._done_at.pop(node, None)
+        if done is not None:
+            self._idle_s[node] = self._idle_s.get(node, 0.0) + max(now - done, 0.0)
+
     def _fail(self, job: Job, reason: str, retry_at: float) -> Job | None:
         """Record a failed job; returns its retry starting at ``retry_at``, or ``None`` (node dropped, no work left)."""
         self._assigned -= job.quota  # its samples go back to the pool
@@ -471,8 +498,7 @@ class FedAsyncStrategy(HistoryMixin):
         job.mixed_in = len(self._round_rows) + 1  # not mixed: its row is in the open round-equivalent's
         self._client_rows.append(client_row(job, reason))
         if self._failures[job.node] >= self.max_failures:
-            self._dropped.add(job.node)
-            self.updates.forget(job.node)
+            self._dropped.add(job.node)  # its latest update length still judges the others (LatestUpdates)
             log(
                 WARNING,
                 "[adaptive] fedasync: node %s failed %d jobs in a row (%s); dropped for the rest of the run",
@@ -512,18 +538,16 @@ class FedAsyncStrategy(HistoryMixin):
 
     def _outsized(self, jobs: list[Job]) -> dict[int, str]:
         """``{node: why}`` for the accepted ``jobs`` whose update is outsized (``LatestUpdates.judge``)."""
-        far = self.updates.judge({job.node: job.length for job in jobs})
+        far = self.updates.judge({job.node: job.length_per_sample for job in jobs})
         return {
-            job.node: f"invalid: its update is {far[job.node]:.3g}× the median of the arriving and latest accepted "
-            f"ones, beyond max_update_ratio {self.updates.ratio:g} (a scaled or far-off model)"
+            job.node: f"invalid: its update per sample is {far[job.node]:.3g}× the median of the arriving and latest "
+            f"accepted ones, beyond max_update_ratio {self.updates.ratio:g} (a scaled or far-off model)"
             for job in jobs
             if job.node in far
         }
 
     def _take(self, job: Job) -> Job:
-        """Count an accepted job's samples (a capped job processed fewer), its node's idle power and its
-        update's length (the node's latest: ``LatestUpdates.note``)."""
-        self.updates.note(job.node, job.length)
+        """Count an accepted job's samples (a capped job processed fewer) and its node's idle power."""
         self._assigned += job.accepted.samples - job.quota
         self._idle_w[job.node] = job.accepted.idle_w
         return job
@@ -552,7 +576,9 @@ class FedAsyncStrategy(HistoryMixin):
 
         The row is in ``history`` before ``evaluate_fn`` runs (an app's evaluation may append the
         round's rows to its CSV, as it does after a synchronous round)."""
-        active, idle = energy_until([*self._jobs, *self._inflight.values()], self._done_at, self._idle_w, t)
+        active, idle = energy_until(
+            [*self._jobs, *self._inflight.values()], self._done_at, self._idle_w, t, self._idle_s
+        )
         mixed = [j for j in self._jobs if j.mixed_in == r]
         joules = (active - self._cum[0], idle - self._cum[1])
         row = segment_row(

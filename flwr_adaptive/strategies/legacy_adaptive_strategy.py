@@ -462,7 +462,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
         sent = getattr(self, "_sent_ndarrays", None)
         by_name = None if sent is None else {str(i): a for i, a in enumerate(sent)}
         bound = bounded_rescale(self.aggregation.weighting, self.aggregation.max_rescale, by_name)
-        self.update_size.start(by_name if self.aggregation.weighting == "normalized" else None)
+        self.update_size.start(by_name)
         for proxy, res in results:
             node = node_id_of(proxy)
             if node not in self._assigned:

@@ -13,13 +13,17 @@ has an average step many times longer; claiming more steps to shorten it shrinks
 much. :func:`outsized` names the average steps longer than ``ratio`` × the round's median (judged
 from 3 replies: a median needs them); the strategies skip those replies with one warning each
 (their telemetry was observed already, like any reply's with valid telemetry) and recompute the
-round's weights and factors over the others.
+round's weights and factors over the others. The ``"samples"`` and ``"data-size"`` weightings
+average the updates as they are, so there the whole update ``‖x_i − x‖`` is judged: a claimed step
+count would shorten the step judged without shortening what enters the average, and a fast
+node's longer update for its larger quota stays well inside ``ratio`` (without this a single
+silo's × 1e30 model was the global model from round 1 of the HFL app, which weighs by samples).
 
 Not bounded: a reply within ``ratio`` × the median (a node may push the model up to that far a
 round; honest steps are too far apart for a ratio that catches moderate poisoning: a robust inner
-strategy such as ``FedTrimmedAvg`` bounds what stays), rounds of fewer than
-3 replies, and the ``"samples"`` and ``"data-size"`` weightings, which do not normalise by work
-(a fast node's 20× quota is an honestly longer update there).
+strategy such as ``FedTrimmedAvg`` bounds what stays), rounds of fewer than 3 replies, and a
+coalition holding half of a round's replies or more (the lower median is then theirs: near-zero
+updates get every honest one skipped; that can be 2 nodes of 5 when a third times out).
 
 :class:`UpdateSizeScreen` is the round's screen as the strategies use it: it measures each reply's
 update while screening decodes the reply's arrays (``value_check``), and judges the kept replies once
@@ -110,19 +114,18 @@ def relative_lengths(lengths: Mapping[Hashable, float]) -> dict[Hashable, float]
 
 
 def outsized(lengths: Mapping[Hashable, float], ratio: float) -> dict[Hashable, float]:
-    """``{node: its length / the lower median}`` for the contributions longer than ``ratio`` × the lower
-    median of the others left, judged again without them until none is (``{}`` with fewer than 3, a zero
-    median or ``ratio`` infinite): one decoy far beyond the rest cannot raise the median another reply
-    is judged by."""
+    """``{node: its length / the lower median}`` for the lengths longer than ``ratio`` × the lower median
+    of all of them (``{}`` with fewer than 3, a zero median or ``ratio`` infinite).
+
+    One pass: the reference counts the outsized lengths too. Judged again without them, the
+    reference could only fall, and a minority of near-zero updates ("the model you sent me + 1e-9",
+    harmless in itself) became half of what was left: 2 of 5 got every honest reply skipped in turn,
+    and in FedAsync every honest node dropped. With fewer than half of the lengths a coalition
+    cannot move the lower median past the honest ones in either direction.
+    """
     if not math.isfinite(ratio):
         return {}
-    far: dict[Hashable, float] = {}
-    while True:
-        left = {n: v for n, v in lengths.items() if n not in far}
-        new = {n: r for n, r in relative_lengths(left).items() if r > ratio}
-        if not new:
-            return far
-        far.update(new)
+    return {n: r for n, r in relative_lengths(lengths).items() if r > ratio}
 
 
 def skip_outsized(
@@ -133,20 +136,23 @@ def skip_outsized(
     who: Callable[[Hashable], str],
 ) -> tuple[set[Hashable], float]:
     """The nodes whose average step ``lengths[n] / work[n]`` (``lengths``: each kept reply's ``‖x_i − x‖``,
-    ``work``: the ``‖a_i‖₁`` it is normalised by; a node without one: 1) is :func:`outsized`, each said in
-    one warning; and the round's largest average step over the median (NaN: not judged), the skipped
-    included (the history's ``update_ratio``: how close honest nodes come to ``ratio``)."""
-    steps = {n: v / work.get(n, 1.0) for n, v in lengths.items()}
+    ``work``: the ``‖a_i‖₁`` it is normalised by; ``{}``: the whole updates are judged) is
+    :func:`outsized`, each said in one warning; and the round's largest average step over the median
+    (NaN: not judged), the skipped included (the history's ``update_ratio``: how close honest nodes come
+    to ``ratio``)."""
+    steps = {n: v / work.get(n, 1.0) for n, v in lengths.items()} if work else dict(lengths)
+    judged = "update's average local step" if work else "update"
     relative = relative_lengths(steps)
     far = outsized(steps, ratio)
     for node, times in far.items():
         logger.log(
             WARNING,
-            "[adaptive] round %s: %s: its update's average local step is %.3g× the round's median, beyond "
+            "[adaptive] round %s: %s: its %s is %.3g× the round's median, beyond "
             "max_update_ratio %g; skipped (a scaled or far-off model would take the average; if such "
             "updates are honest, raise strategy.max_update_ratio)",
             server_round,
             who(node),
+            judged,
             times,
             ratio,
         )
@@ -216,12 +222,22 @@ class LatestUpdates:
     """The update-size screen of asynchronous updates (FedAsync): each arriving update judged with
     the peers' latest accepted ones.
 
-    Every FedAsync job is the node's equal share of the budget, so update lengths ``‖x_new − x_sent‖``
-    (the model the job was sent: :func:`update_length`) compare without normalisation. :meth:`judge`
-    names the arriving updates that are :func:`outsized` among themselves and each other node's
-    latest accepted length (from 3 lengths in all: fewer are not judged, so the strategy judges its
-    first replies as one group); :meth:`note` records an accepted update's length,
-    :meth:`forget` a dropped node's.
+    The strategy passes each job's update length ``‖x_new − x_sent‖`` (the model the job was sent:
+    :func:`update_length`) per sample it processed: most jobs are the node's equal share and compare
+    as they are, and a node capped at its few samples (or the run's shortened last job) is not the
+    median for being short, nor are its peers outsized beside it (2 nodes of 5 with the full share
+    were, beside 3 holding 8 samples). The samples are a claim, but at most the job's quota: claiming
+    fewer only lengthens the update judged. :meth:`judge` names the arriving updates that are :func:`outsized`
+    among themselves and each other node's latest (from 3 in all: fewer are not judged, so the
+    strategy judges its first replies as one group), and records them; :meth:`note` records one
+    update. A dropped node's latest stays: dropping honest nodes (they failed, or a
+    coalition got their updates skipped) must not leave the liars as the median, or too few to
+    judge by.
+
+    Every judged update is its node's latest, skipped ones too (each node holds one entry, so a
+    coalition moves as many entries as it has members): counting only accepted ones, an honest node
+    whose first updates were skipped (101× the smallest honest one, beside 2 liars' near-zero updates
+    of 5) left the liars as half of the entries, and every other honest node was skipped and dropped.
 
     Parameters
     ----------
@@ -234,14 +250,11 @@ class LatestUpdates:
         self.latest: dict[Hashable, float] = {}
 
     def judge(self, arriving: Mapping[Hashable, float]) -> dict[Hashable, float]:
-        """``{node: its length over the median}`` of the arriving updates that are outsized."""
-        lengths = {**{n: v for n, v in self.latest.items() if n not in arriving}, **arriving}
-        return {n: r for n, r in outsized(lengths, self.ratio).items() if n in arriving}
+        """``{node: its length over the median}`` of the arriving updates that are outsized; every arriving
+        length becomes its node's latest."""
+        self.latest.update(arriving)
+        return {n: r for n, r in outsized(self.latest, self.ratio).items() if n in arriving}
 
     def note(self, node: Hashable, length: float) -> None:
-        """``node``'s update of this length was accepted: its latest."""
+        """``node``'s latest update has this length."""
         self.latest[node] = length
-
-    def forget(self, node: Hashable) -> None:
-        """``node`` is gone: its latest no longer judges the others."""
-        self.latest.pop(node, None)
