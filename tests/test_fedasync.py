@@ -83,13 +83,15 @@ class ArrivalGrid:
     ``arrivals`` lists the node whose in-flight job replies next (then the oldest in-flight job);
     a node without a job in flight when its turn comes fails the test (the strategy did not push
     its next job at once). ``time_s`` is each node's claimed duration per job, ``values`` the
-    value of every entry of the model its j-th reply carries, ``fail`` nodes reply with an
-    error, ``silent`` nodes never reply.
+    value of every entry of the model its j-th reply carries (``None``: the model it was sent plus
+    ``step[node]``), ``fail`` nodes reply with an error, ``silent`` nodes never reply; ``samples``
+    nodes process that many samples of any quota (capped at their data).
     """
 
-    def __init__(self, time_s, values=None, arrivals=(), fail=(), silent=()):
+    def __init__(self, time_s, values=None, arrivals=(), fail=(), silent=(), step=None, samples=None):
         self.time_s, self.values = dict(time_s), values or {}
         self.arrivals, self.fail, self.silent = list(arrivals), set(fail), set(silent)
+        self.step, self.samples = step or {}, samples or {}
         self.in_flight: dict[str, object] = {}
         self.events: list[tuple] = []  # ("push", node, job number, model value) / ("reply", node, job number)
 
@@ -128,11 +130,14 @@ class ArrivalGrid:
         if node in self.fail:
             return [Message(Error(code=1, reason=f"node {node} always fails"), reply_to=msg)]
         quota, t = int(config[keys.QUOTA]), self.time_s[node]
-        metrics = {"num-examples": quota, keys.SAMPLES: quota, keys.TIME_S: t, keys.CPU_TIME_S: t,
+        n = min(self.samples.get(node, quota), quota)
+        metrics = {"num-examples": n, keys.SAMPLES: n, keys.TIME_S: t, keys.CPU_TIME_S: t,
                    keys.WALL_TIME_S: t, keys.ENERGY_J: 10.0 * t, keys.DATA_SIZE: 1000, keys.PARTITION_ID: node,
-                   keys.QUOTA_CAPPED: 0, keys.IDLE_W: 1.0, keys.VIRTUAL_CLOCK: 1}
-        value = self.values.get(node, [1.0] * job)[job - 1]
-        arrays = ArrayRecord([np.full_like(a, value, dtype=float) for a in msg.content["arrays"].to_numpy_ndarrays()])
+                   keys.QUOTA_CAPPED: int(n < quota), keys.IDLE_W: 1.0, keys.VIRTUAL_CLOCK: 1}
+        value = None if node in self.step and node not in self.values else self.values.get(node, [1.0] * job)[job - 1]
+        sent = msg.content["arrays"].to_numpy_ndarrays()
+        arrays = ArrayRecord([a + self.step[node] if value is None else np.full_like(a, value, dtype=float)
+                              for a in sent])
         return [Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)}), reply_to=msg)]
 
 
@@ -249,6 +254,10 @@ def test_latest_updates_judges_the_arriving_with_the_peers_latest_by_hand():
     assert screen.judge({3: 21.0}) == {3: 10.5}  # lower median of 1, 2, 21: 2
     assert screen.judge({3: 19.0}) == {}
     assert screen.judge({2: 30.0, 3: 1.0}) == {2: 30.0}  # node 2's arriving length replaces its latest
+    # a skipped length stays its node's latest: beside 1, 1, 30 and 1e30 (the last two skipped) node 5's 25 is
+    # the lower median; counting accepted lengths only (1, 1, 2) it was 25x a median of 1 and skipped
+    assert screen.judge({4: 1e30}) == {4: 1e30 / 1.0}
+    assert screen.judge({5: 25.0}) == {}
 
 
 @pytest.mark.usefixtures("flower_identity")
@@ -264,6 +273,9 @@ def test_a_second_start_judges_updates_by_its_own_run_and_bad_ratios_fail_early(
         grid = ArrivalGrid({1: 1.0, 2: 1.0, 3: 1.0}, values={n: [n * scale] * 50 for n in (1, 2, 3)})
         strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=3)
         assert (strategy.client_history["status"] == "ok").all(), run
+        # each run's history is its own (a second run's rows were numbered after the first's, helper-57)
+        assert list(strategy.history["round"]) == [1, 2, 3] and len(strategy.client_history) == 9, run
+        assert list(strategy.history["model_version"]) == [3, 6, 9], run
     for bad in (None, -1, 0.5, float("nan"), True):
         with pytest.raises(ValueError, match="max_update_ratio"):
             FedAsyncStrategy(budget=6, max_update_ratio=bad)
@@ -298,3 +310,48 @@ def test_two_liars_of_five_replying_first_are_judged_by_the_whole_first_wave(cap
     assert "the first wave's replies are mixed once all 5 nodes' first jobs replied" in caplog.text
     # each round-equivalent's row is in the history when it is evaluated (an app appends it to its CSV there)
     assert evaluated == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_two_liars_of_five_cannot_mix_a_scaled_model_after_an_honest_node_fails(caplog):
+    # helper-57: node 3 crashes and is dropped; its length left the pool, the liars' near-zero updates (the model
+    # sent + 1e-9) were then half of it, both honest nodes were skipped and dropped, and with 2 lengths left
+    # nothing was judged: node 4's x 1e30 model was mixed. A dropped node's latest length stays.
+    values = {1: [1.0] * 50, 2: [2.0] * 50, 4: [None, None] + [1e30] * 48}
+    grid = ArrivalGrid({n: 1.0 for n in range(1, 6)}, values=values, fail={3}, step={4: 1e-9, 5: 1e-9})
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy, result = _run_arrival(grid, budget=10, rounds=5)
+    final = result.arrays.to_numpy_ndarrays()[0]
+    assert np.isfinite(final).all() and np.abs(final).max() <= 2.0
+    jobs = strategy.client_history
+    scaled = jobs[(jobs["node_id"] == 4) & jobs["status"].str.contains("beyond max_update_ratio")]
+    assert len(scaled) >= 1 and 4 in strategy._dropped
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_nodes_capped_at_a_few_samples_do_not_make_full_jobs_outsized():
+    # helper-57: 3 nodes holding 8 samples beside 2 with the full share, updates in proportion to the samples:
+    # the raw lengths' median was a capped node's and both full nodes were dropped at 103-150x it
+    grid = ArrivalGrid({n: 1.0 for n in range(1, 6)},
+                       step={1: 8e-3, 2: 8e-3, 3: 8e-3, 4: 1.0, 5: 1.0}, samples={1: 8, 2: 8, 3: 8})
+    strategy, _ = _run_arrival(grid, budget=5000, rounds=1)
+    assert (strategy.client_history["status"] == "ok").all()
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_a_silent_node_holds_the_first_wave_for_one_timeout_and_the_wait_is_idle_energy(monkeypatch):
+    # helper-57: the wave waited for the silent node's retry too (max_failures x timeout: 2 h by default), and the
+    # nodes waiting were not counted idle (round 1's idle_j was 0)
+    import types
+
+    from flwr_adaptive.strategies import fedasync_strategy
+
+    clock = [0.0]
+    fake = types.SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda dt: clock.__setitem__(0, clock[0] + dt))
+    monkeypatch.setattr(fedasync_strategy, "time", fake)
+    grid = ArrivalGrid({n: 1.0 for n in range(1, 6)}, silent={5})
+    strategy, _ = _run_arrival(grid, budget=10, rounds=2, timeout=1.0)
+    jobs = strategy.client_history
+    second = jobs[(jobs["node_id"] == 1) & (jobs["job"] == 2)]["start_s"].iloc[0]
+    assert 1.0 < second < 1.1  # released at node 5's first timeout, not its retry's (2 s)
+    assert 4 * 1.0 <= strategy.history["idle_j"].iloc[0] < 4 * 1.1  # 4 nodes at 1 W idled until then
