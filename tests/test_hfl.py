@@ -14,6 +14,7 @@ import math
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -449,9 +450,10 @@ def _simulate(tmp_path_factory):
         return replace(spec, data=unmounted_data) if partition_id == BROKEN else spec
 
     out = tmp_path_factory.mktemp("hfl")
+    state = tmp_path_factory.mktemp("hfl-state")
     config = {"num-server-rounds": ROUNDS, "num-silos": len(RANKS), "silo-budget": BUDGET, "steps": 5,
               "ranks": ",".join(str(RANKS[p]) for p in sorted(RANKS)), "rank-timeout": 20.0,
-              "out-dir": str(out)}
+              "out-dir": str(out), "state-dir": str(state)}
     apps = make_apps(config, silo_spec=silo_spec)
     records: list[logging.LogRecord] = []
 
@@ -473,7 +475,10 @@ def _simulate(tmp_path_factory):
             "rank_history": strategy.rank_history,
             "train_metrics": {rnd: dict(m) for rnd, m in apps.result.train_metrics_clientapp.items()},
             "summary": json.loads((out / "summary-time.json").read_text()),
-            "files": sorted(p.name for p in out.iterdir()), "lines": [r.getMessage() for r in records]}
+            "files": sorted(p.name for p in out.iterdir()), "lines": [r.getMessage() for r in records],
+            "state_files": sorted(p.name for p in state.iterdir()),
+            "run_checkpoint": json.loads((state / "run-checkpoint.json").read_text()),
+            "csv_rows": {p.name: len(pd.read_csv(p)) for p in out.glob("history-*.csv")}}
 
 
 @pytest.mark.slow
@@ -492,6 +497,18 @@ def test_every_round_completes_with_the_silos_that_started(simulation):
     assert list(failed["status"]) == ["error"] * ROUNDS and failed["partition_id"].isna().all()
     assert summary["status"] == "finished" and [r["round"] for r in summary["rounds"]] == list(range(ROUNDS + 1))
     assert all(np.isfinite(r["loss"]) for r in summary["rounds"])
+
+
+@pytest.mark.slow
+def test_the_app_checkpoints_the_model_every_round_and_writes_its_tables_as_it_goes(simulation):
+    # helper-56: with state-dir the app saved only the controller state (no model: a restarted ServerApp began
+    # again from an untrained model) and wrote its CSVs once at the end (a killed run left none)
+    assert {"model-checkpoint.npz", "run-checkpoint.json"} <= set(simulation["state_files"])
+    assert simulation["run_checkpoint"]["round"] == ROUNDS
+    rows = simulation["csv_rows"]
+    assert rows["history-time.csv"] == len(simulation["history"])
+    assert rows["history-time-clients.csv"] == len(simulation["client_history"])
+    assert rows["history-time-ranks.csv"] == len(simulation["rank_history"])
 
 
 @pytest.mark.slow

@@ -501,3 +501,16 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         super().save_history(path)
         path = Path(path)
         self.rank_history.to_csv(path.with_name(path.stem + "-ranks" + path.suffix), index=False)
+
+    def append_history(self, path, server_round: int) -> None:
+        """The base CSVs' rows of ``server_round``, plus its per-rank rows (``<stem>-ranks.csv``)."""
+        from pathlib import Path
+
+        import pandas as pd
+
+        super().append_history(path, server_round)
+        path = Path(path)
+        target = path.with_name(path.stem + "-ranks" + path.suffix)
+        new = pd.DataFrame([r for r in self._rank_rows if r.get("round") == server_round])
+        if len(new):
+            new.to_csv(target, mode="a", header=not (target.exists() and target.stat().st_size > 0), index=False)

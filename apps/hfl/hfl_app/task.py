@@ -20,7 +20,12 @@ export them as ``app``) that run hierarchical federated learning on one of the p
   then evaluated on the task's holdout.
 - With ``out-dir``: ``history-<policy>.csv`` (per round), ``-clients.csv`` (per silo),
   ``-ranks.csv`` (per rank) and ``summary-<policy>.json`` (``<policy>-paper`` with ``paper = true``), whose ``"status"`` is
-  ``"finished"`` only when every round ran (``flwr run`` exits 0 even when a run failed).
+  ``"finished"`` only when every round ran (``flwr run`` exits 0 even when a run failed); the
+  CSVs get each round's rows as it ends and the summary is rewritten, so a run that dies leaves
+  its rounds so far (an exception marks the summary ``"failed"``).
+- With ``state-dir``: the controller state and the global model are saved after every round
+  (:class:`~flwr_adaptive.strategies.resumable.ResumableRun`); a ServerApp restarted with the same
+  ``state-dir`` and ``num-server-rounds`` continues at the next round from that model.
 
 A round with fewer than ``num-silos`` connected SuperNodes for ``node-wait`` seconds (default 20)
 fails the run with the fix in one line, never an endless wait.
@@ -56,6 +61,7 @@ from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.devices import DeviceProfile, get_testbed, slowdown_at
 from flwr_adaptive.strategies.hierarchical_adaptive_strategy import HierarchicalAdaptiveStrategy, aggregate_silo_metrics
 from flwr_adaptive.strategies.registry import run_name
+from flwr_adaptive.strategies.resumable import ResumableRun
 from flwr_adaptive.strategies.run_summary import RunSummary, rounds_trained
 
 __all__ = ["make_apps", "HflApps", "DEFAULTS", "SPREADS", "silo_ranks", "silo_devices", "wide_fleet",
@@ -213,13 +219,18 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
     @apps.server_app.main()
     def main(grid: Grid, context: Context) -> None:
         cfg = cfg_of(context)
+        out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
+        name = run_name(str(cfg["policy"]), bool(cfg["paper"]))  # "time-paper" with paper=true: its files apart
+        summary = RunSummary(out_dir, name, cfg["task"], {k: cfg[k] for k in DEFAULTS})
+        with summary.guard():  # an exception marks the summary failed
+            run(grid, cfg, summary, out_dir, name)
+
+    def run(grid: Grid, cfg: dict, summary: RunSummary, out_dir: Path | None, name: str) -> None:
         task = _task(cfg["task"])
         _, holdout = task.data()
         n = int(cfg["num-silos"])
         policy = str(cfg["policy"])
-        out_dir = Path(cfg["out-dir"]) if cfg["out-dir"] else None
-        name = run_name(policy, bool(cfg["paper"]))  # "time-paper" with paper=true: its files apart
-        summary = RunSummary(out_dir, name, cfg["task"], {k: cfg[k] for k in DEFAULTS})
+        num_rounds = int(cfg["num-server-rounds"])
         strategy = HierarchicalAdaptiveStrategy(
             FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
                    train_metrics_aggr_fn=aggregate_silo_metrics),
@@ -240,16 +251,25 @@ def make_apps(config: dict | None = None, silo_spec: SiloSpec = task_silo_spec) 
             model.load_state_dict(arrays.to_torch_state_dict())
             metrics = {k: float(v) for k, v in task.evaluate(model, holdout).items()}
             summary.add_round(server_round, metrics)
+            if out_dir is not None and server_round > 0:  # a run that dies leaves its rounds so far
+                strategy.append_history(out_dir / f"history-{name}.csv", server_round)
+            summary.write()
             return MetricRecord(metrics)
 
         started = time.perf_counter()
-        apps.result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                                     num_rounds=int(cfg["num-server-rounds"]), timeout=float(cfg["timeout"]),
-                                     train_config=ConfigRecord({}), evaluate_fn=evaluate)
+        # with state-dir the model is checkpointed every round: a restarted ServerApp continues from it
+        resumable = ResumableRun(cfg["state-dir"] or None)
+        resumed = summary.resume_from(resumable.load())
+        if out_dir is not None and not resumed:  # a fresh run's per-round rows go to fresh files
+            for suffix in ("", "-clients", "-ranks"):
+                (out_dir / f"history-{name}{suffix}.csv").unlink(missing_ok=True)
+        apps.result = resumable.start(strategy, grid, ArrayRecord(model.state_dict()), num_rounds=num_rounds,
+                                      timeout=float(cfg["timeout"]), train_config=ConfigRecord({}), evaluate_fn=evaluate)
         wall = time.perf_counter() - started
-        if out_dir is not None:
+        if out_dir is not None and not resumed:  # (a resumed run's files hold the earlier rounds too)
             strategy.save_history(out_dir / f"history-{name}.csv")
-        summary.finish(len(strategy.history) == int(cfg["num-server-rounds"]), wall, rounds_trained(strategy))
+        done = max(apps.result.evaluate_metrics_serverapp, default=0) == num_rounds
+        summary.finish(done, wall, rounds_trained(strategy) + resumed)
         summary.check()  # a run that aggregated nothing ends as failed, not normally
 
     return apps
