@@ -249,8 +249,7 @@ def test_latest_updates_judges_the_arriving_with_the_peers_latest_by_hand():
 
     screen = LatestUpdates(10.0)
     assert screen.judge({1: 1e30, 2: 1.0}) == {}  # two lengths: no median to judge by
-    screen.note(1, 1.0)
-    screen.note(2, 2.0)
+    screen.latest.update({1: 1.0, 2: 2.0})  # (judge records what it judges)
     assert screen.judge({3: 21.0}) == {3: 10.5}  # lower median of 1, 2, 21: 2
     assert screen.judge({3: 19.0}) == {}
     assert screen.judge({2: 30.0, 3: 1.0}) == {2: 30.0}  # node 2's arriving length replaces its latest

@@ -541,7 +541,7 @@ class FedAsyncStrategy(HistoryMixin):
         far = self.updates.judge({job.node: job.length_per_sample for job in jobs})
         return {
             job.node: f"invalid: its update per sample is {far[job.node]:.3g}× the median of the arriving and latest "
-            f"accepted ones, beyond max_update_ratio {self.updates.ratio:g} (a scaled or far-off model)"
+            f"judged ones, beyond max_update_ratio {self.updates.ratio:g} (a scaled or far-off model)"
             for job in jobs
             if job.node in far
         }

@@ -508,9 +508,9 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
 
         import pandas as pd
 
+        from flwr_adaptive.strategies.history import append_csv
+
         super().append_history(path, server_round)
         path = Path(path)
-        target = path.with_name(path.stem + "-ranks" + path.suffix)
-        new = pd.DataFrame([r for r in self._rank_rows if r.get("round") == server_round])
-        if len(new):
-            new.to_csv(target, mode="a", header=not (target.exists() and target.stat().st_size > 0), index=False)
+        rows = pd.DataFrame([r for r in self._rank_rows if r.get("round") == server_round])
+        append_csv(rows, path.with_name(path.stem + "-ranks" + path.suffix))

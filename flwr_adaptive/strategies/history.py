@@ -169,9 +169,13 @@ class HistoryMixin:
                 new = frame[frame["round"] == server_round]
             else:
                 new = pd.DataFrame([r for r in rows if r.get("round") == server_round])
-            if len(new):
-                exists = target.exists() and target.stat().st_size > 0
-                new.to_csv(target, mode="a", header=not exists, index=False)
+            append_csv(new, target)
+
+
+def append_csv(rows: Any, target: Path) -> None:
+    """Append the ``pandas.DataFrame`` ``rows`` to the CSV ``target`` (its header only into an empty or new file)."""
+    if len(rows):
+        rows.to_csv(target, mode="a", header=not (target.exists() and target.stat().st_size > 0), index=False)
 
 
 class RunHistory(HistoryMixin):

@@ -220,19 +220,18 @@ class UpdateSizeScreen:
 
 class LatestUpdates:
     """The update-size screen of asynchronous updates (FedAsync): each arriving update judged with
-    the peers' latest accepted ones.
+    the peers' latest ones.
 
     The strategy passes each job's update length ``‖x_new − x_sent‖`` (the model the job was sent:
     :func:`update_length`) per sample it processed: most jobs are the node's equal share and compare
     as they are, and a node capped at its few samples (or the run's shortened last job) is not the
     median for being short, nor are its peers outsized beside it (2 nodes of 5 with the full share
     were, beside 3 holding 8 samples). The samples are a claim, but at most the job's quota: claiming
-    fewer only lengthens the update judged. :meth:`judge` names the arriving updates that are :func:`outsized`
-    among themselves and each other node's latest (from 3 in all: fewer are not judged, so the
-    strategy judges its first replies as one group), and records them; :meth:`note` records one
-    update. A dropped node's latest stays: dropping honest nodes (they failed, or a
-    coalition got their updates skipped) must not leave the liars as the median, or too few to
-    judge by.
+    fewer only lengthens the update judged. :meth:`judge` names the arriving updates that are
+    :func:`outsized` among themselves and each other node's latest (from 3 in all: fewer are not
+    judged, so the strategy judges its first replies as one group), and records them. A dropped
+    node's latest stays: dropping honest nodes (they failed, or a coalition got their updates
+    skipped) must not leave the liars as the median, or too few to judge by.
 
     Every judged update is its node's latest, skipped ones too (each node holds one entry, so a
     coalition moves as many entries as it has members): counting only accepted ones, an honest node
@@ -254,7 +253,3 @@ class LatestUpdates:
         length becomes its node's latest."""
         self.latest.update(arriving)
         return {n: r for n, r in outsized(self.latest, self.ratio).items() if n in arriving}
-
-    def note(self, node: Hashable, length: float) -> None:
-        """``node``'s latest update has this length."""
-        self.latest[node] = length
