@@ -46,12 +46,11 @@ NaN on the wall clock, ``elapsed_s`` always set) produced it.
 
 A failed job (error reply, timeout, invalid telemetry or arrays, a reply too large to screen:
 ``screening.size_reason``, an update more than ``max_update_ratio`` × the lower median of the
-arriving updates and the other nodes' latest accepted ones: ``update_size.LatestUpdates``, judged
-from 3 lengths; the first wave is judged as one group, in ``"arrival"`` order by holding its
-accepted replies unmixed until all of it replied or failed) is logged; its samples go back to
-the pool and the node is retried; after ``max_failures`` consecutive failures it is dropped for
-the rest of the run (in ``"arrival"`` order its samples go to nodes that had run out of work). A
-bad client never stops the run.
+arriving updates and the other nodes' latest judged ones: ``update_size.LatestUpdates``, judged
+from 3 lengths; the first wave as one group, in ``"arrival"`` order held by ``fedasync_first_wave``)
+is logged; its samples go back to the pool and the node is retried; after ``max_failures``
+consecutive failures it is dropped for the rest of the run (in ``"arrival"`` order its samples go
+to nodes that had run out of work). A bad client never stops the run.
 
 Cost
 ----
@@ -79,6 +78,7 @@ from flwr_adaptive.controller import AllocationController
 from flwr_adaptive.fedasync_mixer import STALENESS_FUNCTIONS, FedAsyncMixer, VirtualClockQueue
 from flwr_adaptive.strategies.core import log
 from flwr_adaptive.strategies.fedasync_belief import FedAsyncBelief
+from flwr_adaptive.strategies.fedasync_first_wave import FirstWave
 from flwr_adaptive.strategies.fedasync_jobs import FEDASYNC, Job, client_row, energy_until, segment_row
 from flwr_adaptive.strategies.history import HistoryMixin
 from flwr_adaptive.strategies.node_wait import wait_for_nodes
@@ -332,18 +332,13 @@ class FedAsyncStrategy(HistoryMixin):
     def _run_arrival(self, nodes: list[int], num_rounds: int) -> int:
         """Live FedAsync: mix every reply as it is pulled, push that node's next job at once.
 
-        The first wave's accepted replies wait unmixed (their nodes idle) until every node's first
-        job has replied or failed once, and, while fewer than 3 of them are in, until the retries
-        have too; they are judged as one group (the update-size screen's lower median), like the
-        replay's first wave: liars that reply first (they need not train) are judged by the whole
-        wave, not by whoever came first (2 of 5 were the median of the first 3). A silent node holds
-        the wave for one ``timeout``, not for its retries. Times are wall-clock seconds since the
-        first wave. Returns the first round-equivalent not closed.
+        The first wave's accepted replies wait unmixed, then are judged as one group
+        (:class:`~flwr_adaptive.strategies.fedasync_first_wave.FirstWave`). Times are wall-clock
+        seconds since the first wave. Returns the first round-equivalent not closed.
         """
         started = time.monotonic()
         pending: dict[str, Job] = {}  # message id -> job in flight
-        waiting: list[Job] = []  # accepted, not yet judged by size (the first wave)
-        heard: set[int] = set()  # nodes whose first job replied or failed
+        wave = FirstWave(nodes, self.updates)
         boundary = 1
 
         def push(job: Job | None) -> None:
@@ -352,27 +347,18 @@ class FedAsyncStrategy(HistoryMixin):
                 if ids:
                     pending[str(ids[0])] = job
                     return
-                heard.add(job.node)
+                wave.answered(job.node)
                 job = self._fail(job, "push-failed", time.monotonic() - started)
 
-        def first_wave_open() -> bool:
-            if self.updates.latest or not math.isfinite(self.updates.ratio):
-                return False  # judged once already, or no screen
-            live = [n for n in nodes if n not in self._dropped]
-            if len(live) < 3:
-                return False
-            return any(n not in heard for n in live) or (len(waiting) < 3 and bool(pending))
-
         def release(now: float) -> None:
-            """Judge and mix the waiting replies (the first wave's once all of it is in)."""
+            """Judge and mix the replies the first wave no longer holds."""
             nonlocal boundary
-            if first_wave_open():
-                return
-            far = self._outsized(waiting)
-            for job in waiting:  # each node idled from its reply until now
+            ready = wave.release(self._dropped, len(pending))
+            far = self._outsized(ready)
+            for job in ready:  # each node idled from its reply until now
                 self._idle_w[job.node] = job.accepted.idle_w
                 self._idle_s[job.node] = self._idle_s.get(job.node, 0.0) + max(now - job.finish_s, 0.0)
-            for job in waiting:
+            for job in ready:
                 if job.node in far:
                     push(self._fail(job, far[job.node], now))
                     continue
@@ -386,34 +372,33 @@ class FedAsyncStrategy(HistoryMixin):
                 if nxt is None:
                     self._done_at.setdefault(job.node, now)
                 push(nxt)
-            waiting.clear()
 
         for node in nodes:
             push(self._new_job(node, 0.0))
-        if len(nodes) >= 3 and math.isfinite(self.updates.ratio):
+        if wave.screened:
             log(
                 INFO,
                 "[adaptive] fedasync: the first wave's replies are mixed once all %d nodes' first jobs replied or "
                 "failed (the update-size screen judges them as one group); then every reply at once",
                 len(nodes),
             )
-        while pending or waiting:
+        while pending or wave.held:
             replies = list(self._grid.pull_messages(list(pending))) if pending else []
             now = time.monotonic() - started
             for reply in replies:
                 job = pending.pop(str(reply.metadata.reply_to_message_id), None)
                 if job is None:  # not one of ours, or already timed out
                     continue
-                heard.add(job.node)
+                wave.answered(job.node)
                 if (reason := self._accept(job, reply)) is not None:
                     push(self._fail(job, reason, now))
                     continue
                 job.finish_s = now  # the wall clock orders and times the run, not the claimed duration
-                waiting.append(job)
+                wave.hold(job)
             for message_id, job in list(pending.items()):
                 if now - job.start_s > self._timeout:
                     del pending[message_id]
-                    heard.add(job.node)
+                    wave.answered(job.node)
                     push(self._fail(job, f"no reply within timeout={self._timeout:g} s", now))
             release(now)
             if self._total > self._assigned:  # a dropped node's samples: give them to nodes that ran out of work
