@@ -607,3 +607,44 @@ def test_the_hfl_table_gives_the_settled_rank_cv_once_the_run_reaches_it():
     assert row["rank CV, rounds >= 3"] == pytest.approx(0.03)  # (0.05 + ... + 0.03) / 6
     assert row["rank CV, rounds >= 7"] == pytest.approx(0.02)
     assert "rank CV, rounds >= 9" not in result_row("Time-only", hist, summary, settled_round=9)
+
+
+def test_the_round_line_counts_every_silos_budget_and_the_cv_ignores_an_absurd_rank_claim(caplog):
+    # Prepare: three silos of 600 samples each; in round 2 silo 1 fails and a rank of silo 2 claims an
+    # absurd time beside an ordinary silo time (its observation is refused; its squares overflowed, so
+    # the silo's CV was inf and so was the round's mean)
+    from flwr.app import ArrayRecord, ConfigRecord, Error, Message
+
+    costs = {0: [0.001, 0.003], 1: [0.002, 0.002, 0.004], 2: [0.01, 0.01]}
+    strategy = hierarchical(3, deadband=0.0)
+    play(strategy, 1, costs)
+    caplog.clear()
+    node_of = {1000 + p: p for p in costs}
+    msgs = list(strategy.configure_train(2, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
+    replies = []
+    for m in msgs:
+        p = node_of[m.metadata.dst_node_id]
+        if p == 1:
+            replies.append(Message(Error(code=2, reason="silo 1: its ranks failed to start"), reply_to=m))
+        else:
+            replies.append(silo_reply(m, p, [1e200, 0.01] if p == 2 else costs[p],
+                                      extra={keys.TIME_S: 3.0, keys.WALL_TIME_S: 3.0} if p == 2 else None))
+    # Execute
+    strategy.aggregate_train(2, replies)
+    # Assert: 600 of the federation's 1800 were not processed (helper-56: "of 600"), and the CV is finite
+    row = strategy.history.iloc[-1]
+    assert (row["quota_sum"], row["short_skipped"], row["short_unassigned"]) == (1800, 600, 0)
+    assert any("600 of 1800 budgeted samples not processed" in r.getMessage() for r in caplog.records)
+    assert math.isfinite(row["rank_cv_mean"]) and math.isfinite(row["rank_cv_max"])
+
+
+def test_silos_whose_rank_claims_cannot_be_judged_are_said_once(caplog):
+    # Prepare: two 2-rank silos (trust compares from 3 ranks) and a 3-rank one
+    costs = {0: [0.001, 0.003], 1: [0.002, 0.002, 0.004], 2: [0.01, 0.01]}
+    strategy = hierarchical(3, deadband=0.0)
+    # Execute
+    for rnd in (1, 2, 3):
+        play(strategy, rnd, costs)
+    # Assert: one line per 2-rank silo, in the round they first trained warm, none for silo 1
+    said = [r.getMessage() for r in caplog.records if "are not judged against each other" in r.getMessage()]
+    assert sorted(m.split(":")[0] for m in said) == ["[hfl] silo 0", "[hfl] silo 2"]

@@ -511,13 +511,17 @@ class AdaptiveCore:
     ) -> dict[str, Any]:
         """The round's figures (``round_log.round_figures``): makespan, busy-time CV, active + idle
         energy, quota spread, unprocessed samples. Baselines add their own columns."""
-        row = round_log.round_figures(server_round, self.policy, self.budget, self._assigned, reports, skipped)
+        row = round_log.round_figures(server_round, self.policy, self.round_budget(), self._assigned, reports, skipped)
         row["update_ratio"] = self.last_update_ratio
         return row
 
     def log_round(self, row: Mapping[str, Any]) -> None:
         """The one log line per round (a warning when quotas exceeded some nodes' data)."""
-        round_log.log_round(row, self.budget, self.quota_listing())
+        round_log.log_round(row, self.round_budget(), self.quota_listing())
+
+    def round_budget(self) -> int:
+        """The samples this round's quotas share (the round line's "N of ... budgeted"): ``budget``."""
+        return self.budget
 
     #: Up to this many nodes the round line lists every quota by partition; above, its
     #: min/median/max summary is all.

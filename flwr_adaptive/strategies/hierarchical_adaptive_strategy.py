@@ -285,6 +285,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         """Samples per round of ``silo`` (its partition id, or ``"node-<id>"`` when unknown): ``budget``."""
         return self.budget
 
+    def round_budget(self) -> int:
+        """Every silo of the round's budget: each has its own, so the federation's is their sum."""
+        return sum(self.silo_budget(s) for s in self._keys(list(self._assigned)))
+
     def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
         """``{node_id: silo budget}``; the per-rank split of each known silo is kept for the messages."""
         node_ids = list(node_ids)
@@ -465,8 +469,10 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         cvs = {}
         for r in reports:
             times = np.array([k.time_s for k in self._rank_reports.get(r.node_id, [])])
-            if len(times) and times.mean() > 0:
-                cvs[r.partition_id if r.partition_id is not None else r.node_id] = float(times.std() / times.mean())
+            with np.errstate(over="ignore", invalid="ignore"):  # a rank's absurd claim: no CV, not inf
+                cv = float(times.std() / times.mean()) if len(times) and times.mean() > 0 else math.nan
+            if math.isfinite(cv):
+                cvs[r.partition_id if r.partition_id is not None else r.node_id] = cv
         self._rank_cv = cvs
         row["rank_cv_mean"] = float(np.mean(list(cvs.values()))) if cvs else math.nan
         row["rank_cv_max"] = float(np.max(list(cvs.values()))) if cvs else math.nan

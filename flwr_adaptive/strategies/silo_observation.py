@@ -140,6 +140,20 @@ def _believed_ranks(
     ]
     if strategy.trust is None:
         return {str(c.node_id): c for c in claims}
+    judged_from = strategy.trust.min_group + 1
+    if 0 < len(claims) < judged_from and (tag := f"hfl-unjudged-{silo}") not in strategy._warned:
+        strategy._warned.add(tag)
+        log(
+            INFO,
+            "[hfl] silo %s: %d rank(s) trained, so their time and energy claims are not judged against each "
+            "other (trust compares from %d ranks; only each rank's growth over its own estimate is capped): a "
+            "rank that under-reports takes more of its silo's budget and slows the round; run %d or more ranks "
+            "per silo to have them judged",
+            silo,
+            len(claims),
+            judged_from,
+            judged_from,
+        )
 
     def estimate(rid: Hashable) -> float | None:
         est = estimated.get(rid)
