@@ -648,3 +648,20 @@ def test_silos_whose_rank_claims_cannot_be_judged_are_said_once(caplog):
     # Assert: one line per 2-rank silo, in the round they first trained warm, none for silo 1
     said = [r.getMessage() for r in caplog.records if "are not judged against each other" in r.getMessage()]
     assert sorted(m.split(":")[0] for m in said) == ["[hfl] silo 0", "[hfl] silo 2"]
+
+
+def test_two_silos_claiming_one_partition_have_their_own_rank_cv(caplog):
+    # Prepare: nodes 1000 and 1001 both say partition 0 (the second is kept apart as node-1001)
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    strategy = hierarchical(2, deadband=0.0)
+    node_of = {1000: 0, 1001: 1}
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), FakeGrid(node_of)))
+    costs = {1000: [0.001, 0.001], 1001: [0.001, 0.003]}
+    # Execute
+    strategy.aggregate_train(1, [silo_reply(m, 0, costs[m.metadata.dst_node_id]) for m in msgs])
+    # Assert: both silos' CVs are in the line and the row (one overwrote the other under "0")
+    line = next(r.getMessage() for r in caplog.records if "CV of rank compute time" in r.getMessage())
+    cvs = line.split("{")[1].split("}")[0]  # the one that claimed it first owns it: either may
+    assert cvs in ("0: 0.000, node-1001: 0.500", "0: 0.500, node-1000: 0.000")
+    assert strategy.history.iloc[-1]["rank_cv_max"] == pytest.approx(0.5)

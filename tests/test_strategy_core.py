@@ -381,7 +381,7 @@ def test_two_nodes_claiming_one_partition_are_kept_apart_the_same_way_everywhere
     # Prepare: nodes 1 and 2 both say partition 0 (slow and fast); node 3 is partition 1
     core = AdaptiveCore(700, "time", deadband=0.0)
     nodes, parts, cost = [1, 2, 3], {1: 0, 2: 0, 3: 1}, {1: 0.004, 2: 0.001, 3: 0.002}
-    with caplog.at_level("WARNING", logger="flwr"):
+    with caplog.at_level("INFO", logger="flwr"):
         q1 = core.quotas_for(1, nodes)
         core.begin_round(1, q1)
         reports = [ClientReport(n, parts[n], q, q, q * cost[n], 0.0, 0.0, None, 10_000, False, 1.0, True)
@@ -397,6 +397,9 @@ def test_two_nodes_claiming_one_partition_are_kept_apart_the_same_way_everywhere
     assert q2 == {1: 100, 2: 400, 3: 200}  # ∝ 1 / cost per sample
     warned = [line for line in sup.adaptive_lines(caplog) if "claims partition id 0" in line]
     assert len(warned) == 1 and "node 2 claims partition id 0, which node 1 already has" in warned[0]
+    # ... and the round line names it by its node, not as a second "partition 0" (helper-56)
+    line = next(m for m in sup.adaptive_lines(caplog) if "round 1 (time" in m)
+    assert "quotas partition 0: " in line and "node 2: " in line and line.count("partition 0:") == 1
 
 
 def test_constructor_rejects_bad_arguments_naming_the_value():

@@ -529,9 +529,9 @@ class AdaptiveCore:
 
     def quota_listing(self) -> str:
         """The round's quotas by partition for the round line (``""`` above ``quota_line_max_nodes``)."""
-        return round_log.quota_listing(
-            self._assigned, self.nodes.partition_of, self._round_skipped, self.quota_line_max_nodes
-        )
+        owned = {n: p for n, p in self.nodes.partition_of.items() if self.nodes.owner.get(p) == n}
+        # a second claimant of a partition is "node <id>" (kept apart, warned), not a second "partition p"
+        return round_log.quota_listing(self._assigned, owned, self._round_skipped, self.quota_line_max_nodes)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -467,12 +467,12 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         """The base figures plus the CV of the ranks' compute time inside each silo."""
         row = super().account(server_round, reports, skipped)
         cvs = {}
-        for r in reports:
+        for r, silo in zip(reports, self._keys([r.node_id for r in reports])):
             times = np.array([k.time_s for k in self._rank_reports.get(r.node_id, [])])
             with np.errstate(over="ignore", invalid="ignore"):  # a rank's absurd claim: no CV, not inf
                 cv = float(times.std() / times.mean()) if len(times) and times.mean() > 0 else math.nan
             if math.isfinite(cv):
-                cvs[r.partition_id if r.partition_id is not None else r.node_id] = cv
+                cvs[silo] = cv  # its partition, or "node-<id>" (unknown, or a second claimant of one)
         self._rank_cv = cvs
         row["rank_cv_mean"] = float(np.mean(list(cvs.values()))) if cvs else math.nan
         row["rank_cv_max"] = float(np.max(list(cvs.values()))) if cvs else math.nan
