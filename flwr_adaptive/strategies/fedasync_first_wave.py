@@ -29,11 +29,9 @@ import math
 from collections.abc import Container, Sequence
 
 from flwr_adaptive.strategies.fedasync_jobs import Job
-from flwr_adaptive.strategies.update_size import LatestUpdates
+from flwr_adaptive.strategies.update_size import MIN_JUDGED, LatestUpdates
 
 __all__ = ["FirstWave"]
-
-MIN_JUDGED = 3  # the update-size screen judges from 3 lengths on
 
 
 class FirstWave:

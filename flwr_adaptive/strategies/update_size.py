@@ -47,6 +47,7 @@ from flwr_adaptive._logging import logger
 
 __all__ = [
     "MAX_UPDATE_RATIO",
+    "MIN_JUDGED",
     "UpdateSizeScreen",
     "LatestUpdates",
     "ValueCheck",
@@ -63,6 +64,7 @@ __all__ = [
 #: same with ``--noniid-part baselines``; a slow node's few small, shrunk batches are noisy steps), so 100
 #: leaves them alone and catches a scaled model.
 MAX_UPDATE_RATIO = 100.0
+MIN_JUDGED = 3  # fewer lengths have no median to judge by
 
 
 def checked_update_ratio(value: object) -> float:
@@ -102,7 +104,7 @@ def relative_lengths(lengths: Mapping[Hashable, float]) -> dict[Hashable, float]
     (a float64 update near its dtype's range) is infinitely far from the median, which is taken over the
     finite ones.
     """
-    if len(lengths) < 3:
+    if len(lengths) < MIN_JUDGED:
         return {}
     finite = np.sort([v for v in lengths.values() if math.isfinite(v)])
     if len(finite) == 0:
@@ -211,7 +213,7 @@ class UpdateSizeScreen:
         node not measured: none skipped)."""
         nodes = list(nodes)
         self.last_ratio = math.nan
-        if len(nodes) < 3 or any(n not in self._squared for n in nodes):
+        if len(nodes) < MIN_JUDGED or any(n not in self._squared for n in nodes):
             return set()
         lengths = {n: math.sqrt(self._squared[n]) for n in nodes}
         far, self.last_ratio = skip_outsized(server_round, lengths, work, ratio, who)
