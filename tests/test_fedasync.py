@@ -354,3 +354,25 @@ def test_a_silent_node_holds_the_first_wave_for_one_timeout_and_the_wait_is_idle
     second = jobs[(jobs["node_id"] == 1) & (jobs["job"] == 2)]["start_s"].iloc[0]
     assert 1.0 < second < 1.1  # released at node 5's first timeout, not its retry's (2 s)
     assert 4 * 1.0 <= strategy.history["idle_j"].iloc[0] < 4 * 1.1  # 4 nodes at 1 W idled until then
+
+
+@pytest.mark.usefixtures("flower_identity")  # tests/conftest.py
+def test_a_node_without_a_first_job_does_not_hold_the_first_wave(monkeypatch):
+    # helper-58: budget 2 over 3 nodes leaves node 3 no job; the wave waited for its first reply forever
+    # (a busy loop: nothing in flight, two replies held)
+    import types
+
+    from flwr_adaptive.strategies import fedasync_strategy
+
+    polls = [0]
+
+    def monotonic():
+        polls[0] += 1
+        if polls[0] > 10_000:
+            raise AssertionError("the first wave never released its replies")
+        return 0.0
+
+    monkeypatch.setattr(fedasync_strategy, "time", types.SimpleNamespace(monotonic=monotonic, sleep=lambda dt: None))
+    grid = ArrivalGrid({1: 1.0, 2: 1.0, 3: 1.0})
+    strategy, _ = _run_arrival(grid, budget=2, rounds=1)
+    assert strategy.history["samples"].sum() == 2

@@ -10,7 +10,8 @@ skipped and dropped). :class:`FirstWave` buffers the accepted replies; :meth:`Fi
 hands them over as one group once
 
 - every live node's first job has replied or failed once (a silent node holds the wave for one
-  ``timeout``, its first job's, not for its retries), and
+  ``timeout``, its first job's, not for its retries; a node that got no first job, the samples
+  having run out, has answered), and
 - 3 replies are held, or no job is in flight any more (the retries have replied or failed too).
 
 After that (anything judged), with the screen off (``ratio = inf``) or with fewer than 3 live
@@ -19,8 +20,8 @@ strategy counts that as their idle energy.
 
 Cost
 ----
-One set of node ids and the held jobs (references, not copies) until the wave is released;
-O(nodes) per release.
+A set of at most the run's node ids, and the held jobs (references, not copies) until the wave
+is released; O(nodes) per release.
 """
 
 from __future__ import annotations

@@ -374,7 +374,9 @@ class FedAsyncStrategy(HistoryMixin):
                 push(nxt)
 
         for node in nodes:
-            push(self._new_job(node, 0.0))
+            if (first := self._new_job(node, 0.0)) is None:
+                wave.answered(node)  # no samples left for it (budget × rounds < nodes): nothing to wait for
+            push(first)
         if wave.screened:
             log(
                 INFO,
