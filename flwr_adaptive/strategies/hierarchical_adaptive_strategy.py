@@ -286,8 +286,8 @@ class HierarchicalAdaptiveStrategy(AdaptiveStrategy):
         return self.budget
 
     def round_budget(self) -> int:
-        """Every silo of the round's budget: each has its own, so the federation's is their sum."""
-        return sum(self.silo_budget(s) for s in self._keys(list(self._assigned)))
+        """The federation's: each silo is sent its own budget (``quotas_for``), so their sum."""
+        return sum(self._assigned.values())
 
     def quotas_for(self, server_round: int, node_ids: Sequence[Hashable]) -> dict[Hashable, int]:
         """``{node_id: silo budget}``; the per-rank split of each known silo is kept for the messages."""

@@ -125,9 +125,12 @@ def outsized(lengths: Mapping[Hashable, float], ratio: float) -> dict[Hashable, 
     and in FedAsync every honest node dropped. With fewer than half of the lengths a coalition
     cannot move the lower median past the honest ones in either direction.
     """
-    if not math.isfinite(ratio):
-        return {}
-    return {n: r for n, r in relative_lengths(lengths).items() if r > ratio}
+    return {} if not math.isfinite(ratio) else _beyond(relative_lengths(lengths), ratio)
+
+
+def _beyond(relative: Mapping[Hashable, float], ratio: float) -> dict[Hashable, float]:
+    """The entries of ``relative_lengths`` output above ``ratio``: the one rule of :func:`outsized`."""
+    return {n: r for n, r in relative.items() if r > ratio}
 
 
 def skip_outsized(
@@ -142,10 +145,10 @@ def skip_outsized(
     :func:`outsized`, each said in one warning; and the round's largest average step over the median
     (NaN: not judged), the skipped included (the history's ``update_ratio``: how close honest nodes come
     to ``ratio``)."""
-    steps = {n: v / work.get(n, 1.0) for n, v in lengths.items()} if work else dict(lengths)
+    steps = {n: v / work.get(n, 1.0) for n, v in lengths.items()}  # work {}: the whole updates
     judged = "update's average local step" if work else "update"
-    relative = relative_lengths(steps)
-    far = outsized(steps, ratio)
+    relative = relative_lengths(steps)  # once: for the skips and for update_ratio
+    far = _beyond(relative, ratio)
     for node, times in far.items():
         logger.log(
             WARNING,
