@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -171,3 +172,83 @@ def test_replies_are_pulled_every_half_second_and_timed_on_the_server_s_clock(mo
     # each arrival on the server's clock, to the next 0.5-s pull (Flower's own loop: 3-s steps)
     observed = strategy.observed_seconds(list(strategy._believed.values()))
     assert {n: round(v, 1) for n, v in observed.items()} == {501: 1.5, 502: 2.0, 503: 3.5}
+
+
+class DeploymentLikeGrid(FlowerLikeGrid):
+    """Named like Flower's grid to a SuperLink in another process (``flwr run``'s ServerApp)."""
+
+    __module__ = "flwr.superlink.grid.http_grid"
+
+    def send_and_receive(self, messages, *, timeout=None):
+        """Flower's own loop: push, then pull every 3 s until every reply is in (no arrival times)."""
+        pending, replies = set(self.push_messages(messages)), []
+        while pending:
+            got = list(self.pull_messages(pending))
+            replies += got
+            pending -= {m.metadata.reply_to_message_id for m in got}
+            if pending:
+                time.sleep(3)
+        return replies
+
+
+NO_SERVER_TIMES = "this ServerApp gets no reply times from the SuperLink"
+
+
+def test_a_deployment_grid_without_server_timing_says_trust_has_no_server_evidence(caplog):
+    class InMemoryLikeGrid(FlowerLikeGrid):
+        __module__ = "flwr.superlink.grid.inmemory_grid"  # the simulation's: its replies carry delivered_at
+
+    def says(strategy, grid) -> bool:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="flwr"):
+            strategy.timed_grid(grid)
+        return NO_SERVER_TIMES in caplog.text
+
+    deployment = DeploymentLikeGrid(None, {})
+    assert says(_strategy(None), deployment)  # the default: Flower's own loop, no reply times
+    assert _strategy(None).timed_grid(deployment) is deployment
+    assert "TimedGrid(grid, strategy)" in caplog.text and "docs/security.md" in caplog.text
+    assert not says(_strategy(None), InMemoryLikeGrid(None, {}))
+    assert not says(_strategy(None), FakeGrid(NODES))  # a test's own grid
+    believing = _strategy(None)
+    believing.trust = False  # no rule to lose
+    assert not says(believing, deployment)
+    assert not says(_strategy(RoundTimeout()), deployment)  # the TimedGrid times each reply
+    timed = TimedGrid(deployment, _strategy(None))
+    assert not says(timed.strategy, timed)  # the caller's own TimedGrid, as the line advises
+
+
+def test_on_a_timed_deployment_grid_a_time_liar_is_priced_by_the_server_s_clock(monkeypatch):
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from flwr_adaptive.strategies import round_timeout as rt
+
+    now = [1000.0]
+
+    class Clock:
+        @property
+        def now(self):
+            return now[0]
+
+    monkeypatch.setattr(rt.time, "time", lambda: now[0])
+    monkeypatch.setattr(rt.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    # every node claims 1 s of compute; node 504's reply takes 14 s (a lie inside the plausible range:
+    # the claims alone cannot tell it from the others)
+    ready = {501: 1.2, 502: 2.0, 503: 3.1, 504: 14.0}
+
+    def believed_504(timed: bool) -> list[float]:
+        strategy = _strategy(None)
+        grid = DeploymentLikeGrid(Clock(), ready)
+        used = TimedGrid(grid, strategy) if timed else strategy.timed_grid(grid)
+        out = []
+        for rnd in (1, 2, 3):
+            msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), used))
+            strategy._sent_at = now[0]
+            strategy.aggregate_train(rnd, list(used.send_and_receive(msgs, timeout=3600)))
+            out.append(strategy._believed[504].time_s)
+        return out
+
+    # observed − the common overhead (the median of observed − claimed: 1.75 s at 0.5-s pulls) is
+    # 12.25 s; from its second strike on the server believes that, not the claimed 1 s
+    assert believed_504(timed=True)[1:] == [pytest.approx(12.25), pytest.approx(12.25)]
+    assert believed_504(timed=False) == [1.0, 1.0, 1.0]  # Flower's own loop: no reply times, the claim stands

@@ -71,7 +71,7 @@ from flwr_adaptive.strategies.normalization import (
 from flwr_adaptive.strategies.records import replace_record, with_config, with_model_dtypes
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
-from flwr_adaptive.strategies.round_timeout import RoundTimeout, TimedGrid
+from flwr_adaptive.strategies.round_timeout import RoundTimeout, timed_grid
 from flwr_adaptive.strategies.screening import describe_removed, harmonize_metrics
 from flwr_adaptive.strategies.sent_model import SentModel
 from flwr_adaptive.strategies.sent_round import SentRound
@@ -310,12 +310,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
 
     def timed_grid(self, grid: Grid) -> Grid:
         """``grid`` wrapped in a :class:`TimedGrid` when ``round_timeout`` or ``server_time`` is
-        on: training rounds get ``round_timeout_s()``, replies are pulled every 0.5 s and their
-        arrival stamped. Otherwise the grid unchanged (Flower's own ``send_and_receive``): the
-        server-side times then also feed ``trust``, whose rules were set without them."""
-        if isinstance(grid, TimedGrid) or (self.round_timeout is None and not self.server_time):
-            return grid
-        return TimedGrid(grid, self)
+        on, else unchanged: see :func:`~flwr_adaptive.strategies.round_timeout.timed_grid`."""
+        return timed_grid(grid, self)
 
     def round_timeout_s(self) -> float | None:
         """This round's timeout in seconds (``None`` without ``round_timeout``): see ``RoundTimeout``."""

@@ -20,6 +20,14 @@ whose reply misses it is handled like any timeout: the round goes
 on without it, it is logged (with the timeout and the prediction) and put on probation for its
 next round.
 
+:func:`timed_grid` is the strategy's choice: a ``TimedGrid`` when ``round_timeout`` or
+``server_time`` is on (or the caller passed one), else the grid unchanged, Flower's own loop. On a
+deployment grid that costs ``trust`` its server evidence (no reply times reach the ServerApp), and
+one INFO line says so and how to turn it on; it is not on by default because the evidence rule
+takes a node's observed time beyond the group's common overhead as its compute, so an honest
+node whose ClientApp start-up is much slower than the others' (more than 7 s) would be priced by
+its start-up.
+
 Cost
 ----
 One ``predict_seconds`` over the round's quotas (vectorised) per round.
@@ -31,12 +39,15 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from logging import INFO
 from typing import Any
 
 from flwr.app import Message, MessageType
 from flwr.serverapp import Grid
 
-__all__ = ["RoundTimeout", "TimedGrid"]
+from flwr_adaptive._logging import logger
+
+__all__ = ["RoundTimeout", "TimedGrid", "timed_grid"]
 
 
 @dataclass(frozen=True)
@@ -145,3 +156,30 @@ class TimedGrid(Grid):
                 break
             time.sleep(min(self.poll_s, max(end - now, 0.0)))
         return replies
+
+
+def timed_grid(grid: Grid, strategy: Any) -> Grid:
+    """``grid`` wrapped in a :class:`TimedGrid` when ``strategy.round_timeout`` or
+    ``strategy.server_time`` is on; a ``TimedGrid`` as it is; otherwise ``grid`` unchanged (Flower's
+    own ``send_and_receive``), with one INFO line when it is a deployment grid and ``trust`` is on:
+    the server then has no reply times and trust's first rule (server evidence) cannot apply."""
+    if isinstance(grid, TimedGrid):
+        return grid
+    if strategy.round_timeout is not None or strategy.server_time:
+        return TimedGrid(grid, strategy)
+    if strategy.trust is not None and _deployment_grid(grid):
+        logger.log(
+            INFO,
+            "[adaptive] trust: this ServerApp gets no reply times from the SuperLink (Flower keeps delivered_at "
+            "there), so a claimed compute time is judged by the other nodes' claims and the growth cap, not by "
+            "the server's clock (docs/security.md); to time each reply here, pass grid=TimedGrid(grid, strategy) "
+            "(flwr_adaptive.strategies.round_timeout) to start(), or set round_timeout or server_time",
+        )
+    return grid
+
+
+def _deployment_grid(grid: Grid) -> bool:
+    """Flower's grid to a SuperLink in another process (not the simulation's in-memory grid, whose
+    replies carry ``delivered_at``, nor a test's own grid)."""
+    module = type(grid).__module__
+    return module.startswith("flwr.") and "inmemory" not in module

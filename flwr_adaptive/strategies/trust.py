@@ -7,9 +7,11 @@ everyone wait. :class:`CostTrust` turns each round's claims into the times the s
 before they reach the controller (and Oort's durations, FedAsync's virtual clock, HFL's per-rank
 times: each rank against the other ranks of its silo). Three rules, in order:
 
-1. **Server evidence** (deployment, wall-clock reports only). The server knows when it sent a
-   node its instruction and when it received the reply (the SuperLink stamps ``delivered_at``
-   when the ServerApp pulls it): that interval bounds the node's compute from above. Every
+1. **Server evidence** (wall-clock reports the server timed). The server knows when it sent a
+   node its instruction and when it received the reply (the SuperLink's ``delivered_at``, which
+   reaches an in-process ServerApp only, or the ``TimedGrid``'s own stamps: see
+   ``round_timeout.timed_grid``; without either, as under ``flwr run`` by default, this rule has
+   nothing to judge): that interval bounds the node's compute from above. Every
    node's interval also holds transport and start-up time, so the group's median of
    ``observed − claimed`` is taken as the common overhead; a node whose ``observed − overhead``
    exceeds its claim by more than ``evidence_gap`` (a factor) and ``evidence_min_s`` seconds is
@@ -50,8 +52,8 @@ range to raise). What is not defended: a lie inside the plausible range or betwe
 absurd range (a node believed at ``1/plausible_range`` of its real time gets up to about
 ``plausible_range`` times its fair share, reached after ``log(plausible_range)/log(max_drop)``
 rounds: docs/security.md gives the makespan this costs), a colluding group of more than
-``max_group`` of the nodes (it is the median), and, in simulation, anything that needs a clock
-the server observes.
+``max_group`` of the nodes (it is the median), and, wherever the server does not time the
+replies (simulation; a deployment without a ``TimedGrid``), anything that needs that clock.
 
 Cost
 ----
