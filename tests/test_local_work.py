@@ -120,3 +120,92 @@ def test_a_silo_reports_its_ddp_step_count_and_the_momentum_it_is_given():
     m = result.metrics(partition_id=1, data_size=500, momentum=0.9)
     assert m[keys.LOCAL_STEPS] == 3 and m[keys.LOCAL_MOMENTUM] == 0.9 and m[keys.LOCAL_PROXIMAL_MU] == 0.0
     assert result.metrics()[keys.LOCAL_MOMENTUM] == keys.UNKNOWN
+
+
+@pytest.fixture
+def caveats(monkeypatch, caplog):
+    """A fresh once-per-process memory of the local-work caveats; returns the logged text so far."""
+    import logging
+
+    from flwr_adaptive.clients import local_work as lw
+
+    monkeypatch.setattr(lw, "_SAID", set(), raising=False)
+    caplog.set_level(logging.WARNING, logger="flwr")
+    return lambda: caplog.text
+
+
+def _steps(opt, model, n):
+    for _ in range(n):
+        opt.zero_grad()
+        model(torch.ones(4, 2)).sum().backward()
+        opt.step()
+
+
+def test_an_optimizer_reused_across_rounds_is_warned_about_its_carried_momentum(caveats):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    with counting(StepCounter()):
+        _steps(opt, model, 3)  # round 1: the buffer starts empty
+    assert "momentum buffer from an earlier" not in caveats()
+    with counting(StepCounter()) as second:
+        _steps(opt, model, 1)  # round 2: the same optimizer, its buffer from round 1
+    assert "momentum buffer from an earlier" in caveats() and "optimizer.state.clear()" in caveats()
+    assert second.steps == 1
+    # a fresh optimizer each round (or a cleared state) says nothing
+    fresh = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    with counting(StepCounter()):
+        _steps(fresh, model, 2)
+    assert caveats().count("momentum buffer from an earlier") == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [({"nesterov": True}, "Nesterov momentum"), ({"dampening": 0.5}, "dampening > 0"), ({}, None)],
+)
+def test_nesterov_and_dampening_are_warned_as_counted_as_heavy_ball(caveats, options, said):
+    model = torch.nn.Linear(2, 1)
+    with counting(StepCounter()) as counter:
+        _steps(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, **options), model, 2)
+    assert counter.steps == 2 and counter.seen_momentum == pytest.approx(0.9)
+    if said is None:
+        assert caveats() == ""
+    else:
+        assert said in caveats() and "weighting='data-size'" in caveats()
+
+
+def test_parameter_groups_report_the_largest_group_s_momentum_in_either_order(caveats):
+    big, small = torch.nn.Linear(20, 20), torch.nn.Linear(2, 1)  # 420 and 3 elements
+
+    def reported(groups):
+        opt = torch.optim.SGD(groups, lr=0.1)
+        with counting(StepCounter()) as counter:
+            opt.zero_grad()
+            (big(torch.ones(1, 20)).sum() + small(torch.ones(1, 2)).sum()).backward()
+            opt.step()
+        return counter.seen_momentum, counter.lr
+
+    main = {"params": big.parameters(), "momentum": 0.9, "lr": 0.01}
+    minor = {"params": small.parameters(), "momentum": 0.0, "lr": 0.1}
+    assert reported([main, minor]) == (pytest.approx(0.9), pytest.approx(0.01))
+    main["params"], minor["params"] = big.parameters(), small.parameters()
+    assert reported([minor, main]) == (pytest.approx(0.9), pytest.approx(0.01))  # the order does not matter
+    assert "different momenta [0.0, 0.9]" in caveats()
+
+
+def test_two_optimizers_stepping_once_per_batch_took_the_batches_steps_not_twice(caveats):
+    encoder, decoder = torch.nn.Linear(2, 8), torch.nn.Linear(8, 1)
+    first = torch.optim.SGD(encoder.parameters(), lr=0.05, momentum=0.9)
+    second = torch.optim.Adam(decoder.parameters(), lr=0.01)
+    with counting(StepCounter()) as counter:
+        for _ in range(5):
+            first.zero_grad()
+            second.zero_grad()
+            decoder(encoder(torch.ones(4, 2))).sum().backward()
+            first.step()
+            second.step()
+        first.zero_grad()
+        encoder(torch.ones(4, 2)).sum().backward()
+        first.step()  # one more encoder step: the encoder's optimizer stepped most
+    assert counter.steps == 6
+    assert counter.seen_momentum == pytest.approx(0.9) and counter.lr == pytest.approx(0.05)
+    assert "two optimizers stepped in one training call" in caveats()

@@ -7,14 +7,16 @@ needs, per reply, how much local work produced the update. The telemetry wrapper
 :class:`StepCounter` per training call (:func:`counting`) and reports :meth:`StepCounter.metrics`:
 
 ============================  ==========================================================================
-``keys.LOCAL_STEPS``          torch optimizer steps taken inside the call (a process-wide
-                              ``torch.optim`` step hook, attributed to the call running in this
-                              thread through a context variable); -1 when none was seen (no torch,
-                              or torch imported only inside the call)
-``keys.LOCAL_MOMENTUM``       ``momentum=`` given to the wrapper, else the ``momentum`` of the
-                              stepping optimizer's first parameter group (SGD, RMSprop); -1 when
-                              unknown (e.g. Adam, which has none: the server counts it as plain SGD)
-``keys.LOCAL_LR``             the ``lr`` of the round's last step; -1 when unknown
+``keys.LOCAL_STEPS``          torch optimizer steps taken inside the call (process-wide
+                              ``torch.optim`` step hooks, attributed to the call running in this
+                              thread through a context variable): those of the optimizer that
+                              stepped most (two optimizers each stepping once per batch, e.g. an
+                              encoder's and a decoder's, took τ steps, not 2τ); -1 when none was
+                              seen (no torch, or torch imported only inside the call)
+``keys.LOCAL_MOMENTUM``       ``momentum=`` given to the wrapper, else the ``momentum`` of that
+                              optimizer's largest parameter group (SGD, RMSprop); -1 when unknown
+                              (e.g. Adam, which has none: the server counts it as plain SGD)
+``keys.LOCAL_LR``             the ``lr`` of that group at the round's last step; -1 when unknown
 ``keys.LOCAL_PROXIMAL_MU``    ``proximal_mu=`` given to the wrapper, else the μ Flower's FedProx sent in
                               the round's config (``keys.FEDPROX_MU_KEYS``: FedProx requires the
                               client to apply it), else 0.0
@@ -27,12 +29,20 @@ wrapper reports the call's time beyond its steady steps as ``keys.SETUP_S``
 
 A key your train function put in the reply itself (e.g. ``local-steps`` counted by hand, for a
 framework other than torch) is kept: the wrapper adds only the keys that are absent.
-Nesterov momentum is counted as heavy-ball momentum; weight decay and learning-rate schedules
-within the round are not modelled (the last step's rate is reported).
+
+What the keys cannot say is warned about, once per process, with the fix, at an optimizer's
+first step in a call: a momentum buffer carried over from an earlier round (the optimizer was
+built once and reused: the update then holds more work than its steps say; build it inside the
+train function, or ``optimizer.state.clear()`` each round), Nesterov momentum or
+``dampening`` > 0 (counted as heavy-ball momentum: Nesterov's work is understated, up to
+(1 + ρ)× at one step, dampening's overstated), parameter groups with different momenta (the
+largest group's is reported), and a second optimizer stepping in the same call. Weight decay and
+learning-rate schedules within the round are not modelled (the last step's rate is reported).
 
 Cost
 ----
-One context-variable read, one dict lookup and one clock read per optimizer step.
+Per optimizer step: two context-variable reads, a dict lookup and a clock read; per optimizer
+and call, once: a pass over its parameter groups and its state (the checks above).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from flwr_adaptive import keys
+from flwr_adaptive._logging import logger
 
 __all__ = ["StepCounter", "counting", "fedprox_mu"]
 
@@ -86,7 +97,8 @@ class StepCounter:
     def __init__(
         self, momentum: float | None = None, proximal_mu: float | None = None, clock: Callable[[], float] | None = None
     ) -> None:
-        self.steps = 0
+        self.counts: dict[int, int] = {}  # id(optimizer) -> steps it took in this call
+        self.main_group: dict[int, int] = {}  # id(optimizer) -> index of its largest parameter group
         self.momentum = momentum
         self.proximal_mu = proximal_mu
         self.seen_momentum: float | None = None
@@ -120,12 +132,38 @@ class StepCounter:
             return None
         return min(max(extra, 0.0), max(wall_s, 0.0))
 
+    @property
+    def steps(self) -> int:
+        """Steps of the optimizer that stepped most in this call (0: none)."""
+        return max(self.counts.values(), default=0)
+
+    def before(self, optimizer: Any) -> None:
+        """An optimizer is about to step (the pre-step hook): at its first step in this call, the
+        checks of the module docstring, and which parameter group it reports."""
+        if id(optimizer) in self.main_group:
+            return
+        groups = list(getattr(optimizer, "param_groups", None) or [])
+        self.main_group[id(optimizer)] = _largest(groups)
+        if len(self.main_group) == 2:
+            _say_once(
+                "two-optimizers",
+                "two optimizers stepped in one training call (%s after another): the reply reports the steps, "
+                "momentum and lr of the one that steps most, as if it alone trained; normalised aggregation is "
+                "exact when every parameter takes as many steps, e.g. an encoder's and a decoder's optimizer "
+                "each stepping once per batch",
+                type(optimizer).__name__,
+            )
+        _check_momentum(optimizer, groups)
+
     def observe(self, optimizer: Any) -> None:
         """One optimizer step (called by the step hook)."""
         self.stamp()
-        self.steps += 1
+        self.before(optimizer)  # a step the pre-step hook did not see (torch without it)
+        self.counts[id(optimizer)] = self.counts.get(id(optimizer), 0) + 1
+        if self.counts[id(optimizer)] < self.steps:
+            return  # another optimizer steps more: its group is the one reported
         groups = getattr(optimizer, "param_groups", None) or [{}]
-        group = groups[0]
+        group = groups[min(self.main_group[id(optimizer)], len(groups) - 1)]
         self.lr = _finite(group.get("lr"))
         self.seen_momentum = _finite(group.get("momentum")) if "momentum" in group else None
 
@@ -141,22 +179,83 @@ class StepCounter:
         }
 
 
+_SAID: set[str] = set()  # the caveats already logged in this process
+
+
+def _say_once(tag: str, msg: str, *args: Any) -> None:
+    if tag not in _SAID:
+        _SAID.add(tag)
+        logger.warning("[adaptive] " + msg + " (said once)", *args)
+
+
+def _largest(groups: list[Any]) -> int:
+    """Index of the parameter group with the most elements (the first on a tie)."""
+    sizes = [sum(int(getattr(p, "numel", lambda: 1)()) for p in g.get("params", ())) for g in groups]
+    return max(range(len(sizes)), key=lambda i: (sizes[i], -i)) if sizes else 0
+
+
+def _check_momentum(optimizer: Any, groups: list[Any]) -> None:
+    """The momentum caveats of the module docstring, for an optimizer's first step in a call."""
+    name = type(optimizer).__name__
+    state = getattr(optimizer, "state", None) or {}
+    if any(isinstance(s, Mapping) and s.get("momentum_buffer") is not None for s in list(state.values())):
+        _say_once(
+            "carried-momentum",
+            "%s starts this round with a momentum buffer from an earlier one (the optimizer is reused across "
+            "rounds): the update holds more work than its local steps say, so normalised aggregation scales it "
+            "wrongly (one step at momentum 0.9 after a round of 10 moves the model ~7x what is counted); build "
+            "the optimizer inside your train function each round, or call optimizer.state.clear() before training",
+            name,
+        )
+    if any(g.get("nesterov") for g in groups):
+        _say_once(
+            "nesterov",
+            "%s uses Nesterov momentum, which normalised aggregation counts as heavy-ball momentum: its work is "
+            "understated (up to (1 + momentum)x at one step), so a node with few steps is scaled up too much; use "
+            "nesterov=False for exact normalisation, or weighting='data-size'",
+            name,
+        )
+    if any((_finite(g.get("dampening")) or 0.0) > 0 for g in groups):
+        _say_once(
+            "dampening",
+            "%s uses dampening > 0, which normalised aggregation counts as undamped heavy-ball momentum: its work "
+            "is overstated (at dampening 0.9 and 10 steps, 41 counted for 10 done); use dampening=0 for exact "
+            "normalisation, or weighting='data-size'",
+            name,
+        )
+    momenta = {_finite(g.get("momentum")) for g in groups if "momentum" in g}
+    if len(momenta) > 1:
+        _say_once(
+            "group-momenta",
+            "%s has parameter groups with different momenta %s: the reply reports the largest group's; "
+            "normalised aggregation is exact with one momentum for every group",
+            name,
+            sorted(m for m in momenta if m is not None),
+        )
+
+
 def _on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     counter = _CURRENT.get()
     if counter is not None:
         counter.observe(optimizer)
 
 
+def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    counter = _CURRENT.get()
+    if counter is not None:
+        counter.before(optimizer)
+
+
 def _hook_torch() -> None:
-    """Install the process-wide step hook once torch is loaded (never imports torch itself)."""
+    """Install the process-wide step hooks once torch is loaded (never imports torch itself)."""
     if _HOOKED or "torch" not in sys.modules:
         return
     try:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     except ImportError:  # a torch without global optimizer hooks: steps stay unknown
         _HOOKED.append(None)
         return
-    _HOOKED.append(register_optimizer_step_post_hook(_on_step))
+    _HOOKED.append((register_optimizer_step_pre_hook(_before_step), register_optimizer_step_post_hook(_on_step)))
 
 
 @contextlib.contextmanager
