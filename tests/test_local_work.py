@@ -209,3 +209,26 @@ def test_two_optimizers_stepping_once_per_batch_took_the_batches_steps_not_twice
     assert counter.steps == 6
     assert counter.seen_momentum == pytest.approx(0.9) and counter.lr == pytest.approx(0.05)
     assert "two optimizers stepped in one training call" in caveats()
+
+
+def test_steps_in_another_thread_are_warned_about_and_counted_with_the_call_s_context(caveats):
+    import contextvars
+    import threading
+
+    model = torch.nn.Linear(2, 1)
+
+    def in_a_thread(run):
+        thread = threading.Thread(target=run, args=(lambda: _steps(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                                   model, 3),))
+        thread.start()
+        thread.join()
+
+    with counting(StepCounter()) as lost:
+        in_a_thread(lambda f: f())
+    assert lost.steps == 0 and "stepped in another thread" in caveats()
+    assert "contextvars.copy_context().run" in caveats()
+    with counting(StepCounter()) as carried:
+        in_a_thread(contextvars.copy_context().run)
+    assert carried.steps == 3
+    _steps(torch.optim.SGD(model.parameters(), lr=0.1), model, 1)  # no call open: nothing to say
+    assert caveats().count("stepped in another thread") == 1

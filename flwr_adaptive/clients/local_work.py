@@ -36,8 +36,10 @@ built once and reused: the update then holds more work than its steps say; build
 train function, or ``optimizer.state.clear()`` each round), Nesterov momentum or
 ``dampening`` > 0 (counted as heavy-ball momentum: Nesterov's work is understated, up to
 (1 + ρ)× at one step, dampening's overstated), parameter groups with different momenta (the
-largest group's is reported), and a second optimizer stepping in the same call. Weight decay and
-learning-rate schedules within the round are not modelled (the last step's rate is reported).
+largest group's is reported), a second optimizer stepping in the same call, and (at its step)
+an optimizer stepping in another thread while a call runs (context variables do not follow a
+new thread). Weight decay and learning-rate schedules within the round are not modelled (the
+last step's rate is reported).
 
 Cost
 ----
@@ -234,10 +236,21 @@ def _check_momentum(optimizer: Any, groups: list[Any]) -> None:
         )
 
 
+_OPEN = [0]  # wrapped calls running in this process (any thread)
+
+
 def _on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     counter = _CURRENT.get()
     if counter is not None:
         counter.observe(optimizer)
+    elif _OPEN[0]:
+        _say_once(
+            "other-thread",
+            "%s stepped in another thread than the wrapped training call's while it ran: its steps are not "
+            "counted and quota_data there reads the whole dataset, not the quota (both follow the call's "
+            "context); train in the call's thread, or start the thread with contextvars.copy_context().run",
+            type(optimizer).__name__,
+        )
 
 
 def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -263,7 +276,9 @@ def counting(counter: StepCounter) -> Iterator[StepCounter]:
     """Attribute the optimizer steps taken in this thread to ``counter`` while the block runs."""
     _hook_torch()
     token = _CURRENT.set(counter)
+    _OPEN[0] += 1
     try:
         yield counter
     finally:
+        _OPEN[0] -= 1
         _CURRENT.reset(token)
