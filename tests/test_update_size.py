@@ -168,3 +168,48 @@ def test_a_subclass_setting_max_update_ratio_on_its_class_is_obeyed_and_bad_valu
     for bad in (None, 0.5, -1, float("nan")):
         with pytest.raises(ValueError, match="max_update_ratio"):
             strategy.max_update_ratio = bad
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_round_of_two_replies_is_judged_with_the_earlier_rounds_lengths(api, caplog):
+    # Seen through flwr run (helper-62): 4 nodes sampled 2 a round (Flower's min_train_nodes is 2); one
+    # multiplied its model by 1e30 in round 4, no line was logged and the model was its reply from then on
+    strategy = _strategy(api, 2)
+
+    def play(rnd, per_node):
+        if api == "message":
+            return message_round(strategy, X, per_node, rnd=rnd)
+        return _round(api, strategy, per_node)
+
+    play(1, [(dict(steps=4), _honest(0)), (dict(steps=4), _honest(1))])
+    assert strategy.history.iloc[-1]["skipped"] == 0  # two lengths and nothing earlier: not judged
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        out = play(2, [(dict(steps=4), _honest(2)), (dict(steps=4), [X[0] * 1e30])])
+    np.testing.assert_allclose(out[0], _honest(2)[0], rtol=1e-12)  # the honest reply alone
+    said = [line for line in sup.adaptive_lines(caplog) if "max_update_ratio" in line]
+    assert len(said) == 1 and "partition 1" in said[0] and "earlier rounds'" in said[0]
+    assert strategy.history.iloc[-1]["skipped"] == 1
+    # an honest round of two after it is kept (the skipped node on probation: 1 sample): the liar's
+    # entry is one of four, not the median
+    play(3, [(dict(steps=4), _honest(3)), (dict(steps=4, samples=1), _honest(4))])
+    assert strategy.history.iloc[-1]["skipped"] == 0
+
+
+def test_the_small_round_reference_holds_one_entry_per_node_and_judges_only_the_round():
+    from flwr_adaptive.strategies.update_size import UpdateSizeScreen
+
+    screen = UpdateSizeScreen()
+
+    def judge(lengths, work=None):
+        screen.start({"w": np.zeros(1)})
+        for node, length in lengths.items():
+            screen.value_check(node)("w", np.array([length]))
+        return screen.skip(1, list(lengths), work or {}, 10.0, str)
+
+    assert judge({"a": 1.0, "b": 2.0}) == set()  # round 1 of a 2-of-4 sample: 2 lengths only
+    assert judge({"c": 1.5, "d": 30.0}) == {"d"}  # beside a, b, c and d: the lower median is 1.5; 20x
+    assert screen.latest["d"] == (False, 30.0)  # skipped, still its entry: each node holds one
+    assert judge({"a": 1.2, "b": 12.0}) == set()  # the lower median of 1.2, 12, and earlier 1.5, 30 is 1.5: 8x
+    # a normalised round judges average steps and keeps them apart from whole updates
+    assert judge({"a": 4.0, "c": 40.0}, work={"a": 4.0, "c": 40.0}) == set()  # steps of 1: no earlier steps
+    assert screen.latest["c"] == (True, 1.0)

@@ -19,11 +19,17 @@ count would shorten the step judged without shortening what enters the average, 
 node's longer update for its larger quota stays well inside ``ratio`` (without this a single
 silo's × 1e30 model was the global model from round 1 of the HFL app, which weighs by samples).
 
+A round of fewer than 3 replies (a sampled federation: Flower's ``min_train_nodes`` is 2) is judged
+against its own lengths and every node's latest judged length of an earlier round (its own too:
+each earlier entry is one node's last judged reply, skipped ones included, like FedAsync's
+:class:`LatestUpdates`): one reply of 2 at × 1e30 was the global model from then on.
+
 Not bounded: a reply within ``ratio`` × the median (a node may push the model up to that far a
 round; honest steps are too far apart for a ratio that catches moderate poisoning: a robust inner
-strategy such as ``FedTrimmedAvg`` bounds what stays), rounds of fewer than 3 replies, and a
-coalition holding half of a round's replies or more (the lower median is then theirs: near-zero
-updates get every honest one skipped; that can be 2 nodes of 5 when a third times out).
+strategy such as ``FedTrimmedAvg`` bounds what stays), a run's first rounds while fewer than 3
+lengths are known (a 2-node round 1; a resumed server starts over), and a coalition holding half of
+the lengths judged or more (the lower median is then theirs: near-zero updates get every honest one
+skipped; that can be 2 nodes of 5 when a third times out, or 1 node of 2).
 
 :class:`UpdateSizeScreen` is the round's screen as the strategies use it: it measures each reply's
 update while screening decodes the reply's arrays (``value_check``), and judges the kept replies once
@@ -139,26 +145,31 @@ def skip_outsized(
     work: Mapping[Hashable, float],
     ratio: float,
     who: Callable[[Hashable], str],
+    judged: Iterable[Hashable] | None = None,
 ) -> tuple[set[Hashable], float]:
     """The nodes whose average step ``lengths[n] / work[n]`` (``lengths``: each kept reply's ``‖x_i − x‖``,
     ``work``: the ``‖a_i‖₁`` it is normalised by; ``{}``: the whole updates are judged) is
     :func:`outsized`, each said in one warning; and the round's largest average step over the median
     (NaN: not judged), the skipped included (the history's ``update_ratio``: how close honest nodes come
-    to ``ratio``)."""
+    to ``ratio``). ``judged``: the nodes of the round, when ``lengths`` also holds earlier rounds' entries
+    (they count in the median and are not judged)."""
     steps = {n: v / work.get(n, 1.0) for n, v in lengths.items()}  # work {}: the whole updates
-    judged = "update's average local step" if work else "update"
-    relative = relative_lengths(steps)  # once: for the skips and for update_ratio
+    what = "update's average local step" if work else "update"
+    nodes = set(lengths) if judged is None else set(judged)
+    median = "the round's median" if nodes == set(lengths) else "the median of this round's and earlier rounds'"
+    relative = {n: r for n, r in relative_lengths(steps).items() if n in nodes}  # once: skips and update_ratio
     far = _beyond(relative, ratio)
     for node, times in far.items():
         logger.log(
             WARNING,
-            "[adaptive] round %s: %s: its %s is %.3g× the round's median, beyond "
+            "[adaptive] round %s: %s: its %s is %.3g× %s, beyond "
             "max_update_ratio %g; skipped (a scaled or far-off model would take the average; if such "
             "updates are honest, raise strategy.max_update_ratio)",
             server_round,
             who(node),
-            judged,
+            what,
             times,
+            median,
             ratio,
         )
     return set(far), max(relative.values(), default=math.nan)  # inf when a length was not finite
@@ -181,6 +192,9 @@ class UpdateSizeScreen:
         self.last_ratio = math.nan
         self._sent: Mapping[str, np.ndarray] | None = None
         self._squared: dict[Hashable, float] = {}
+        #: Per node, its latest judged length (average step, or whole update) and which of the two it is:
+        #: what a round of fewer than 3 replies is judged with.
+        self.latest: dict[Hashable, tuple[bool, float]] = {}
 
     def start(self, sent: Mapping[str, np.ndarray] | None) -> None:
         """A new round's screen against the model sent (``{name: array}``; ``None``: nothing measured)."""
@@ -212,14 +226,22 @@ class UpdateSizeScreen:
         who: Callable[[Hashable], str],
     ) -> set[Hashable]:
         """The kept ``nodes`` whose average step is more than ``ratio`` × the lower median
-        (:func:`skip_outsized`), each said in one warning; judged from 3 measured replies (fewer, or a
+        (:func:`skip_outsized`), each said in one warning; with fewer than 3 replies, the median of
+        theirs and every node's latest judged length of an earlier round (fewer than 3 in all, or a
         node not measured: none skipped)."""
         nodes = list(nodes)
         self.last_ratio = math.nan
-        if len(nodes) < MIN_JUDGED or any(n not in self._squared for n in nodes):
+        if not nodes or any(n not in self._squared for n in nodes):
             return set()
         lengths = {n: math.sqrt(self._squared[n]) for n in nodes}
-        far, self.last_ratio = skip_outsized(server_round, lengths, work, ratio, who)
+        normalised = bool(work)
+        earlier = {}
+        if len(nodes) < MIN_JUDGED:  # one entry per node from earlier rounds, beside this round's
+            # already per step: skip_outsized divides these keys by no work
+            earlier = {("earlier", n): v for n, (kind, v) in self.latest.items() if kind == normalised}
+        far, self.last_ratio = skip_outsized(server_round, {**lengths, **earlier}, work, ratio, who, judged=nodes)
+        for n in nodes:  # skipped ones too: a coalition holds one entry per member, whatever it sends
+            self.latest[n] = (normalised, lengths[n] / work.get(n, 1.0))
         return far
 
 
