@@ -192,6 +192,22 @@ def test_a_metric_another_kind_in_one_reply_is_left_out_not_fatal():
     assert "loss" not in metrics and strategy.history.iloc[-1]["clients"] == 4
 
 
+def test_a_nan_metric_in_one_reply_names_that_reply_s_node_not_every_node(caplog):
+    # Seen through flwr run (helper-62): one node's NaN train_loss listed the first 5 of 6 nodes, none the sender
+    from flwr_adaptive.strategies import AdaptiveStrategy
+
+    strategy = AdaptiveStrategy(fedavg(), budget=BUDGET)
+    msgs, q = configure(strategy, 1)
+    replies = [reply(m, {**telemetry(q[n], q[n] * COSTS[PARTS[n]], PARTS[n]),
+                         "train_loss": math.nan if n == HOSTILE else 0.5}, value=PARTS[n] + 1)
+               for m in msgs for n in [m.metadata.dst_node_id]]
+    caplog.clear()
+    _, metrics = strategy.aggregate_train(1, replies)
+    assert "train_loss" not in metrics and strategy.history.iloc[-1]["clients"] == 4  # left out, nobody skipped
+    said = [line for line in sup.adaptive_lines(caplog) if "'train_loss'" in line]
+    assert len(said) == 1 and f"'train_loss' (node {HOSTILE})" in said[0] and "not finite" in said[0]
+
+
 def test_node_unavailable_reply_from_the_superlink_is_attributed_to_its_node(caplog):
     from flwr.app import Error, Message
 

@@ -415,6 +415,11 @@ def test_constructor_rejects_bad_arguments_naming_the_value():
         AdaptiveStrategy(LegacyFedAvg(), budget=10)
     with pytest.raises(ValueError, match="got float 0.5$"):  # not a strategy at all: no hint about the legacy API
         AdaptiveStrategy(0.5, budget=10)
+    # wrapped twice (helper-62): round 1 stopped telling the user to wrap a ClientApp that was wrapped
+    with pytest.raises(ValueError, match=r"already an adaptive strategy .*AdaptiveStrategy\(FedAvg\(\), budget"):
+        AdaptiveStrategy(AdaptiveStrategy(budget=10), budget=10)
+    with pytest.raises(ValueError, match="already an adaptive strategy"):
+        LegacyAdaptiveStrategy(LegacyAdaptiveStrategy(budget=10), budget=10)
 
 
 # --------------------------------------------------------------------------- legacy API

@@ -328,3 +328,26 @@ def test_a_second_loader_in_the_call_does_not_change_the_samples_trained(flower_
 
     metrics = telemetry_train(train_then_measure)(_message({keys.QUOTA: 150, keys.ROUND: 1}), _context(3))
     assert record["eval"] == 150 and metrics.content["metrics"][keys.SAMPLES] == 128
+
+
+
+def test_a_quota_thrown_away_while_training_on_the_full_data_is_a_set_up_error(flower_identity):
+    # Seen through flwr run (helper-62): `quota_data(trainloader)` without `trainloader = `; every node trained
+    # on all its data, the replies reported the quotas as trained and the split adapted on made-up numbers
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    dataset = _user_loader().dataset
+
+    def train(msg, context):
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+        quota_data(loader)  # the result thrown away (its shuffled view selects the quota at once)
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for xb, yb in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+        return Message(RecordDict({"arrays": ArrayRecord([np.zeros(2)]), "metrics": MetricRecord({})}), reply_to=msg)
+
+    with pytest.raises(RuntimeError, match=r"flwr-adaptive set-up error:.*trainloader = quota_data\(trainloader\)"):
+        telemetry_train(train)(_message({keys.QUOTA: 20, keys.ROUND: 1}), _context(4))

@@ -189,7 +189,17 @@ class Measured:
         self.cold = False
 
     def metrics(self, num_examples: Any = None) -> dict[str, int | float]:
-        """The telemetry keys (see the module docstring) as plain ints and floats."""
+        """The telemetry keys (see the module docstring) as plain ints and floats.
+
+        Raises
+        ------
+        RuntimeError
+            A set-up error (``keys.SETUP_ERROR_MARK``): the call selected a quota, never read it and
+            still took optimizer steps, so it trained on other data (``quota_data``'s result was
+            thrown away) and its samples would be reported wrongly. The reply is an error: the
+            strategy stops the run in round 1 when every node's shows it, else skips the reply.
+        """
+        self.check_read()
         m = _usable(self.measurement)
         time_s = float(m.seconds) if m is not None else self.wall_s
         joules = m.joules if m is not None else None
@@ -217,6 +227,17 @@ class Measured:
             **self.work.metrics(self.config),
             **self.no_step_read(),
         }
+
+    def check_read(self) -> None:
+        """Raise when the call took optimizer steps on data other than the quota it selected."""
+        w = self.window
+        if w.samples and not w.was_read() and self.work.steps:
+            raise RuntimeError(
+                f"{keys.SETUP_ERROR_MARK} partition {self.partition}: quota_data selected {int(w.samples)} samples "
+                f"but the training read none of them, while the optimizer took {self.work.steps} steps: it trained "
+                "on other data, and the reply would report the quota as trained. Train on what quota_data "
+                "returns (trainloader = quota_data(trainloader), not quota_data(trainloader) alone)"
+            )
 
     def no_step_read(self) -> dict[str, int]:
         """``{keys.LOCAL_STEPS: 0}`` when the call selected a quota, read none of it and took no optimizer

@@ -68,6 +68,7 @@ from flwr_adaptive.strategies.normalization import (
     check_objective_applies,
     default_max_rescale,
 )
+from flwr_adaptive.strategies.options import check_not_adaptive
 from flwr_adaptive.strategies.records import replace_record, with_config, with_model_dtypes
 from flwr_adaptive.strategies.reports import ClientReport
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
@@ -252,6 +253,7 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
                     else ""
                 )
             )
+        check_not_adaptive(self.strategy, type(self).__name__)
         default_max_rescale(max_rescale, policy, allow_cycling)  # a bad value fails before anything is built
         min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
         AdaptiveCore.__init__(
@@ -567,7 +569,8 @@ class AdaptiveStrategy(AdaptiveCore, Strategy):
             log(
                 WARNING,
                 "[adaptive] round %s: metric keys not sent alike by every kept reply are left out "
-                "of the %s metric average: %s",
+                "of the %s metric average (the nodes named sent them missing, not finite or of another kind "
+                "than the others): %s",
                 server_round,
                 "train" if train else "evaluation",
                 describe_removed(removed, nodes),

@@ -63,6 +63,7 @@ from flwr_adaptive.strategies.normalization import (
     check_objective_applies,
     default_max_rescale,
 )
+from flwr_adaptive.strategies.options import check_not_adaptive
 from flwr_adaptive.strategies.reports import ClientReport, parse_report
 from flwr_adaptive.strategies.round_quotas import ScaleBatchSize, node_references
 from flwr_adaptive.strategies.screening import (
@@ -251,6 +252,7 @@ class LegacyAdaptiveStrategy(AdaptiveCore, Strategy):
                 f"{type(self.strategy).__name__}; for a flwr.serverapp.strategy one use "
                 "flwr_adaptive.strategies.AdaptiveStrategy"
             )
+        check_not_adaptive(self.strategy, type(self).__name__)
         default_max_rescale(max_rescale, policy, allow_cycling)  # a bad value fails before anything is built
         min_local_steps = default_min_local_steps(min_local_steps, policy, allow_cycling)
         AdaptiveCore.__init__(

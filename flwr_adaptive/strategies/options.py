@@ -7,8 +7,9 @@ exactly one of ``budget`` / ``budget_per_node``, a budget that is not a positive
 ``policy`` or ``weighting``, ``slack`` with a policy that does not minimise energy, a ``paper`` or
 ``allow_cycling`` that is not a bool (``"no"`` would read as True), a ``min_quota`` below 1 or
 above the budget. It returns the first round's budget (``budget_per_node`` until a round says how many
-nodes train) and ``budget_per_node`` as ints. The components check their own parameters
-(``StateStore``: ``state_dir`` and ``context``; ``resolve_trust``: ``trust``).
+nodes train) and ``budget_per_node`` as ints. :func:`check_not_adaptive` refuses an adaptive
+strategy as the wrapped one. The components check their own parameters (``StateStore``:
+``state_dir`` and ``context``; ``resolve_trust``: ``trust``).
 
 Cost
 ----
@@ -24,7 +25,7 @@ import numpy as np
 from flwr_adaptive.controller import POLICIES
 from flwr_adaptive.strategies.normalization import WEIGHTINGS
 
-__all__ = ["checked_budget"]
+__all__ = ["check_not_adaptive", "checked_budget"]
 
 
 def checked_budget(
@@ -84,3 +85,14 @@ def checked_budget(
             f"of {budget} samples: no node could train; lower min_quota or raise the budget"
         )
     return int(budget), None if budget_per_node is None else int(budget_per_node)
+
+
+def check_not_adaptive(strategy: Any, outer: str) -> None:
+    """Refuse an adaptive strategy as the one ``outer`` wraps: the outer layer's telemetry screen takes
+    the replies' keys first, so the inner one saw none and stopped round 1 telling the user to wrap the
+    ClientApp, which was wrapped."""
+    if any(cls.__name__ == "AdaptiveCore" for cls in type(strategy).__mro__):
+        raise ValueError(
+            f"strategy is already an adaptive strategy ({type(strategy).__name__}): {outer} wraps a Flower "
+            f"strategy once, e.g. {outer}(FedAvg(), budget=...); pass the inner strategy's own options to this one"
+        )

@@ -407,7 +407,10 @@ def harmonize_metrics(
     Returns
     -------
     dict
-        ``{removed key: [indices of the replies it was removed from]}`` (for the log line).
+        ``{removed key: [indices of the replies that sent it differently]}`` (for the log line): of the
+        replies with a finite value of the key's most common kind and the others (missing, not finite,
+        another kind), the fewer: a NaN loss in one reply of six names that reply, not the six it was
+        removed from; an extra key sent by one names the one.
     """
     if not contents:
         return {}
@@ -424,10 +427,14 @@ def harmonize_metrics(
         common &= set(k)
     common = {key for key in common if len({k[key] for k in kinds}) == 1} | required
     removed: dict[str, list[int]] = {}
-    for i, rec in enumerate(records):
-        for key in [k for k in rec.keys() if k not in common]:
-            del rec[key]
-            removed.setdefault(key, []).append(i)
+    for key in sorted({k for rec in records for k in rec.keys()} - common):
+        alike = Counter(k[key] for k in kinds if key in k).most_common(1)
+        good = [i for i, k in enumerate(kinds) if alike and k.get(key, _MISSING) == alike[0][0]]
+        bad = [i for i in range(len(records)) if i not in set(good)]
+        removed[key] = bad if len(bad) <= len(good) else good
+        for rec in records:
+            if key in rec:
+                del rec[key]
     for kind in (0, 1):  # array records, metric records
         if any(len(v[kind]) != 1 for v in views):
             continue  # e.g. evaluation replies carry no arrays
@@ -438,6 +445,9 @@ def harmonize_metrics(
             if old != name:
                 c[name] = c.pop(old)
     return removed
+
+
+_MISSING = object()  # a kind no metric has
 
 
 def describe_removed(removed: Mapping[str, list[int]], nodes: Sequence[Hashable]) -> str:
