@@ -235,7 +235,7 @@ class UpdateSizeScreen:
             return set()
         lengths = {n: math.sqrt(self._squared[n]) for n in nodes}
         normalised = bool(work)
-        earlier = {}
+        earlier: dict[Hashable, float] = {}
         if len(nodes) < MIN_JUDGED:  # one entry per node from earlier rounds, beside this round's
             # already per step: skip_outsized divides these keys by no work
             earlier = {("earlier", n): v for n, (kind, v) in self.latest.items() if kind == normalised}
