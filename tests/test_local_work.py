@@ -208,7 +208,7 @@ def test_two_optimizers_stepping_once_per_batch_took_the_batches_steps_not_twice
         first.step()  # one more encoder step: the encoder's optimizer stepped most
     assert counter.steps == 6
     assert counter.seen_momentum == pytest.approx(0.9) and counter.lr == pytest.approx(0.05)
-    assert "two optimizers stepped in one training call" in caveats()
+    assert "two optimizers over different parameters stepped in one training call" in caveats()
 
 
 def test_steps_in_another_thread_are_warned_about_and_counted_with_the_call_s_context(caveats):
@@ -232,3 +232,62 @@ def test_steps_in_another_thread_are_warned_about_and_counted_with_the_call_s_co
     assert carried.steps == 3
     _steps(torch.optim.SGD(model.parameters(), lr=0.1), model, 1)  # no call open: nothing to say
     assert caveats().count("stepped in another thread") == 1
+
+
+def test_optimizers_over_the_same_parameters_add_up_their_steps(caveats):
+    # helper-64: an optimizer rebuilt each epoch (4 x 5 steps) counted 5, a probe-then-fine-tune recipe
+    # (Adam on the head for 10, then SGD on everything for 30) counted 30
+    body, head = torch.nn.Linear(2, 8), torch.nn.Linear(8, 1)
+    model = torch.nn.Sequential(body, head)
+    with counting(StepCounter()) as epochs:
+        for _ in range(4):
+            _steps(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model, 5)
+    assert epochs.steps == 20 and epochs.seen_momentum == pytest.approx(0.9)
+    with counting(StepCounter()) as phases:
+        _steps(torch.optim.Adam(head.parameters(), lr=0.01), model, 10)
+        _steps(torch.optim.SGD(model.parameters(), lr=0.05), model, 30)
+    assert phases.steps == 40 and phases.lr == pytest.approx(0.05)
+    # one optimizer over two earlier lanes' parameters joins them: the head and the body took 10 steps each
+    # side by side, then 5 together
+    with counting(StepCounter()) as joined:
+        first, second = torch.optim.SGD(body.parameters(), lr=0.1), torch.optim.SGD(head.parameters(), lr=0.1)
+        for _ in range(10):
+            first.zero_grad()
+            second.zero_grad()
+            model(torch.ones(4, 2)).sum().backward()
+            first.step()
+            second.step()
+        _steps(torch.optim.SGD(model.parameters(), lr=0.2), model, 5)
+    assert joined.steps == 15 and joined.lr == pytest.approx(0.2)
+    assert "two optimizers over different parameters" in caveats()  # the side-by-side pair, said once
+
+
+@pytest.mark.parametrize("order", ["encoder first", "decoder first"])
+def test_a_tie_reports_the_larger_parameter_set_whatever_the_order_of_the_steps(order):
+    encoder, decoder = torch.nn.Linear(100, 100), torch.nn.Linear(100, 1)  # 10,100 and 101 elements
+    opts = [torch.optim.SGD(encoder.parameters(), lr=0.05, momentum=0.9), torch.optim.Adam(decoder.parameters(), lr=1e-3)]
+    with counting(StepCounter()) as counter:
+        for _ in range(3):
+            for o in opts:
+                o.zero_grad()
+            decoder(encoder(torch.ones(4, 100))).sum().backward()
+            for o in opts if order == "encoder first" else opts[::-1]:
+                o.step()
+    assert counter.steps == 3 and counter.seen_momentum == pytest.approx(0.9) and counter.lr == pytest.approx(0.05)
+
+
+def test_steps_in_another_thread_of_a_wrapped_train_function_are_warned_about(caveats, flower_identity):
+    import threading
+
+    inner = _train(3)
+
+    def train(msg, context):
+        out = []
+        thread = threading.Thread(target=lambda: out.append(inner(msg, context)))
+        thread.start()
+        thread.join()
+        return out[0]
+
+    reply = telemetry_train(train)(_message({keys.QUOTA: 4}), _context())
+    assert reply.content["metrics"][keys.LOCAL_STEPS] == keys.UNKNOWN
+    assert "stepped in another thread" in caveats()

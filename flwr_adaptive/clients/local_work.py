@@ -9,14 +9,17 @@ needs, per reply, how much local work produced the update. The telemetry wrapper
 ============================  ==========================================================================
 ``keys.LOCAL_STEPS``          torch optimizer steps taken inside the call (process-wide
                               ``torch.optim`` step hooks, attributed to the call running in this
-                              thread through a context variable): those of the optimizer that
-                              stepped most (two optimizers each stepping once per batch, e.g. an
-                              encoder's and a decoder's, took τ steps, not 2τ); -1 when none was
-                              seen (no torch, or torch imported only inside the call)
-``keys.LOCAL_MOMENTUM``       ``momentum=`` given to the wrapper, else the ``momentum`` of that
-                              optimizer's largest parameter group (SGD, RMSprop); -1 when unknown
-                              (e.g. Adam, which has none: the server counts it as plain SGD)
-``keys.LOCAL_LR``             the ``lr`` of that group at the round's last step; -1 when unknown
+                              thread through a context variable). Optimizers over overlapping
+                              parameters add up (one rebuilt each epoch; a second phase over the
+                              same model); over disjoint ones the most stepped set counts (an
+                              encoder's and a decoder's optimizer each stepping once per batch
+                              took τ steps, not 2τ); -1 when none was seen (no torch, or torch
+                              imported only inside the call)
+``keys.LOCAL_MOMENTUM``       ``momentum=`` given to the wrapper, else the ``momentum`` of the largest
+                              parameter group of that set's latest optimizer (SGD, RMSprop; on a tie
+                              of steps, the set with more elements); -1 when unknown (e.g. Adam,
+                              which has none: the server counts it as plain SGD)
+``keys.LOCAL_LR``             the ``lr`` of that group at its last step; -1 when unknown
 ``keys.LOCAL_PROXIMAL_MU``    ``proximal_mu=`` given to the wrapper, else the μ Flower's FedProx sent in
                               the round's config (``keys.FEDPROX_MU_KEYS``: FedProx requires the
                               client to apply it), else 0.0
@@ -36,10 +39,10 @@ built once and reused: the update then holds more work than its steps say; build
 train function, or ``optimizer.state.clear()`` each round), Nesterov momentum or
 ``dampening`` > 0 (counted as heavy-ball momentum: Nesterov's work is understated, up to
 (1 + ρ)× at one step, dampening's overstated), parameter groups with different momenta (the
-largest group's is reported), a second optimizer stepping in the same call, and (at its step)
-an optimizer stepping in another thread while a call runs (context variables do not follow a
-new thread). Weight decay and learning-rate schedules within the round are not modelled (the
-last step's rate is reported).
+largest group's is reported), a second optimizer over other parameters in the same call, and
+(at its step) an optimizer stepping in another thread while a call runs (context variables do
+not follow a new thread). Weight decay and learning-rate schedules within the round are not
+modelled (the last step's rate is reported).
 
 Cost
 ----
@@ -53,6 +56,7 @@ import contextlib
 import contextvars
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -60,7 +64,7 @@ from typing import Any
 from flwr_adaptive import keys
 from flwr_adaptive._logging import logger
 
-__all__ = ["StepCounter", "counting", "fedprox_mu"]
+__all__ = ["StepCounter", "begin_counting", "counting", "end_counting", "fedprox_mu"]
 
 _CURRENT: contextvars.ContextVar[StepCounter | None] = contextvars.ContextVar("flwr_adaptive_steps", default=None)
 _HOOKED: list[Any] = []  # the process-wide hook's handle, once torch is loaded
@@ -99,12 +103,12 @@ class StepCounter:
     def __init__(
         self, momentum: float | None = None, proximal_mu: float | None = None, clock: Callable[[], float] | None = None
     ) -> None:
-        self.counts: dict[int, int] = {}  # id(optimizer) -> steps it took in this call
-        self.main_group: dict[int, int] = {}  # id(optimizer) -> index of its largest parameter group
+        self.lanes: list[_Lane] = []  # optimizers over overlapping parameters share a lane: their steps add up
+        # id(optimizer) -> (the optimizer, held for the call so that its id stays its own; its lane; its
+        # largest parameter group's index)
+        self._seen: dict[int, tuple[Any, _Lane, int]] = {}
         self.momentum = momentum
         self.proximal_mu = proximal_mu
-        self.seen_momentum: float | None = None
-        self.lr: float | None = None
         self.clock = time.perf_counter if clock is None else clock
         self.timed = 0  # step ends stamped (optimizer steps, or mark_step calls)
         self.first_at = math.nan  # clock at the end of the first stamped step
@@ -134,40 +138,69 @@ class StepCounter:
             return None
         return min(max(extra, 0.0), max(wall_s, 0.0))
 
+    def _reported(self) -> _Lane | None:
+        """The lane with the most steps (on a tie, the most parameter elements): what the reply reports."""
+        return max(self.lanes, key=lambda lane: (lane.steps, lane.numel), default=None)
+
     @property
     def steps(self) -> int:
-        """Steps of the optimizer that stepped most in this call (0: none)."""
-        return max(self.counts.values(), default=0)
+        """Steps of the lane that stepped most in this call (0: none)."""
+        lane = self._reported()
+        return 0 if lane is None else lane.steps
+
+    @property
+    def seen_momentum(self) -> float | None:
+        """The momentum of that lane's latest step's largest parameter group (``None``: none seen)."""
+        lane = self._reported()
+        return None if lane is None else lane.momentum
+
+    @property
+    def lr(self) -> float | None:
+        """The learning rate of that group at that lane's latest step (``None``: none seen)."""
+        lane = self._reported()
+        return None if lane is None else lane.lr
 
     def before(self, optimizer: Any) -> None:
         """An optimizer is about to step (the pre-step hook): at its first step in this call, the
-        checks of the module docstring, and which parameter group it reports."""
-        if id(optimizer) in self.main_group:
+        checks of the module docstring, its lane and which parameter group it reports."""
+        if id(optimizer) in self._seen:
             return
         groups = list(getattr(optimizer, "param_groups", None) or [])
-        self.main_group[id(optimizer)] = _largest(groups)
-        if len(self.main_group) == 2:
-            _say_once(
-                "two-optimizers",
-                "two optimizers stepped in one training call (%s after another): the reply reports the steps, "
-                "momentum and lr of the one that steps most, as if it alone trained; normalised aggregation is "
-                "exact when every parameter takes as many steps, e.g. an encoder's and a decoder's optimizer "
-                "each stepping once per batch",
-                type(optimizer).__name__,
-            )
+        params = {id(p): int(getattr(p, "numel", lambda: 1)()) for g in groups for p in g.get("params", ())}
+        overlapping = [lane for lane in self.lanes if lane.params.keys() & params.keys()]
+        if overlapping:  # the same parameters (an optimizer rebuilt per epoch, a second phase): steps add up
+            lane = overlapping[0]
+            for other in overlapping[1:]:  # one optimizer over two lanes' parameters: one lane from now on
+                lane.params.update(other.params)
+                lane.steps = max(lane.steps, other.steps)  # the parameters stepped most
+                self.lanes.remove(other)
+                self._seen = {k: (o, lane if ln is other else ln, g) for k, (o, ln, g) in self._seen.items()}
+            lane.params.update(params)
+        else:
+            lane = _Lane(params)
+            self.lanes.append(lane)
+            if len(self.lanes) == 2:
+                _say_once(
+                    "two-optimizers",
+                    "two optimizers over different parameters stepped in one training call (%s the second): the "
+                    "reply reports the steps, momentum and lr of the one that stepped most, as if it alone "
+                    "trained; normalised aggregation is exact when every parameter takes as many steps, e.g. an "
+                    "encoder's and a decoder's optimizer each stepping once per batch",
+                    type(optimizer).__name__,
+                )
+        self._seen[id(optimizer)] = (optimizer, lane, _largest(groups))
         _check_momentum(optimizer, groups)
 
     def observe(self, optimizer: Any) -> None:
         """One optimizer step (called by the step hook)."""
         self.stamp()
         self.before(optimizer)  # a step the pre-step hook did not see (torch without it)
-        self.counts[id(optimizer)] = self.counts.get(id(optimizer), 0) + 1
-        if self.counts[id(optimizer)] < self.steps:
-            return  # another optimizer steps more: its group is the one reported
+        _, lane, main = self._seen[id(optimizer)]
+        lane.steps += 1
         groups = getattr(optimizer, "param_groups", None) or [{}]
-        group = groups[min(self.main_group[id(optimizer)], len(groups) - 1)]
-        self.lr = _finite(group.get("lr"))
-        self.seen_momentum = _finite(group.get("momentum")) if "momentum" in group else None
+        group = groups[min(main, len(groups) - 1)]
+        lane.lr = _finite(group.get("lr"))
+        lane.momentum = _finite(group.get("momentum")) if "momentum" in group else None
 
     def metrics(self, config: Mapping[str, Any]) -> dict[str, int | float]:
         """The local-work keys for the reply (``config``: the round's config, for FedProx's μ)."""
@@ -179,6 +212,20 @@ class StepCounter:
             keys.LOCAL_LR: float(keys.UNKNOWN) if self.lr is None or self.lr <= 0 else float(self.lr),
             keys.LOCAL_PROXIMAL_MU: 0.0 if mu is None else float(mu),
         }
+
+
+class _Lane:
+    """Optimizers over overlapping parameters in one call: their steps, and what the latest one read."""
+
+    def __init__(self, params: dict[int, int]) -> None:
+        self.params = dict(params)  # id(parameter) -> its number of elements
+        self.steps = 0
+        self.lr: float | None = None
+        self.momentum: float | None = None
+
+    @property
+    def numel(self) -> int:
+        return sum(self.params.values())
 
 
 _SAID: set[str] = set()  # the caveats already logged in this process
@@ -221,8 +268,8 @@ def _check_momentum(optimizer: Any, groups: list[Any]) -> None:
         _say_once(
             "dampening",
             "%s uses dampening > 0, which normalised aggregation counts as undamped heavy-ball momentum: its work "
-            "is overstated (at dampening 0.9 and 10 steps, 41 counted for 10 done); use dampening=0 for exact "
-            "normalisation, or weighting='data-size'",
+            "is overstated (at momentum 0.9, dampening 0.9 and 10 steps, 41 counted for 10 done); use dampening=0 "
+            "for exact normalisation, or weighting='data-size'",
             name,
         )
     momenta = {_finite(g.get("momentum")) for g in groups if "momentum" in g}
@@ -236,7 +283,8 @@ def _check_momentum(optimizer: Any, groups: list[Any]) -> None:
         )
 
 
-_OPEN = [0]  # wrapped calls running in this process (any thread)
+_OPEN = [0]  # wrapped calls running in this process (any thread), under _OPEN_LOCK
+_OPEN_LOCK = threading.Lock()
 
 
 def _on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -271,14 +319,27 @@ def _hook_torch() -> None:
     _HOOKED.append((register_optimizer_step_pre_hook(_before_step), register_optimizer_step_post_hook(_on_step)))
 
 
+def begin_counting(counter: StepCounter) -> contextvars.Token[StepCounter | None]:
+    """From now on, attribute the optimizer steps taken in this thread to ``counter`` (the telemetry
+    wrapper's call window); :func:`end_counting` with the token returned ends it."""
+    _hook_torch()
+    with _OPEN_LOCK:
+        _OPEN[0] += 1
+    return _CURRENT.set(counter)
+
+
+def end_counting(token: contextvars.Token[StepCounter | None]) -> None:
+    """End what :func:`begin_counting` began."""
+    _CURRENT.reset(token)
+    with _OPEN_LOCK:
+        _OPEN[0] = max(_OPEN[0] - 1, 0)
+
+
 @contextlib.contextmanager
 def counting(counter: StepCounter) -> Iterator[StepCounter]:
     """Attribute the optimizer steps taken in this thread to ``counter`` while the block runs."""
-    _hook_torch()
-    token = _CURRENT.set(counter)
-    _OPEN[0] += 1
+    token = begin_counting(counter)
     try:
         yield counter
     finally:
-        _OPEN[0] -= 1
-        _CURRENT.reset(token)
+        end_counting(token)

@@ -75,7 +75,7 @@ from flwr_adaptive._logging import logger as log
 from flwr_adaptive.clients.batch_scaling import reference_of
 from flwr_adaptive.clients.data import QuotaWindow, close_window, open_window, quota_data
 from flwr_adaptive.clients.local_work import _CURRENT as _STEPS
-from flwr_adaptive.clients.local_work import StepCounter, _hook_torch
+from flwr_adaptive.clients.local_work import StepCounter, begin_counting, end_counting
 
 __all__ = ["telemetry_train", "TelemetryClient", "Measured", "TrainingWindow", "quota_data", "mark_warm", "mark_step"]
 
@@ -317,8 +317,7 @@ class TrainingWindow:
         if not _WARM:
             _WARM.append(True)
         self._token = open_window(self.window)
-        _hook_torch()
-        self._steps_token = _STEPS.set(self.result.work)
+        self._steps_token = begin_counting(self.result.work)
         try:
             meter = _resolve_meter(self._meter_spec, self._context, self._round)
             if self._round >= 1 and hasattr(meter, "set_round"):
@@ -344,7 +343,7 @@ class TrainingWindow:
                 log.warning("energy meter failed at the end of the round (%s); no energy reported", exc)
         self.result.cpu_s = self._cpu() - self._c0
         self.result.wall_s = self._wall() - self._w0
-        _STEPS.reset(self._steps_token)
+        end_counting(self._steps_token)
         close_window(self._token)
 
 
