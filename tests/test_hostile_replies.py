@@ -206,6 +206,13 @@ def test_a_nan_metric_in_one_reply_names_that_reply_s_node_not_every_node(caplog
     assert "train_loss" not in metrics and strategy.history.iloc[-1]["clients"] == 4  # left out, nobody skipped
     said = [line for line in sup.adaptive_lines(caplog) if "'train_loss'" in line]
     assert len(said) == 1 and f"'train_loss' (node {HOSTILE})" in said[0] and "not finite" in said[0]
+    # every reply's NaN: every node is named (helper-64: the line said "(node )")
+    from flwr_adaptive.strategies.screening import harmonize_metrics
+
+    contents = [r.content for r in replies]
+    for c in contents:
+        c["metrics"]["train_loss"] = math.nan
+    assert harmonize_metrics(contents, [])["train_loss"] == [0, 1, 2, 3]
 
 
 def test_node_unavailable_reply_from_the_superlink_is_attributed_to_its_node(caplog):

@@ -195,6 +195,17 @@ def test_a_round_of_two_replies_is_judged_with_the_earlier_rounds_lengths(api, c
     assert strategy.history.iloc[-1]["skipped"] == 0
 
 
+def test_a_small_round_after_one_without_step_counts_keeps_its_honest_replies():
+    # helper-64: round 1's replies said no steps (samples stood in: per-sample lengths), round 2's said 8; judged
+    # against round 1's per-sample entries (256x longer per unit) both honest replies were skipped
+    strategy = AdaptiveStrategy(_fedavg(2), budget=4096, policy="equal")
+    update = [X[0] + 0.5 * np.array([1.0, -1.0, 0.5])]
+    message_round(strategy, X, [(dict(samples=2048), update), (dict(samples=2048), update)], rnd=1)
+    assert strategy.aggregation.last_unit == "sample"
+    message_round(strategy, X, [(dict(samples=2048, steps=8), update), (dict(samples=2048, steps=8), update)], rnd=2)
+    assert strategy.aggregation.last_unit == "step" and strategy.history.iloc[-1]["skipped"] == 0
+
+
 def test_the_small_round_reference_holds_one_entry_per_node_and_judges_only_the_round():
     from flwr_adaptive.strategies.update_size import UpdateSizeScreen
 
@@ -208,8 +219,16 @@ def test_the_small_round_reference_holds_one_entry_per_node_and_judges_only_the_
 
     assert judge({"a": 1.0, "b": 2.0}) == set()  # round 1 of a 2-of-4 sample: 2 lengths only
     assert judge({"c": 1.5, "d": 30.0}) == {"d"}  # beside a, b, c and d: the lower median is 1.5; 20x
-    assert screen.latest["d"] == (False, 30.0)  # skipped, still its entry: each node holds one
+    assert screen.latest["d"] == ("update", 30.0)  # skipped, still its entry: each node holds one
     assert judge({"a": 1.2, "b": 12.0}) == set()  # the lower median of 1.2, 12, and earlier 1.5, 30 is 1.5: 8x
     # a normalised round judges average steps and keeps them apart from whole updates
     assert judge({"a": 4.0, "c": 40.0}, work={"a": 4.0, "c": 40.0}) == set()  # steps of 1: no earlier steps
-    assert screen.latest["c"] == (True, 1.0)
+    assert screen.latest["c"] == ("step", 1.0)
+    # samples standing in for unsaid steps are a unit of their own (helper-64: per-sample entries judged
+    # later per-step ones, 8 steps of 64 samples each, and both honest replies were skipped)
+    assert judge({"a": 512.0, "b": 512.0}, work={"a": 512.0, "b": 512.0}) == set()
+    screen.latest = {n: ("sample", 1.0) for n in "ab"}
+    screen.start({"w": np.zeros(1)})
+    for node in "ab":
+        screen.value_check(node)("w", np.array([512.0]))
+    assert screen.skip(2, ["a", "b"], {"a": 8.0, "b": 8.0}, 10.0, str, unit="step") == set()

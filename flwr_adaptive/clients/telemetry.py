@@ -236,7 +236,9 @@ class Measured:
                 f"{keys.SETUP_ERROR_MARK} partition {self.partition}: quota_data selected {int(w.samples)} samples "
                 f"but the training read none of them, while the optimizer took {self.work.steps} steps: it trained "
                 "on other data, and the reply would report the quota as trained. Train on what quota_data "
-                "returns (trainloader = quota_data(trainloader), not quota_data(trainloader) alone)"
+                "returns (trainloader = quota_data(trainloader), not quota_data(trainloader) alone); a DataLoader "
+                "with persistent_workers=True built once over quota_data's view keeps reading its first round's "
+                "selection: pass the DataLoader itself to quota_data, or build it inside the train function"
             )
 
     def no_step_read(self) -> dict[str, int]:

@@ -429,7 +429,8 @@ class AdaptiveCore:
         scales = self.update_scales(server_round, reports, weights)
         work = self.aggregation.last_work if self.aggregation.weighting == "normalized" else {}
         nodes = [r.node_id for r in reports]
-        far = self.update_size.skip(server_round, nodes, work, self.max_update_ratio, self.who)
+        unit = self.aggregation.last_unit if work else "update"
+        far = self.update_size.skip(server_round, nodes, work, self.max_update_ratio, self.who, unit=unit)
         if not far:
             return list(reports), weights, scales
         skipped.update(dict.fromkeys(far, "invalid"))

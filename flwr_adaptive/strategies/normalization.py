@@ -302,6 +302,9 @@ class AggregationWeights:
         #: The local work ‖a_i‖₁ each update of the last round is normalised by, ``{node id: work}``: its
         #: update over this is its average step (what ``update_size`` compares, whatever the rescale cap).
         self.last_work: dict[Hashable, float] = {}
+        #: What ``last_work`` counts: ``"step"``, or ``"sample"`` in a round where a reply did not say its
+        #: steps and samples stood in for them (average steps of the two units do not compare).
+        self.last_unit = "step"
         #: The last round's aggregation weights, ``{node id: weight}`` (``client_history``'s ``agg_weight``).
         self.last_weights: dict[Hashable, int] = {}
         #: Each connected node's latest step claim, ``{node id: (steps per sample, steps per max(samples,
@@ -386,7 +389,7 @@ class AggregationWeights:
     ) -> dict[Hashable, float]:
         """``{node: τ_eff/‖a_i‖₁}`` with ``weighting="normalized"`` (else ``{}``); ``local_steps``
         gives each reply's steps (``None``: a reply does not say them)."""
-        self.last_scales, self.last_work = {}, {}
+        self.last_scales, self.last_work, self.last_unit = {}, {}, "step"
         if self.weighting != "normalized" or not reports:
             return {}
         samples = np.array([r.samples for r in reports], dtype=float)
@@ -404,7 +407,7 @@ class AggregationWeights:
                 missing[0],
                 keys.LOCAL_STEPS,
             )
-            tau = samples
+            tau, self.last_unit = samples, "sample"
         else:
             trained = np.array([trained_at_least(r) for r in reports], dtype=float)
             tau, clipped = plausible_steps(

@@ -20,9 +20,12 @@ node's longer update for its larger quota stays well inside ``ratio`` (without t
 silo's × 1e30 model was the global model from round 1 of the HFL app, which weighs by samples).
 
 A round of fewer than 3 replies (a sampled federation: Flower's ``min_train_nodes`` is 2) is judged
-against its own lengths and every node's latest judged length of an earlier round (its own too:
-each earlier entry is one node's last judged reply, skipped ones included, like FedAsync's
-:class:`LatestUpdates`): one reply of 2 at × 1e30 was the global model from then on.
+against its own lengths and every node's latest judged length of an earlier round in the same unit
+(its own too: each earlier entry is one node's last judged reply, skipped ones included, like
+FedAsync's :class:`LatestUpdates`): one reply of 2 at × 1e30 was the global model from then on. An average
+step per optimizer step and one per sample (a round whose replies did not all say their steps) do
+not compare, nor do either with a whole update; a learning rate that changes by ~100× between
+rounds makes earlier steps a wrong reference too.
 
 Not bounded: a reply within ``ratio`` × the median (a node may push the model up to that far a
 round; honest steps are too far apart for a ratio that catches moderate poisoning: a robust inner
@@ -192,9 +195,9 @@ class UpdateSizeScreen:
         self.last_ratio = math.nan
         self._sent: Mapping[str, np.ndarray] | None = None
         self._squared: dict[Hashable, float] = {}
-        #: Per node, its latest judged length (average step, or whole update) and which of the two it is:
-        #: what a round of fewer than 3 replies is judged with.
-        self.latest: dict[Hashable, tuple[bool, float]] = {}
+        #: Per node, the unit of its latest judged length (``"step"``, ``"sample"``, ``"update"``) and the
+        #: length per unit: what a round of fewer than 3 replies is judged with.
+        self.latest: dict[Hashable, tuple[str, float]] = {}
 
     def start(self, sent: Mapping[str, np.ndarray] | None) -> None:
         """A new round's screen against the model sent (``{name: array}``; ``None``: nothing measured)."""
@@ -224,24 +227,26 @@ class UpdateSizeScreen:
         work: Mapping[Hashable, float],
         ratio: float,
         who: Callable[[Hashable], str],
+        unit: str | None = None,
     ) -> set[Hashable]:
         """The kept ``nodes`` whose average step is more than ``ratio`` × the lower median
         (:func:`skip_outsized`), each said in one warning; with fewer than 3 replies, the median of
-        theirs and every node's latest judged length of an earlier round (fewer than 3 in all, or a
-        node not measured: none skipped)."""
+        theirs and every node's latest judged length of an earlier round measured in the same ``unit``
+        (default ``"step"`` with ``work``, ``"update"`` without: what a length is per; samples stand in
+        for unsaid steps, a unit of its own) (fewer than 3 in all, or a node not measured: none skipped)."""
         nodes = list(nodes)
         self.last_ratio = math.nan
         if not nodes or any(n not in self._squared for n in nodes):
             return set()
         lengths = {n: math.sqrt(self._squared[n]) for n in nodes}
-        normalised = bool(work)
+        unit = unit or ("step" if work else "update")
         earlier: dict[Hashable, float] = {}
         if len(nodes) < MIN_JUDGED:  # one entry per node from earlier rounds, beside this round's
-            # already per step: skip_outsized divides these keys by no work
-            earlier = {("earlier", n): v for n, (kind, v) in self.latest.items() if kind == normalised}
+            # already per unit of work: skip_outsized divides these keys by no work
+            earlier = {("earlier", n): v for n, (was, v) in self.latest.items() if was == unit}
         far, self.last_ratio = skip_outsized(server_round, {**lengths, **earlier}, work, ratio, who, judged=nodes)
         for n in nodes:  # skipped ones too: a coalition holds one entry per member, whatever it sends
-            self.latest[n] = (normalised, lengths[n] / work.get(n, 1.0))
+            self.latest[n] = (unit, lengths[n] / work.get(n, 1.0))
         return far
 
 
