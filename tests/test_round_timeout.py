@@ -252,3 +252,40 @@ def test_on_a_timed_deployment_grid_a_time_liar_is_priced_by_the_server_s_clock(
     # 12.25 s; from its second strike on the server believes that, not the claimed 1 s
     assert believed_504(timed=True)[1:] == [pytest.approx(12.25), pytest.approx(12.25)]
     assert believed_504(timed=False) == [1.0, 1.0, 1.0]  # Flower's own loop: no reply times, the claim stands
+
+
+def test_a_claim_longer_than_the_server_s_whole_wait_is_taken_at_the_wait(monkeypatch, caplog):
+    # Seen through flwr run (helper-62): a claimed time-s of 1e12 was believed silently (it only lowered the
+    # liar's own quota; its estimate became 1e12 s over its samples)
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from flwr_adaptive.strategies import round_timeout as rt
+
+    now = [1000.0]
+
+    class Clock:
+        @property
+        def now(self):
+            return now[0]
+
+    class Boasting(DeploymentLikeGrid):
+        __module__ = DeploymentLikeGrid.__module__  # Flower's grid, as the TimedGrid sees it
+
+        def pull_messages(self, ids):
+            out = super().pull_messages(ids)
+            for r in out:
+                if self.pushed[r.metadata.reply_to_message_id][0].metadata.dst_node_id == 504:
+                    r.content["metrics"][keys.TIME_S] = 1e12
+            return out
+
+    monkeypatch.setattr(rt.time, "time", lambda: now[0])
+    monkeypatch.setattr(rt.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    strategy = _strategy(None)
+    timed = TimedGrid(Boasting(Clock(), {501: 1.2, 502: 2.0, 503: 3.1, 504: 2.4}), strategy)
+    msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), timed))
+    strategy._sent_at = now[0]
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        strategy.aggregate_train(1, list(timed.send_and_receive(msgs, timeout=3600)))
+    assert strategy._believed[504].time_s == pytest.approx(2.5)  # its reply, pulled at 2.5 s
+    assert any("partition 3 (node 504) claims 1e+12 s of compute, more than the 2.5 s the server waited" in m
+               for m in caplog.messages)

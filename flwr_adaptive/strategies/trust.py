@@ -22,7 +22,11 @@ times: each rank against the other ranks of its silo). Three rules, in order:
    strikes, it would get through every third round). The interval is coarse: in Flower 1.42 a SuperNode polls for
    instructions and the deployment Grid pulls replies every 3 s, so an honest node can look up
    to two polls later than the group's median; ``evidence_min_s`` (7 s) lies above that, and
-   lies worth less per round are left to rules 2 and 3.
+   lies worth less per round are left to rules 2 and 3. A claim longer than the whole interval
+   (the reply came back before the claimed compute could have ended) is taken at the interval,
+   from one report on, with one warning naming the node: it would only lower the node's own
+   share, but its estimate would be what no device did (the round's makespan and energy figures
+   still add up the claims as sent).
 2. **Group plausibility.** A per-sample time (or energy, when measured) below the median of the
    *other* nodes divided by ``plausible_range`` is not believed. The other nodes are the round's
    other claims and, in a sampled federation, the believed costs of the known nodes the round did
@@ -227,6 +231,21 @@ class CostTrust:
             and math.isfinite(observed_s[r.node_id])
             and observed_s[r.node_id] > 0
         ]
+        for r in timed:  # a compute claim longer than the whole wait is impossible, whatever the group
+            if r.time_s > observed_s[r.node_id]:
+                out[r.node_id] = replace(r, time_s=observed_s[r.node_id])
+                self._say(
+                    "above-observed",
+                    r.node_id,
+                    "[adaptive] round %s: %s claims %.3g s of compute, more than the %.3g s the server waited for "
+                    "its reply: it is taken at %.3g s (its clock or its meter is wrong, or it lies)",
+                    server_round,
+                    self.who(r.node_id),
+                    r.time_s,
+                    observed_s[r.node_id],
+                    observed_s[r.node_id],
+                )
+        timed = [out[r.node_id] for r in timed]
         if len(timed) < self.min_group + 1:
             return
         overhead = float(np.median([observed_s[r.node_id] - r.time_s for r in timed]))
