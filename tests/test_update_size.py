@@ -232,3 +232,28 @@ def test_the_small_round_reference_holds_one_entry_per_node_and_judges_only_the_
     for node in "ab":
         screen.value_check(node)("w", np.array([512.0]))
     assert screen.skip(2, ["a", "b"], {"a": 8.0, "b": 8.0}, 10.0, str, unit="step") == set()
+
+
+def test_a_resumed_server_judges_its_first_small_round_with_the_saved_lengths():
+    import json
+
+    from flwr_adaptive.strategies.state_store import StateFileError
+
+    first = _strategy("message", 2)
+    message_round(first, X, [(dict(steps=4), _honest(0)), (dict(steps=4), _honest(1))], rnd=1)
+    message_round(first, X, [(dict(steps=4), _honest(2)), (dict(steps=4), _honest(3))], rnd=2)
+    saved = json.loads(json.dumps(first.state_dict()))  # as the state file holds it
+    assert sorted(n for n, _, _ in saved["update_lengths"]) == [100, 101]
+    resumed = _strategy("message", 2)
+    resumed.load_state_dict(saved)
+    assert resumed.update_size.latest == first.update_size.latest  # JSON keeps the floats exactly
+    message_round(resumed, X, [(dict(steps=4), _honest(4)), (dict(steps=4), [X[0] * 1e30])], rnd=3)
+    assert resumed.history.iloc[-1]["skipped"] == 1  # judged from its first round, not left unscreened
+    # a tampered entry is refused like any malformed state; a state written before the lengths were kept resumes
+    for bad in (["x", "step", 1.0], [100, "furlong", 1.0], [100, "step", -1.0], [100, "step", float("nan")]):
+        with pytest.raises(StateFileError, match="saved update length"):
+            _strategy("message", 2).load_state_dict({**saved, "update_lengths": [bad] if bad[0] != "x" else "x"})
+    old = {k: v for k, v in saved.items() if k != "update_lengths"}
+    again = _strategy("message", 2)
+    again.load_state_dict(old)
+    assert again.update_size.latest == {}

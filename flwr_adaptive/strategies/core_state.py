@@ -45,6 +45,7 @@ def state_of(core: AdaptiveCore) -> dict[str, Any]:
         core.bounds.caps,
         core.overheads.state(),
         (core.aggregation.peer_steps, core.aggregation.peer_optimizers),
+        core.update_size.latest,
     )
 
 
@@ -65,6 +66,7 @@ def restore(core: AdaptiveCore, state: Mapping[str, Any]) -> None:
     steps, optimizers = saved.peer_claims
     core.aggregation.peer_steps.update(steps)
     core.aggregation.peer_optimizers.update(optimizers)
+    core.update_size.latest.update(saved.update_lengths)
 
 
 def forget_departed(core: AdaptiveCore, live_node_ids: Iterable[Hashable]) -> list[Hashable]:

@@ -59,6 +59,7 @@ __all__ = [
 STATE_FILE = "adaptive-state.json"
 CONTEXT_STATE_KEY = "flwr-adaptive"
 STATE_VERSION = 1
+UPDATE_UNITS = ("step", "sample", "update")  # what an update-size screen's saved length is per
 
 #: The latest claims kept to screen small rounds: ``({node id: (steps per sample, steps per reference
 #: quota, steps)}, {node id: (momentum, α)})`` (``AggregationWeights.peer_steps`` / ``peer_optimizers``).
@@ -160,9 +161,11 @@ def encode_state(
     caps: Mapping[Hashable, int],
     overheads: list[list],
     peer_claims: PeerClaims,
+    update_lengths: Mapping[Hashable, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The saved state, as JSON types (what :func:`parse_state` reads back), keyed by partition id."""
     steps, optimizers = peer_claims
+    lengths = update_lengths or {}
     return {
         "version": STATE_VERSION,
         "policy": policy,
@@ -180,6 +183,10 @@ def encode_state(
         # replies are screened against the nodes that replied before the restart, not left unscreened
         "peer_steps": [[n, list(v)] for n, v in steps.items() if isinstance(n, (int, str))],
         "peer_optimizers": [[n, list(v)] for n, v in optimizers.items() if isinstance(n, (int, str))],
+        # node id -> its latest judged update length and its unit: the same, for the update-size screen
+        "update_lengths": [
+            [n, unit, v] for n, (unit, v) in lengths.items() if isinstance(n, (int, str)) and math.isfinite(v)
+        ],
     }
 
 
@@ -193,6 +200,7 @@ class SavedState:
     caps: dict[Hashable, int]
     overheads: dict[int, list[float]]
     peer_claims: PeerClaims
+    update_lengths: dict[Hashable, tuple[str, float]]
 
 
 def parse_state(state: Any, policy: str, controller: AllocationController) -> SavedState:
@@ -237,7 +245,32 @@ def parse_state(state: Any, policy: str, controller: AllocationController) -> Sa
         _saved_claims(state.get("peer_steps", []), "step", _plausible_step_claim),
         _saved_claims(state.get("peer_optimizers", []), "optimizer", _plausible_optimizer_claim),
     )
-    return SavedState(rounds, controller, partitions, caps, overheads, peer_claims)
+    lengths = _saved_update_lengths(state.get("update_lengths", []))
+    return SavedState(rounds, controller, partitions, caps, overheads, peer_claims, lengths)
+
+
+def _saved_update_lengths(entries: Any) -> dict[Hashable, tuple[str, float]]:
+    """The saved ``[[node id, unit, length], ...]`` of the update-size screen (``StateFileError`` when
+    malformed; absent in a state written before they were kept: none)."""
+    if not isinstance(entries, list):
+        raise StateFileError(f"the saved update lengths are not a list of [node id, unit, length]: {entries!r:.200}")
+    out: dict[Hashable, tuple[str, float]] = {}
+    for entry in entries:
+        ok = (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and not isinstance(entry[0], bool)
+            and isinstance(entry[0], (int, str))
+            and entry[1] in UPDATE_UNITS
+            and isinstance(entry[2], (int, float))
+            and not isinstance(entry[2], bool)
+            and math.isfinite(entry[2])
+            and entry[2] >= 0
+        )
+        if not ok:
+            raise StateFileError(f"a saved update length {entry!r:.200} is not [node id, unit, length >= 0]")
+        out[entry[0]] = (entry[1], float(entry[2]))
+    return out
 
 
 def _plausible_step_claim(v: tuple[float, ...]) -> bool:

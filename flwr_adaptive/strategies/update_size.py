@@ -30,9 +30,10 @@ rounds makes earlier steps a wrong reference too.
 Not bounded: a reply within ``ratio`` × the median (a node may push the model up to that far a
 round; honest steps are too far apart for a ratio that catches moderate poisoning: a robust inner
 strategy such as ``FedTrimmedAvg`` bounds what stays), a run's first rounds while fewer than 3
-lengths are known (a 2-node round 1; a resumed server starts over), and a coalition holding half of
-the lengths judged or more (the lower median is then theirs: near-zero updates get every honest one
-skipped; that can be 2 nodes of 5 when a third times out, or 1 node of 2).
+lengths are known (a 2-node round 1; ``latest`` is in the state file, so a resumed server keeps
+them), and a coalition holding half of the lengths judged or more (the lower median is then
+theirs: near-zero updates get every honest one skipped; that can be 2 nodes of 5 when a third
+times out, or 1 node of 2).
 
 :class:`UpdateSizeScreen` is the round's screen as the strategies use it: it measures each reply's
 update while screening decodes the reply's arrays (``value_check``), and judges the kept replies once
