@@ -74,13 +74,14 @@ def forget_departed(core: AdaptiveCore, live_node_ids: Iterable[Hashable]) -> li
 
     The node book forgets them and releases their partitions (``PartitionMap.forget``); their
     assigned quota, ``"node-<id>"`` controller slot and cap go too, and every departed node's claims
-    kept to screen small rounds.
+    and update length kept to screen small rounds.
     """
     live = live_node_ids if isinstance(live_node_ids, (set, frozenset)) else set(live_node_ids)
     gone = core.nodes.forget(live)
     for n in gone:
         core._assigned.pop(n, None)
     core.aggregation.retain(live)
+    core.update_size.retain(live)
     forget_keys(core, [k for k in (f"node-{n}" for n in gone) if k in core.nodes.node_keys])
     return gone
 

@@ -200,6 +200,13 @@ class UpdateSizeScreen:
         #: length per unit: what a round of fewer than 3 replies is judged with.
         self.latest: dict[Hashable, tuple[str, float]] = {}
 
+    def retain(self, live_node_ids: Iterable[Hashable]) -> None:
+        """Keep the latest lengths of the connected nodes only (the server's state grows with the nodes,
+        not with the ids a churning federation has used)."""
+        live = set(live_node_ids)
+        for n in [n for n in self.latest if n not in live]:
+            del self.latest[n]
+
     def start(self, sent: Mapping[str, np.ndarray] | None) -> None:
         """A new round's screen against the model sent (``{name: array}``; ``None``: nothing measured)."""
         self._sent, self._squared, self.last_ratio = sent, {}, math.nan
