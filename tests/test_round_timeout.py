@@ -144,30 +144,39 @@ class FlowerLikeGrid:
         return out
 
 
-def test_replies_are_pulled_every_half_second_and_timed_on_the_server_s_clock(monkeypatch):
-    from flwr.app import ArrayRecord, ConfigRecord
+class FakeClock:
+    """The ServerApp's wall clock in the tests below: each sleep advances it (``clock`` fixture)."""
 
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
     from flwr_adaptive.strategies import round_timeout as rt
 
-    now = [1000.0]
+    fake = FakeClock()
+    monkeypatch.setattr(rt.time, "time", lambda: fake.now)  # the time module itself: the grids' sleeps too
+    monkeypatch.setattr(rt.time, "sleep", fake.sleep)
+    return fake
 
-    class Clock:
-        @property
-        def now(self):
-            return now[0]
 
-    monkeypatch.setattr(rt.time, "time", lambda: now[0])
-    monkeypatch.setattr(rt.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+def test_replies_are_pulled_every_half_second_and_timed_on_the_server_s_clock(clock):
+    from flwr.app import ArrayRecord, ConfigRecord
+
     strategy = _strategy(RoundTimeout(factor=2, floor_s=5, ceiling_s=60))
-    grid = FlowerLikeGrid(Clock(), {501: 1.2, 502: 2.0, 503: 3.1, 504: 70.0})
+    grid = FlowerLikeGrid(clock, {501: 1.2, 502: 2.0, 503: 3.1, 504: 70.0})
     timed = strategy.timed_grid(grid)
     msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), timed))
-    strategy._sent_at = now[0]  # configure_train stamped the wall clock; the fake clock starts here
+    strategy._sent_at = clock.now  # configure_train stamped the wall clock; the fake clock starts here
     replies = list(timed.send_and_receive(msgs, timeout=3600))
     # node 504 hangs: the round stops at the ceiling (60 s, round 1), not at start's 3600 s
     answered = {grid.pushed[r.metadata.reply_to_message_id][0].metadata.dst_node_id for r in replies}
     assert answered == {501, 502, 503}
-    assert now[0] - 1000.0 == pytest.approx(60.0)
+    assert clock.now - 1000.0 == pytest.approx(60.0)
     strategy.aggregate_train(1, replies)
     # each arrival on the server's clock, to the next 0.5-s pull (Flower's own loop: 3-s steps)
     observed = strategy.observed_seconds(list(strategy._believed.values()))
@@ -218,32 +227,21 @@ def test_a_deployment_grid_without_server_timing_says_trust_has_no_server_eviden
     assert not says(timed.strategy, timed)  # the caller's own TimedGrid, as the line advises
 
 
-def test_on_a_timed_deployment_grid_a_time_liar_is_priced_by_the_server_s_clock(monkeypatch):
+def test_on_a_timed_deployment_grid_a_time_liar_is_priced_by_the_server_s_clock(clock):
     from flwr.app import ArrayRecord, ConfigRecord
 
-    from flwr_adaptive.strategies import round_timeout as rt
-
-    now = [1000.0]
-
-    class Clock:
-        @property
-        def now(self):
-            return now[0]
-
-    monkeypatch.setattr(rt.time, "time", lambda: now[0])
-    monkeypatch.setattr(rt.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
     # every node claims 1 s of compute; node 504's reply takes 14 s (a lie inside the plausible range:
     # the claims alone cannot tell it from the others)
     ready = {501: 1.2, 502: 2.0, 503: 3.1, 504: 14.0}
 
     def believed_504(timed: bool) -> list[float]:
         strategy = _strategy(None)
-        grid = DeploymentLikeGrid(Clock(), ready)
+        grid = DeploymentLikeGrid(clock, ready)
         used = TimedGrid(grid, strategy) if timed else strategy.timed_grid(grid)
         out = []
         for rnd in (1, 2, 3):
             msgs = list(strategy.configure_train(rnd, ArrayRecord([np.zeros(2)]), ConfigRecord({}), used))
-            strategy._sent_at = now[0]
+            strategy._sent_at = clock.now
             strategy.aggregate_train(rnd, list(used.send_and_receive(msgs, timeout=3600)))
             out.append(strategy._believed[504].time_s)
         return out
@@ -254,19 +252,10 @@ def test_on_a_timed_deployment_grid_a_time_liar_is_priced_by_the_server_s_clock(
     assert believed_504(timed=False) == [1.0, 1.0, 1.0]  # Flower's own loop: no reply times, the claim stands
 
 
-def test_a_claim_longer_than_the_server_s_whole_wait_is_taken_at_the_wait(monkeypatch, caplog):
+def test_a_claim_longer_than_the_server_s_whole_wait_is_taken_at_the_wait(clock, caplog):
     # Seen through flwr run (helper-62): a claimed time-s of 1e12 was believed silently (it only lowered the
     # liar's own quota; its estimate became 1e12 s over its samples)
     from flwr.app import ArrayRecord, ConfigRecord
-
-    from flwr_adaptive.strategies import round_timeout as rt
-
-    now = [1000.0]
-
-    class Clock:
-        @property
-        def now(self):
-            return now[0]
 
     class Boasting(DeploymentLikeGrid):
         __module__ = DeploymentLikeGrid.__module__  # Flower's grid, as the TimedGrid sees it
@@ -278,12 +267,10 @@ def test_a_claim_longer_than_the_server_s_whole_wait_is_taken_at_the_wait(monkey
                     r.content["metrics"][keys.TIME_S] = 1e12
             return out
 
-    monkeypatch.setattr(rt.time, "time", lambda: now[0])
-    monkeypatch.setattr(rt.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
     strategy = _strategy(None)
-    timed = TimedGrid(Boasting(Clock(), {501: 1.2, 502: 2.0, 503: 3.1, 504: 2.4}), strategy)
+    timed = TimedGrid(Boasting(clock, {501: 1.2, 502: 2.0, 503: 3.1, 504: 2.4}), strategy)
     msgs = list(strategy.configure_train(1, ArrayRecord([np.zeros(2)]), ConfigRecord({}), timed))
-    strategy._sent_at = now[0]
+    strategy._sent_at = clock.now
     with caplog.at_level(logging.WARNING, logger="flwr"):
         strategy.aggregate_train(1, list(timed.send_and_receive(msgs, timeout=3600)))
     assert strategy._believed[504].time_s == pytest.approx(2.5)  # its reply, pulled at 2.5 s

@@ -188,7 +188,7 @@ class StepCounter:
                     "encoder's and a decoder's optimizer each stepping once per batch",
                     type(optimizer).__name__,
                 )
-        self._seen[id(optimizer)] = (optimizer, lane, _largest(groups))
+        self._seen[id(optimizer)] = (optimizer, lane, _largest(groups, params))
         _check_momentum(optimizer, groups)
 
     def observe(self, optimizer: Any) -> None:
@@ -237,9 +237,9 @@ def _say_once(tag: str, msg: str, *args: Any) -> None:
         logger.warning("[adaptive] " + msg + " (said once)", *args)
 
 
-def _largest(groups: list[Any]) -> int:
-    """Index of the parameter group with the most elements (the first on a tie)."""
-    sizes = [sum(int(getattr(p, "numel", lambda: 1)()) for p in g.get("params", ())) for g in groups]
+def _largest(groups: list[Any], numel: Mapping[int, int]) -> int:
+    """Index of the parameter group with the most elements (``numel``: by parameter id; the first on a tie)."""
+    sizes = [sum(numel[id(p)] for p in g.get("params", ())) for g in groups]
     return max(range(len(sizes)), key=lambda i: (sizes[i], -i)) if sizes else 0
 
 

@@ -430,7 +430,7 @@ def harmonize_metrics(
     for key in sorted({k for rec in records for k in rec.keys()} - common):
         alike = Counter(k[key] for k in kinds if key in k).most_common(1)
         good = [i for i, k in enumerate(kinds) if alike and k.get(key, _MISSING) == alike[0][0]]
-        bad = [i for i in range(len(records)) if i not in set(good)]
+        bad = sorted(set(range(len(records))) - set(good))
         removed[key] = bad if len(bad) <= len(good) or not good else good  # none alike: every reply
         for rec in records:
             if key in rec:

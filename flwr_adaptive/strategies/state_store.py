@@ -161,11 +161,10 @@ def encode_state(
     caps: Mapping[Hashable, int],
     overheads: list[list],
     peer_claims: PeerClaims,
-    update_lengths: Mapping[Hashable, tuple[str, float]] | None = None,
+    update_lengths: Mapping[Hashable, tuple[str, float]],
 ) -> dict[str, Any]:
     """The saved state, as JSON types (what :func:`parse_state` reads back), keyed by partition id."""
     steps, optimizers = peer_claims
-    lengths = update_lengths or {}
     return {
         "version": STATE_VERSION,
         "policy": policy,
@@ -185,7 +184,7 @@ def encode_state(
         "peer_optimizers": [[n, list(v)] for n, v in optimizers.items() if isinstance(n, (int, str))],
         # node id -> its latest judged update length and its unit: the same, for the update-size screen
         "update_lengths": [
-            [n, unit, v] for n, (unit, v) in lengths.items() if isinstance(n, (int, str)) and math.isfinite(v)
+            [n, unit, v] for n, (unit, v) in update_lengths.items() if isinstance(n, (int, str)) and math.isfinite(v)
         ],
     }
 
