@@ -39,16 +39,10 @@ ROUNDS = 8
 DRIFT_ROUND = 4
 # Per silo: per-rank slowdowns before and from DRIFT_ROUND on. Speed ratios of at least 3 inside
 # every silo keep Equal's CV far above what timing noise on a busy machine can blur, and no drift
-# swaps which rank is faster, so even the drift round (still on the old split) beats Equal. Each
-# drift moves its silo's balanced split by far more than the noise: a rank's fixed per-step cost is
-# large beside its per-sample one here, so a 2x drift of silo 1's fast rank ([1, 6] -> [2, 6]) moved
-# its share by ~0.03 and one CI run saw it move the wrong way (0.895 -> 0.8975), as did silo 2's
-# slow rank going 6 -> 3 (0.09 -> 0.072) in 1 of 8 loaded runs. Drifts of 3x from a 9x ratio keep
-# every ratio at 3 or more (at 2 or 1.5 after the drift, Equal's CV fell to ~0.17 and the adaptive
-# split, held while balanced within the pooled noise, was above it in one CI run).
+# swaps which rank is faster, so even the drift round (still on the old split) beats Equal.
 SLOWDOWNS = {0: ([1.0, 3.0], [1.0, 6.0]),   # the slow rank slows down further
-             1: ([1.0, 9.0], [3.0, 9.0]),   # the fast rank slows down
-             2: ([9.0, 1.0], [3.0, 1.0])}   # the slow rank speeds up
+             1: ([1.0, 6.0], [2.0, 6.0]),   # the fast rank slows down
+             2: ([6.0, 1.0], [3.0, 1.0])}   # the slow rank speeds up
 NODES = {101: 0, 102: 1, 103: 2}  # node id -> partition id
 
 
